@@ -1,0 +1,7 @@
+"""``python -m actors`` runs the ``trio-agents`` command line."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

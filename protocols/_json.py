@@ -1,0 +1,249 @@
+"""Strict JSON: what crosses a wire is finite, well-formed and UTF-8 encodable.
+
+The standard library's ``json`` is the engine (C-accelerated); this module adds the checks it leaves
+out: ``NaN``/``Infinity`` and overflowing numbers (``1e999``) are refused, duplicate object keys are
+refused, non-string keys and non-JSON Python values are refused on the way out, lone surrogates are
+replaced by U+FFFD both ways, and nesting depth is bounded. Written here rather than taken from a
+library because it must stay sans-IO and dependency-free, and because no maintained JSON library
+offers exactly this set of refusals.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from collections.abc import Mapping
+from typing import Any, TypeAlias
+
+from .errors import Category, ProtocolError, ValidationError
+
+__all__ = ["JSON", "MAX_DEPTH", "check_json", "dumpb", "dumps", "loads"]
+
+#: A JSON value as Python sees it: ``dict``/``list`` (``tuple`` accepted on input), ``str``,
+#: ``int``, ``float`` (finite), ``bool`` or ``None``.
+JSON: TypeAlias = Any
+
+#: The deepest nesting of arrays/objects accepted in either direction.
+MAX_DEPTH = 200
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# A \u escape of a surrogate code unit in JSON text; the only way JSON text yields a lone surrogate.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"number {text[:40]} overflows to infinity")
+    return value
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate object key {key[:80]!r}")
+            seen.add(key)
+    return result
+
+
+_DECODER = json.JSONDecoder(
+    parse_constant=_refuse_constant,
+    parse_float=_parse_float,
+    object_pairs_hook=_pairs,
+    strict=True,
+)
+
+
+def _repair_str(text: str) -> str:
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def _repair(value: Any) -> Any:
+    """Return ``value`` with every lone surrogate in keys and strings replaced by U+FFFD.
+
+    Raises ``ValueError`` when two keys of one object become equal by the repair: keeping one of
+    them would silently lose a value, so they count as duplicate keys.
+    """
+    if isinstance(value, str):
+        return _repair_str(value)
+    if isinstance(value, dict):
+        repaired = {_repair_str(k): _repair(v) for k, v in value.items()}
+        if len(repaired) != len(value):
+            raise ValueError(f"duplicate object key {_first_collision(value)!r} after repair")
+        return repaired
+    if isinstance(value, list):
+        return [_repair(v) for v in value]
+    return value
+
+
+def _first_collision(value: Mapping[str, Any]) -> str:
+    seen: set[str] = set()
+    for key in value:
+        repaired = _repair_str(key)
+        if repaired in seen:
+            return repaired[:80]
+        seen.add(repaired)
+    return ""  # pragma: no cover - only called when a collision exists
+
+
+def _int_too_long(value: int) -> bool:
+    # Below ~13,000 bits an int has fewer than 4,000 digits: under any sane int-string limit, so
+    # the (costly) exact check runs only for enormous values.
+    if value.bit_length() < 13_000:
+        return False
+    limit = sys.get_int_max_str_digits()
+    if limit == 0:
+        return False
+    try:
+        int.__repr__(value)
+    except ValueError:
+        return True
+    return False
+
+
+def _depth_ok(value: Any, limit: int) -> bool:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return False
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return True
+
+
+def loads(
+    data: str | bytes | bytearray | memoryview, *, category: Category = Category.PROVIDER
+) -> JSON:
+    """Parse one JSON document strictly.
+
+    Guarantees: the result contains only ``dict`` (string keys), ``list``, ``str`` without lone
+    surrogates, ``int``, finite ``float``, ``bool`` and ``None``, nested at most
+    :data:`MAX_DEPTH` deep. Anything else -- invalid UTF-8, ``NaN``, ``Infinity``, ``1e999``,
+    duplicate keys, trailing data, over-deep nesting -- raises :class:`ProtocolError` (with
+    ``code="json"`` and the given ``category``) whose message says what and where.
+    """
+    if isinstance(data, bytes | bytearray | memoryview):
+        try:
+            text = bytes(data).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ProtocolError(
+                f"invalid JSON: not UTF-8 at byte {exc.start}", code="json", category=category
+            ) from None
+    else:
+        text = data
+    try:
+        value = _DECODER.decode(text)
+    except RecursionError:
+        raise ProtocolError(
+            f"invalid JSON: nested deeper than {MAX_DEPTH}", code="json", category=category
+        ) from None
+    except ValueError as exc:
+        # json.JSONDecodeError carries a position; errors from our hooks carry their own message.
+        detail = str(exc)
+        raise ProtocolError(f"invalid JSON: {detail}", code="json", category=category) from None
+    # Only text with more brackets than the limit can nest that deep; skip the walk otherwise.
+    if text.count("[") + text.count("{") > MAX_DEPTH and not _depth_ok(value, MAX_DEPTH):
+        raise ProtocolError(
+            f"invalid JSON: nested deeper than {MAX_DEPTH}", code="json", category=category
+        )
+    if _SURROGATE_ESCAPE.search(text) or _SURROGATE.search(text):
+        try:
+            value = _repair(value)
+        except ValueError as exc:
+            raise ProtocolError(f"invalid JSON: {exc}", code="json", category=category) from None
+    return value
+
+
+def check_json(value: Any, *, what: str = "value") -> Any:
+    """Validate that ``value`` is strict JSON and return it, repaired if it held lone surrogates.
+
+    Guarantees: the returned value serialises with :func:`dumps` and is what :func:`loads` gives
+    back from that text: it is ``value`` itself when nothing needed changing, otherwise a copy
+    (the input is never mutated) in which lone surrogates are replaced by U+FFFD and tuples are
+    lists. Raises :class:`ValidationError` naming the path of the first offending item: a
+    non-finite float, an integer too long to print, a non-string key, two keys that become equal
+    by the repair, an unsupported type, a cycle, or nesting deeper than :data:`MAX_DEPTH`.
+    """
+    return _check(value, what, 0, set())
+
+
+def _check(value: Any, path: str, depth: int, active: set[int]) -> Any:
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if _int_too_long(value):
+            raise ValidationError(f"{path}: integer has too many digits to write as JSON")
+        return value
+    if isinstance(value, str):
+        return _repair_str(value) if _SURROGATE.search(value) else value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValidationError(f"{path}: {value!r} is not a finite number")
+        return value
+    if depth >= MAX_DEPTH:
+        raise ValidationError(f"{path}: nested deeper than {MAX_DEPTH}")
+    if isinstance(value, Mapping):
+        if id(value) in active:
+            raise ValidationError(f"{path}: contains itself (a cycle)")
+        active.add(id(value))
+        changed = False
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValidationError(f"{path}: object key {key!r} is not a string")
+            new_key = _repair_str(key) if _SURROGATE.search(key) else key
+            new_item = _check(item, f"{path}.{new_key}", depth + 1, active)
+            changed = changed or new_key is not key or new_item is not item
+            if new_key in out:
+                raise ValidationError(f"{path}: object keys collide after repair: {new_key!r}")
+            out[new_key] = new_item
+        active.discard(id(value))
+        if changed or not isinstance(value, dict):
+            return out
+        return value
+    if isinstance(value, list | tuple):
+        if id(value) in active:
+            raise ValidationError(f"{path}: contains itself (a cycle)")
+        active.add(id(value))
+        items = [_check(item, f"{path}[{i}]", depth + 1, active) for i, item in enumerate(value)]
+        active.discard(id(value))
+        if isinstance(value, tuple) or any(
+            new is not old for new, old in zip(items, value, strict=True)
+        ):
+            return items
+        return value
+    raise ValidationError(f"{path}: {type(value).__name__} is not a JSON type")
+
+
+def dumps(value: Any, *, canonical: bool = False) -> str:
+    """Serialise ``value`` as compact strict JSON text (non-ASCII kept as is).
+
+    Guarantees: the output parses with :func:`loads` to an equal value (tuples become lists, lone
+    surrogates become U+FFFD) and encodes to UTF-8. With ``canonical=True`` object keys are sorted,
+    so equal values give identical text -- the form to hash for digests. Raises
+    :class:`ValidationError` for anything that is not strict JSON (see :func:`check_json`).
+    """
+    clean = check_json(value)
+    return json.dumps(
+        clean, ensure_ascii=False, allow_nan=False, separators=(",", ":"), sort_keys=canonical
+    )
+
+
+def dumpb(value: Any, *, canonical: bool = False) -> bytes:
+    """:func:`dumps`, encoded as UTF-8 bytes."""
+    return dumps(value, canonical=canonical).encode("utf-8")

@@ -1,0 +1,724 @@
+"""The data model every layer speaks: messages, tool calls and results, usage, provider options,
+streamed deltas, and the results of a provider call and of an agent run.
+
+Every class is a frozen, slotted attrs class validated at construction: a value that breaks an
+invariant raises :class:`~protocols.errors.ValidationError` (a ``ValueError``) naming the class,
+the field and the rule. Collections are stored as tuples; JSON-valued fields (tool arguments,
+schemas, ``extra``) must be strict JSON objects and should be treated as read-only.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar, Literal, TypeAlias, TypeVar
+
+import attrs
+from jsonschema import SchemaError
+from jsonschema.validators import validator_for
+
+from ._json import JSON, check_json, dumps
+from .budget import sanitize_count
+from .errors import ValidationError
+
+__all__ = [
+    "AgentResult",
+    "Channel",
+    "Delta",
+    "FinishReason",
+    "Message",
+    "ProviderOptions",
+    "ProviderResult",
+    "Role",
+    "StopReason",
+    "ToolCall",
+    "ToolDefinition",
+    "ToolFailure",
+    "ToolResult",
+    "ToolSuccess",
+    "Usage",
+    "new_id",
+]
+
+Channel: TypeAlias = Literal["content", "thinking"]
+
+#: Tool names every major vendor accepts: 1-64 of ASCII letters, digits, ``_`` and ``-``.
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def new_id() -> str:
+    """Mint a fresh random identifier (32 lowercase hex characters, UUID4)."""
+    return uuid.uuid4().hex
+
+
+class Role(enum.StrEnum):
+    """Who speaks a message."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+class FinishReason(enum.StrEnum):
+    """Why a provider stopped producing a response (normalised across vendors)."""
+
+    #: The model finished its answer (or hit a stop sequence).
+    STOP = "stop"
+    #: The output token limit was reached.
+    LENGTH = "length"
+    #: The model stopped to have tools called.
+    TOOL_CALLS = "tool_calls"
+    #: The vendor withheld or cut the output for policy reasons.
+    CONTENT_FILTER = "content_filter"
+    #: The call was cancelled; the result is partial.
+    CANCELLED = "cancelled"
+    #: The vendor gave a reason with no normalised equivalent.
+    OTHER = "other"
+
+
+class StopReason(enum.StrEnum):
+    """Why an agent run ended. Every reason but ``complete`` means the result is partial."""
+
+    COMPLETE = "complete"
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+    BUDGET = "budget"
+    EXHAUSTED = "exhausted"
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation helpers (each raises ValidationError naming "Class.field").
+
+
+def _fail(owner: str, field: str, rule: str) -> ValidationError:
+    return ValidationError(f"{owner}.{field} {rule}")
+
+
+def _owner(instance: object) -> str:
+    return type(instance).__name__
+
+
+def _str(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str):
+        raise _fail(_owner(instance), attribute.name, f"must be a str, not {type(value).__name__}")
+
+
+def _nonempty_str(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise _fail(_owner(instance), attribute.name, "must be a non-empty str")
+
+
+def _optional_nonempty_str(
+    instance: object, attribute: attrs.Attribute[Any], value: object
+) -> None:
+    if value is not None:
+        _nonempty_str(instance, attribute, value)
+
+
+def _bool(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, bool):
+        raise _fail(_owner(instance), attribute.name, f"must be a bool, not {type(value).__name__}")
+
+
+def _count(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _fail(_owner(instance), attribute.name, f"must be an int >= 0, not {value!r}")
+
+
+_E = TypeVar("_E", bound=enum.StrEnum)
+_T = TypeVar("_T")
+
+
+def _enum(cls: type[_E], value: object) -> _E:
+    if isinstance(value, cls):
+        return value
+    try:
+        return cls(value)  # type: ignore[arg-type]
+    except ValueError:
+        allowed = ", ".join(repr(member.value) for member in cls)
+        raise ValidationError(
+            f"{value!r} is not a valid {cls.__name__}; expected one of {allowed}"
+        ) from None
+
+
+def _tuple(kind: type[_T], what: str, value: object) -> tuple[_T, ...]:
+    """Any iterable (but not a str/bytes/mapping) of ``kind`` as a tuple."""
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+        raise ValidationError(f"{what} must be a sequence of {kind.__name__}")
+    items = tuple(value)
+    for index, item in enumerate(items):
+        if not isinstance(item, kind):
+            raise ValidationError(
+                f"{what}[{index}] must be a {kind.__name__}, not {type(item).__name__}"
+            )
+    return items
+
+
+def _object(what: str, value: object) -> dict[str, Any]:
+    """A strict-JSON object (dict with str keys), repaired of lone surrogates."""
+    if not isinstance(value, Mapping):
+        raise ValidationError(f"{what} must be a JSON object, not {type(value).__name__}")
+    checked = check_json(value, what=what)
+    return checked if isinstance(checked, dict) else dict(checked)
+
+
+# Named converters, one per field (attrs' mypy plugin understands only named functions).
+def _to_role(value: Role | str) -> Role:
+    return _enum(Role, value)
+
+
+def _to_finish(value: FinishReason | str) -> FinishReason:
+    return _enum(FinishReason, value)
+
+
+def _to_stop_reason(value: StopReason | str) -> StopReason:
+    return _enum(StopReason, value)
+
+
+def _to_arguments(value: Mapping[str, Any]) -> dict[str, Any]:
+    return _object("ToolCall.arguments", value)
+
+
+def _to_parameters(value: Mapping[str, Any]) -> dict[str, Any]:
+    return _object("ToolDefinition.parameters", value)
+
+
+def _to_schema(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    return None if value is None else _object("ProviderOptions.schema", value)
+
+
+def _to_extra(value: Mapping[str, Any]) -> dict[str, Any]:
+    return _object("ProviderOptions.extra", value)
+
+
+def _to_value(value: Any) -> Any:
+    return check_json(value, what="ToolSuccess.value")
+
+
+def _to_message_calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    return _tuple(ToolCall, "Message.calls", value)
+
+
+def _to_result_calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    return _tuple(ToolCall, "ProviderResult.calls", value)
+
+
+def _to_images(value: Iterable[str]) -> tuple[str, ...]:
+    return _tuple(str, "Message.images", value)
+
+
+def _to_stop_sequences(value: Iterable[str]) -> tuple[str, ...]:
+    return _tuple(str, "ProviderOptions.stop", value)
+
+
+def _to_messages(value: Iterable[Message]) -> tuple[Message, ...]:
+    return _tuple(Message, "AgentResult.messages", value)
+
+
+def _check_schema(what: str, schema: Mapping[str, Any]) -> None:
+    try:
+        validator_for(schema).check_schema(dict(schema))
+    except SchemaError as exc:
+        location = "/".join(str(part) for part in exc.path) or "(root)"
+        raise ValidationError(
+            f"{what} is not a valid JSON Schema at {location}: {exc.message}"
+        ) from None
+
+
+def _unique_call_ids(owner: str, calls: tuple[ToolCall, ...]) -> None:
+    seen: set[str] = set()
+    for call in calls:
+        if call.id in seen:
+            raise ValidationError(f"{owner}.calls has two calls with id {call.id!r}")
+        seen.add(call.id)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tools
+
+
+@attrs.frozen
+class ToolCall:
+    """A model's request to run one tool.
+
+    ``id`` is the provider's opaque token (never rewritten; minted by the provider layer when the
+    wire omits it); ``arguments`` is the parsed JSON object of arguments.
+    """
+
+    id: str = attrs.field(validator=_nonempty_str)
+    name: str = attrs.field(validator=_nonempty_str)
+    arguments: dict[str, JSON] = attrs.field(factory=dict, converter=_to_arguments)
+
+
+@attrs.frozen
+class ToolSuccess:
+    """The success arm of a tool result: ``value`` is any strict JSON value the tool returned."""
+
+    ok: ClassVar[Literal[True]] = True
+
+    id: str = attrs.field(validator=_nonempty_str)
+    name: str = attrs.field(validator=_nonempty_str)
+    value: JSON = attrs.field(default=None, converter=_to_value)
+
+    def render(self) -> str:
+        """The text the model sees: a string value as is, anything else as compact JSON."""
+        return self.value if isinstance(self.value, str) else dumps(self.value)
+
+
+@attrs.frozen
+class ToolFailure:
+    """The failure arm of a tool result: ``error`` is the message the model sees."""
+
+    ok: ClassVar[Literal[False]] = False
+
+    id: str = attrs.field(validator=_nonempty_str)
+    name: str = attrs.field(validator=_nonempty_str)
+    error: str = attrs.field(validator=_nonempty_str)
+
+    def render(self) -> str:
+        """The text the model sees: the error message verbatim."""
+        return self.error
+
+
+#: The result of one tool call: exactly one of the two arms. Usable with ``isinstance``.
+ToolResult: TypeAlias = ToolSuccess | ToolFailure
+
+
+def _check_parameters(
+    instance: ToolDefinition, attribute: attrs.Attribute[Any], value: dict[str, Any]
+) -> None:
+    if value.get("type") != "object":
+        raise ValidationError(
+            f"ToolDefinition.parameters for {instance.name!r} must have "
+            '"type": "object" at its root'
+        )
+    _check_schema(f"ToolDefinition.parameters for {instance.name!r}", value)
+
+
+def _check_tool_name(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not _TOOL_NAME.fullmatch(value):
+        raise ValidationError(
+            f"ToolDefinition.name must be 1-64 ASCII letters, digits, '_' or '-', not {value!r}"
+        )
+
+
+def _empty_object_schema() -> dict[str, Any]:
+    return {"type": "object", "properties": {}}
+
+
+@attrs.frozen
+class ToolDefinition:
+    """What a model is told about one tool: its name, a description and a JSON Schema for its
+    arguments (an object schema, checked against its JSON Schema metaschema)."""
+
+    name: str = attrs.field(validator=_check_tool_name)
+    description: str = attrs.field(default="", validator=_str)
+    parameters: dict[str, JSON] = attrs.field(
+        factory=_empty_object_schema,
+        converter=_to_parameters,
+        validator=_check_parameters,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Messages
+
+
+def _check_images(
+    instance: object, attribute: attrs.Attribute[Any], value: tuple[str, ...]
+) -> None:
+    for index, image in enumerate(value):
+        if not image:
+            raise ValidationError(f"Message.images[{index}] must be a non-empty base64 string")
+
+
+def _check_created_at(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not math.isfinite(value) or value < 0:
+        raise ValidationError(f"Message.created_at must be a finite number >= 0, not {value!r}")
+
+
+def _to_timestamp(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError(f"Message.created_at must be a number, not {type(value).__name__}")
+    return float(value)
+
+
+@attrs.frozen
+class Message:
+    """One immutable message of a conversation.
+
+    Field rules by role (violations raise :class:`ValidationError`):
+
+    - ``system``: ``content`` only.
+    - ``user``: ``content`` and optionally ``images`` (base64 payloads, input only).
+    - ``assistant``: ``content``, optionally ``calls`` (unique ids), ``thinking`` (kept for audit,
+      never sent back as content) and ``interrupted`` (the answer was cut short).
+    - ``tool``: ``content`` (the rendered result) with ``tool_call_id`` and ``name`` naming the call
+      it answers.
+
+    ``id`` and ``created_at`` (seconds since the epoch) are minted when not given.
+    """
+
+    role: Role = attrs.field(converter=_to_role)
+    content: str = attrs.field(default="", validator=_str)
+    calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_to_message_calls)
+    tool_call_id: str | None = attrs.field(default=None, validator=_optional_nonempty_str)
+    name: str | None = attrs.field(default=None, validator=_optional_nonempty_str)
+    images: tuple[str, ...] = attrs.field(default=(), converter=_to_images, validator=_check_images)
+    thinking: str = attrs.field(default="", validator=_str)
+    interrupted: bool = attrs.field(default=False, validator=_bool)
+    id: str = attrs.field(factory=new_id, validator=_nonempty_str)
+    created_at: float = attrs.field(
+        factory=time.time, converter=_to_timestamp, validator=_check_created_at
+    )
+
+    def __attrs_post_init__(self) -> None:
+        role = self.role
+        present = {
+            "calls": bool(self.calls),
+            "tool_call_id": self.tool_call_id is not None,
+            "name": self.name is not None,
+            "images": bool(self.images),
+            "thinking": bool(self.thinking),
+            "interrupted": self.interrupted,
+        }
+        allowed = _ALLOWED_FIELDS[role]
+        for field, is_set in present.items():
+            if is_set and field not in allowed:
+                raise ValidationError(f"a {role.value} message cannot have {field}")
+        if role is Role.TOOL and (self.tool_call_id is None or self.name is None):
+            raise ValidationError("a tool message needs tool_call_id and name")
+        if self.calls:
+            _unique_call_ids("Message", self.calls)
+
+    @classmethod
+    def system(
+        cls, content: str, *, id: str | None = None, created_at: float | None = None
+    ) -> Message:
+        """A system message."""
+        mid, stamp = _minted(id, created_at)
+        return cls(role=Role.SYSTEM, content=content, id=mid, created_at=stamp)
+
+    @classmethod
+    def user(
+        cls,
+        content: str,
+        *,
+        images: Iterable[str] = (),
+        id: str | None = None,
+        created_at: float | None = None,
+    ) -> Message:
+        """A user message, optionally with base64 images."""
+        mid, stamp = _minted(id, created_at)
+        return cls(role=Role.USER, content=content, images=images, id=mid, created_at=stamp)
+
+    @classmethod
+    def assistant(
+        cls,
+        content: str = "",
+        *,
+        calls: Iterable[ToolCall] = (),
+        thinking: str = "",
+        interrupted: bool = False,
+        id: str | None = None,
+        created_at: float | None = None,
+    ) -> Message:
+        """An assistant message, optionally with tool calls, thinking and the interrupted mark."""
+        mid, stamp = _minted(id, created_at)
+        return cls(
+            role=Role.ASSISTANT,
+            content=content,
+            calls=calls,
+            thinking=thinking,
+            interrupted=interrupted,
+            id=mid,
+            created_at=stamp,
+        )
+
+    @classmethod
+    def tool(
+        cls,
+        call_id: str,
+        name: str,
+        content: str,
+        *,
+        id: str | None = None,
+        created_at: float | None = None,
+    ) -> Message:
+        """A tool message answering the call ``call_id`` of tool ``name``."""
+        mid, stamp = _minted(id, created_at)
+        return cls(
+            role=Role.TOOL,
+            content=content,
+            tool_call_id=call_id,
+            name=name,
+            id=mid,
+            created_at=stamp,
+        )
+
+    @classmethod
+    def from_result(
+        cls, result: ToolResult, *, id: str | None = None, created_at: float | None = None
+    ) -> Message:
+        """The tool message carrying ``result`` (rendered with ``result.render()``)."""
+        return cls.tool(result.id, result.name, result.render(), id=id, created_at=created_at)
+
+
+def _minted(id: str | None, created_at: float | None) -> tuple[str, float]:
+    """The given id and timestamp, or fresh ones."""
+    return (new_id() if id is None else id, time.time() if created_at is None else created_at)
+
+
+_ALLOWED_FIELDS: dict[Role, frozenset[str]] = {
+    Role.SYSTEM: frozenset(),
+    Role.USER: frozenset({"images"}),
+    Role.ASSISTANT: frozenset({"calls", "thinking", "interrupted"}),
+    Role.TOOL: frozenset({"tool_call_id", "name"}),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Usage
+
+
+def _default_total(usage: Usage) -> int:
+    # Runs before the validators: leave bad parts for them to report clearly.
+    parts = (usage.prompt, usage.completion)
+    if all(isinstance(part, int) and not isinstance(part, bool) for part in parts):
+        return usage.prompt + usage.completion
+    return 0
+
+
+@attrs.frozen
+class Usage:
+    """Token usage of one or more provider calls.
+
+    ``total`` defaults to ``prompt + completion`` and may not be smaller; ``cached`` is the part of
+    ``prompt`` served from a prompt cache (``None`` when not reported) and may not exceed it.
+    ``a + b`` sums every field (``cached`` stays ``None`` only when both are ``None``).
+    """
+
+    prompt: int = attrs.field(default=0, validator=_count)
+    completion: int = attrs.field(default=0, validator=_count)
+    total: int = attrs.field(
+        default=attrs.Factory(_default_total, takes_self=True), validator=_count
+    )
+    cached: int | None = attrs.field(default=None)
+
+    def __attrs_post_init__(self) -> None:
+        if self.total < self.prompt + self.completion:
+            raise ValidationError(
+                f"Usage.total ({self.total}) is less than prompt + completion "
+                f"({self.prompt} + {self.completion})"
+            )
+        if self.cached is not None:
+            _count(self, attrs.fields(Usage).cached, self.cached)
+            if self.cached > self.prompt:
+                raise ValidationError(
+                    f"Usage.cached ({self.cached}) exceeds Usage.prompt ({self.prompt})"
+                )
+
+    def __add__(self, other: Usage) -> Usage:
+        if not isinstance(other, Usage):
+            return NotImplemented
+        cached = None
+        if self.cached is not None or other.cached is not None:
+            cached = (self.cached or 0) + (other.cached or 0)
+        return Usage(
+            prompt=self.prompt + other.prompt,
+            completion=self.completion + other.completion,
+            total=self.total + other.total,
+            cached=cached,
+        )
+
+    @classmethod
+    def sanitize(
+        cls,
+        *,
+        prompt: object = None,
+        completion: object = None,
+        total: object = None,
+        cached: object = None,
+    ) -> Usage:
+        """Build a valid :class:`Usage` from whatever numbers a provider reported.
+
+        Guarantees: never raises. Each count goes through
+        :func:`~protocols.budget.sanitize_count`; a missing or too-small ``total`` becomes
+        ``prompt + completion``; ``cached`` stays ``None`` when not reported and is clamped to
+        ``prompt`` otherwise.
+        """
+        p = sanitize_count(prompt)
+        c = sanitize_count(completion)
+        t = max(sanitize_count(total), p + c)
+        k = None if cached is None else min(sanitize_count(cached), p)
+        return cls(prompt=p, completion=c, total=t, cached=k)
+
+
+# ---------------------------------------------------------------------------------------------
+# Provider boundary
+
+
+def _check_max_tokens(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValidationError(f"ProviderOptions.max_tokens must be an int >= 1, not {value!r}")
+
+
+def _to_temperature(value: float | None) -> float | None:
+    # 1 and 1.0 are the same temperature: store a float so equal options encode identically.
+    # (Only exact ints: anything else is left for the validator to refuse with a clear message.)
+    return float(value) if type(value) is int else value
+
+
+def _check_temperature(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 <= value <= 2
+    ):
+        raise ValidationError(
+            f"ProviderOptions.temperature must be a number from 0 to 2, not {value!r}"
+        )
+
+
+def _check_tool_choice(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is None or value in ("auto", "none", "required"):
+        return
+    if not isinstance(value, str) or not _TOOL_NAME.fullmatch(value):
+        raise ValidationError(
+            "ProviderOptions.tool_choice must be 'auto', 'none', 'required' or a tool name, "
+            f"not {value!r}"
+        )
+
+
+def _check_stop(instance: object, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    if any(not item for item in value):
+        raise ValidationError("ProviderOptions.stop must not contain empty strings")
+
+
+def _check_output_schema(
+    instance: object, attribute: attrs.Attribute[Any], value: dict[str, Any] | None
+) -> None:
+    if value is not None:
+        _check_schema("ProviderOptions.schema", value)
+
+
+def _optional_bool(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None:
+        _bool(instance, attribute, value)
+
+
+@attrs.frozen
+class ProviderOptions:
+    """Per-call options for a provider. ``None`` means "the provider's default".
+
+    - ``think``: turn the model's reasoning on or off where the vendor supports it.
+    - ``schema``: a JSON Schema the answer must follow (structured output).
+    - ``max_tokens``: cap on output tokens (>= 1).
+    - ``temperature``: sampling temperature, 0 to 2.
+    - ``tool_choice``: ``"auto"``, ``"none"``, ``"required"``, or the name of the one tool to call.
+    - ``stop``: stop sequences (non-empty strings).
+    - ``extra``: vendor-specific request-body fields, passed through as given (strict JSON).
+    """
+
+    think: bool | None = attrs.field(default=None, validator=_optional_bool)
+    schema: dict[str, JSON] | None = attrs.field(
+        default=None,
+        converter=_to_schema,
+        validator=_check_output_schema,
+    )
+    max_tokens: int | None = attrs.field(default=None, validator=_check_max_tokens)
+    temperature: float | None = attrs.field(
+        default=None, converter=_to_temperature, validator=_check_temperature
+    )
+    tool_choice: str | None = attrs.field(default=None, validator=_check_tool_choice)
+    stop: tuple[str, ...] = attrs.field(
+        default=(), converter=_to_stop_sequences, validator=_check_stop
+    )
+    extra: dict[str, JSON] = attrs.field(factory=dict, converter=_to_extra)
+
+
+def _check_channel(_: object, __: attrs.Attribute[str], value: str) -> None:
+    if value not in ("content", "thinking"):
+        raise ValidationError(f"Delta.channel must be 'content' or 'thinking', not {value!r}")
+
+
+def _check_delta_text(_: object, __: attrs.Attribute[str], value: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValidationError("Delta.text must be a non-empty string")
+
+
+@attrs.frozen
+class Delta:
+    """One streamed piece of model output on one channel. ``text`` is never empty."""
+
+    channel: Channel = attrs.field(validator=_check_channel)
+    text: str = attrs.field(validator=_check_delta_text)
+
+
+def _default_finish(result: ProviderResult) -> FinishReason:
+    return FinishReason.TOOL_CALLS if result.calls else FinishReason.STOP
+
+
+@attrs.frozen
+class ProviderResult:
+    """The assembled outcome of one provider call.
+
+    ``usage`` is ``None`` when the provider reported none; ``finish`` defaults to ``tool_calls``
+    when there are calls and ``stop`` otherwise. Call ids are unique within one result.
+    """
+
+    content: str = attrs.field(default="", validator=_str)
+    thinking: str = attrs.field(default="", validator=_str)
+    calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_to_result_calls)
+    usage: Usage | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(Usage))
+    )
+    finish: FinishReason = attrs.field(
+        default=attrs.Factory(_default_finish, takes_self=True),
+        converter=_to_finish,
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if self.calls:
+            _unique_call_ids("ProviderResult", self.calls)
+
+
+def _default_partial(result: AgentResult) -> bool:
+    return result.stop is not StopReason.COMPLETE
+
+
+@attrs.frozen
+class AgentResult:
+    """The outcome of one agent run.
+
+    ``content`` is the text of the run's last assistant message (partial if cut), ``thinking`` the
+    run's reasoning (turns joined by a blank line), ``messages`` everything the run appended to the
+    conversation, ``usage`` the sum over its turns, ``turns`` the number of provider calls made.
+    ``partial`` is true exactly when ``stop`` is not ``complete`` (it defaults accordingly, and a
+    contradicting value is refused).
+    """
+
+    content: str = attrs.field(default="", validator=_str)
+    thinking: str = attrs.field(default="", validator=_str)
+    messages: tuple[Message, ...] = attrs.field(default=(), converter=_to_messages)
+    usage: Usage = attrs.field(factory=Usage, validator=attrs.validators.instance_of(Usage))
+    stop: StopReason = attrs.field(default=StopReason.COMPLETE, converter=_to_stop_reason)
+    partial: bool = attrs.field(
+        default=attrs.Factory(_default_partial, takes_self=True), validator=_bool
+    )
+    turns: int = attrs.field(default=0, validator=_count)
+
+    def __attrs_post_init__(self) -> None:
+        if self.partial != (self.stop is not StopReason.COMPLETE):
+            raise ValidationError(
+                f"AgentResult.partial={self.partial} contradicts stop={self.stop.value!r} "
+                "(a run is partial exactly when it did not complete)"
+            )

@@ -1,0 +1,42 @@
+"""Every benchmark script runs (in --quick mode) and ends with its JSON summary line.
+
+Speed is never asserted here -- only that each benchmark works and reports what it promises.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+BENCHMARKS = sorted((ROOT / "benchmarks").glob("*.py"))
+PROMISED_RATIOS = {"sse_decode.py": {"events_per_s_vs_httpx_sse", "mib8_over_mib4_time"}}
+
+
+def test_every_benchmark_declares_its_ratios() -> None:
+    assert {path.name for path in BENCHMARKS} == set(PROMISED_RATIOS)
+
+
+@pytest.mark.parametrize("script", BENCHMARKS, ids=lambda p: p.name)
+def test_benchmark_quick_json_run(script: pathlib.Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(script), "--quick", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert set(summary) == {"metrics", "ratios"}
+    assert set(summary["ratios"]) >= PROMISED_RATIOS[script.name]
+    for name, value in {**summary["metrics"], **summary["ratios"]}.items():
+        assert isinstance(value, int | float), name
+        assert math.isfinite(value), name
+        assert value > 0, name

@@ -1,0 +1,91 @@
+"""Each package's public API is pinned: adding or removing a name is a deliberate change here."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+import actors
+import protocols
+
+PROTOCOLS_API = [
+    "JSON",
+    "MAX_COUNT",
+    "MAX_DEPTH",
+    "THINK_CLOSE",
+    "THINK_OPEN",
+    "AbortError",
+    "AgentResult",
+    "AgentsError",
+    "Category",
+    "Channel",
+    "ConfigError",
+    "Delta",
+    "FinishReason",
+    "Message",
+    "NDJSONDecoder",
+    "ProtocolError",
+    "ProviderError",
+    "ProviderOptions",
+    "ProviderResult",
+    "Role",
+    "SSEComment",
+    "SSEDecoder",
+    "SSEEvent",
+    "SizeLimitError",
+    "StopReason",
+    "ThinkSplitter",
+    "ToolCall",
+    "ToolDefinition",
+    "ToolError",
+    "ToolFailure",
+    "ToolResult",
+    "ToolSuccess",
+    "Usage",
+    "ValidationError",
+    "check_json",
+    "converter",
+    "decode",
+    "dumpb",
+    "dumps",
+    "encode",
+    "estimate_tokens",
+    "from_json",
+    "loads",
+    "new_id",
+    "sanitize_count",
+    "to_json",
+]
+
+ACTORS_API = ["__version__", "main"]
+
+
+@pytest.mark.parametrize(
+    ("package", "expected"),
+    [(protocols, PROTOCOLS_API), (actors, ACTORS_API)],
+    ids=["protocols", "actors"],
+)
+def test_export_list_is_pinned(package: types.ModuleType, expected: list[str]) -> None:
+    assert sorted(package.__all__) == sorted(expected)
+    assert len(set(package.__all__)) == len(package.__all__)
+    for name in package.__all__:
+        assert hasattr(package, name), f"{package.__name__}.{name} is listed but missing"
+
+
+@pytest.mark.parametrize("package", [protocols, actors], ids=["protocols", "actors"])
+def test_no_public_name_escapes_the_list(package: types.ModuleType) -> None:
+    public = {
+        name
+        for name, value in vars(package).items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+    }
+    assert public <= set(package.__all__)
+
+
+def test_every_public_callable_and_class_is_documented() -> None:
+    for package in (protocols, actors):
+        for name in package.__all__:
+            value = getattr(package, name)
+            if isinstance(value, type | types.FunctionType):
+                assert (value.__doc__ or "").strip(), f"{package.__name__}.{name} has no docstring"

@@ -1,0 +1,52 @@
+"""The README's Quick start is what CI runs, and it installs what the suite needs."""
+
+from __future__ import annotations
+
+import pathlib
+import runpy
+import subprocess
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+quickstart = runpy.run_path(str(ROOT / ".ci" / "quickstart.py"))
+
+
+def readme() -> str:
+    return (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_quick_start_block_holds_only_the_command_lines() -> None:
+    lines = quickstart["quickstart_lines"](readme())
+    assert 1 <= len(lines) <= 2
+    assert all(not line.lstrip().startswith("#") for line in lines), "no comments in the block"
+    test_line = quickstart["command"]("test", readme())
+    assert test_line in lines
+
+
+def test_test_line_installs_the_test_extras_then_runs_pytest() -> None:
+    line = quickstart["command"]("test", readme())
+    install, sep, run = line.partition("&&")
+    assert sep, "the test line must install first, then run the suite"
+    assert "pip install" in install
+    assert "'.[test]'" in install or "'.[dev]'" in install
+    assert run.strip() == "python -m pytest"
+
+
+def test_ci_runs_the_readme_test_line() -> None:
+    script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "quickstart.py test" in script
+    printed = subprocess.run(
+        ["python3", str(ROOT / ".ci" / "quickstart.py"), "test"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert printed == quickstart["command"]("test", readme())
+
+
+def test_extraction_rejects_a_readme_without_quick_start() -> None:
+    import pytest
+
+    with pytest.raises(SystemExit, match="no '## Quick start'"):
+        quickstart["quickstart_lines"]("# Title\n\nno section here\n")
+    with pytest.raises(SystemExit, match="exactly one test line"):
+        quickstart["command"]("test", "## Quick start\n\n```bash\necho hi\n```\n")
