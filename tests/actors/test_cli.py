@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import shutil
+import pathlib
 import subprocess
 import sys
+import sysconfig
 from importlib.metadata import version
 
 import pytest
@@ -34,9 +35,10 @@ def test_unknown_option_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_console_script_and_module_entry_points() -> None:
-    script = shutil.which("trio-agents")
-    assert script is not None, "the trio-agents console script is installed by the package"
-    for command in ([script, "--version"], [sys.executable, "-m", "actors", "--version"]):
+    # Where pip puts console scripts for this interpreter (PATH may not include it, e.g. pyenv).
+    script = pathlib.Path(sysconfig.get_path("scripts")) / "trio-agents"
+    assert script.is_file(), "the trio-agents console script is installed by the package"
+    for command in ([str(script), "--version"], [sys.executable, "-m", "actors", "--version"]):
         result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip() == f"trio-agents {version('trio-agents')}"
