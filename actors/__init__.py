@@ -1,10 +1,56 @@
 """trio-agents' trio runtime: everything that waits, owns a task, or talks to a socket or disk.
 
-The actor core, providers, agents and the relay arrive here issue by issue; the data model they all
-speak lives in :mod:`protocols`.
+The actor core lives here: cancel tokens (:class:`Abort`), actors and their refs, supervisors and
+the runtime root (:func:`open_runtime`). Providers, conversations, agents and the relay arrive on
+top of it; the data model they all speak lives in :mod:`protocols`.
 """
 
+from ._abort import Abort as Abort
+from ._actor import Actor as Actor
+from ._actor import ActorExit as ActorExit
+from ._actor import ActorRef as ActorRef
+from ._actor import ActorState as ActorState
+from ._actor import ActorStatistics as ActorStatistics
+from ._actor import ActorStopped as ActorStopped
+from ._actor import ExitKind as ExitKind
+from ._actor import ReplyStream as ReplyStream
+from ._runtime import Runtime as Runtime
+from ._runtime import open_runtime as open_runtime
+from ._supervisor import AutoShutdown as AutoShutdown
+from ._supervisor import Backoff as Backoff
+from ._supervisor import ChildSpec as ChildSpec
+from ._supervisor import Restart as Restart
+from ._supervisor import StartChild as StartChild
+from ._supervisor import Strategy as Strategy
+from ._supervisor import Supervisor as Supervisor
+from ._supervisor import SupervisorGaveUp as SupervisorGaveUp
+from ._supervisor import SupervisorStatistics as SupervisorStatistics
+from ._supervisor import TerminateChild as TerminateChild
 from ._version import __version__ as __version__
 from .cli import main as main
 
-__all__ = ["__version__", "main"]
+__all__ = [
+    "Abort",
+    "Actor",
+    "ActorExit",
+    "ActorRef",
+    "ActorState",
+    "ActorStatistics",
+    "ActorStopped",
+    "AutoShutdown",
+    "Backoff",
+    "ChildSpec",
+    "ExitKind",
+    "ReplyStream",
+    "Restart",
+    "Runtime",
+    "StartChild",
+    "Strategy",
+    "Supervisor",
+    "SupervisorGaveUp",
+    "SupervisorStatistics",
+    "TerminateChild",
+    "__version__",
+    "main",
+    "open_runtime",
+]

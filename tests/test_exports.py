@@ -58,7 +58,31 @@ PROTOCOLS_API = [
     "to_json",
 ]
 
-ACTORS_API = ["__version__", "main"]
+ACTORS_API = [
+    "Abort",
+    "Actor",
+    "ActorExit",
+    "ActorRef",
+    "ActorState",
+    "ActorStatistics",
+    "ActorStopped",
+    "AutoShutdown",
+    "Backoff",
+    "ChildSpec",
+    "ExitKind",
+    "ReplyStream",
+    "Restart",
+    "Runtime",
+    "StartChild",
+    "Strategy",
+    "Supervisor",
+    "SupervisorGaveUp",
+    "SupervisorStatistics",
+    "TerminateChild",
+    "__version__",
+    "main",
+    "open_runtime",
+]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,110 @@
+"""``Abort``: a first-class cancel token that can be passed around, combined and bound to scopes."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import trio
+
+__all__ = ["Abort"]
+
+
+class Abort:
+    """A cancel token: something that can be tripped once, with a reason, and observed.
+
+    Guarantees:
+
+    * :meth:`cancel` is idempotent: the first reason wins and later calls change nothing.
+    * :meth:`bind` ties the token to a :class:`trio.CancelScope` for the duration of a ``with``
+      block: tripping the token cancels the scope with ``cancel(reason=...)`` (at once if the token
+      was already tripped). The binding is a plain callback, removed when the block exits -- no
+      task watches the token, so nothing outlives the scope.
+    * :meth:`any` derives a token that trips when any of its sources trips, keeping the first
+      source's reason. Sources hold derived tokens only weakly, so deriving tokens from a
+      long-lived source (a per-agent token, say) never accumulates garbage.
+
+    Tokens are not thread-safe: trip them from trio code (or via ``trio.from_thread.run_sync``).
+    """
+
+    __slots__ = ("__weakref__", "_callbacks", "_derived", "_event", "_reason")
+
+    def __init__(self) -> None:
+        self._reason: str | None = None
+        self._event: trio.Event | None = None
+        self._callbacks: dict[object, Callable[[str], object]] = {}
+        self._derived: weakref.WeakSet[Abort] = weakref.WeakSet()
+
+    def __repr__(self) -> str:
+        state = f"cancelled, reason={self._reason!r}" if self.cancelled else "armed"
+        return f"<Abort {state}>"
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the token has been tripped."""
+        return self._reason is not None
+
+    @property
+    def reason(self) -> str | None:
+        """The reason given by the first :meth:`cancel`, or ``None`` while not tripped."""
+        return self._reason
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Trip the token (no-op if already tripped): wake waiters, cancel bound scopes, trip
+        derived tokens, all with ``reason``."""
+        if self._reason is not None:
+            return
+        self._reason = reason = reason or "cancelled"
+        if self._event is not None:
+            self._event.set()
+        callbacks, self._callbacks = self._callbacks, {}
+        for callback in callbacks.values():
+            callback(reason)
+        for derived in list(self._derived):
+            derived.cancel(reason)
+        self._derived = weakref.WeakSet()
+
+    async def wait(self) -> str:
+        """Wait until the token is tripped and return the reason (at once if it already is)."""
+        if self._reason is None:
+            if self._event is None:
+                self._event = trio.Event()
+            await self._event.wait()
+        else:
+            await trio.lowlevel.checkpoint()
+        assert self._reason is not None
+        return self._reason
+
+    @contextmanager
+    def bind(self, scope: trio.CancelScope) -> Iterator[trio.CancelScope]:
+        """Cancel ``scope`` with this token's reason if the token trips inside the ``with`` block.
+
+        Yields ``scope``; typical use is ``with token.bind(trio.CancelScope()) as scope: ...``.
+        """
+        if self._reason is not None:
+            scope.cancel(reason=self._reason)
+            yield scope
+            return
+        key = object()  # one per binding: the same scope may be bound more than once
+        self._callbacks[key] = lambda reason: scope.cancel(reason=reason)
+        try:
+            yield scope
+        finally:
+            self._callbacks.pop(key, None)
+
+    @classmethod
+    def any(cls, *tokens: Abort) -> Abort:
+        """A new token that trips as soon as any of ``tokens`` trips, with that token's reason.
+
+        If one of them is already tripped, the new token is born tripped with the reason of the
+        first such token in argument order. With no tokens it is a token nothing else trips.
+        """
+        derived = cls()
+        for token in tokens:
+            if token._reason is not None:
+                derived.cancel(token._reason)
+                return derived
+        for token in tokens:
+            token._derived.add(derived)
+        return derived

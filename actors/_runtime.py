@@ -1,0 +1,140 @@
+"""The runtime root: one supervisor tree per ``async with open_runtime()`` block."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import trio
+
+from ._actor import Actor, ActorRef, ActorStatistics, _Cell, _leaves, run_incarnation
+from ._supervisor import (
+    Backoff,
+    ChildSpec,
+    Restart,
+    Strategy,
+    Supervisor,
+    SupervisorStatistics,
+)
+
+__all__ = ["Runtime", "open_runtime"]
+
+MsgT = TypeVar("MsgT")
+ReplyT = TypeVar("ReplyT")
+
+
+class Runtime:
+    """A running actor tree, as yielded by :func:`open_runtime`. Its root is a one-for-one
+    :class:`Supervisor`; everything spawned here is a child of it."""
+
+    __slots__ = ("_cell", "root")
+
+    def __init__(self, root: Supervisor, cell: _Cell) -> None:
+        self.root = root
+        self._cell = cell
+
+    async def spawn(
+        self,
+        factory: Callable[[], Actor[MsgT, ReplyT]],
+        *,
+        name: str | None = None,
+        restart: Restart = Restart.PERMANENT,
+        shutdown: float | None = None,
+        register: bool = False,
+        mailbox_size: int | None = None,
+    ) -> ActorRef[MsgT, ReplyT]:
+        """Start an actor under the root supervisor and return its ref once it is ready.
+
+        ``factory`` (often the actor class) is called for every incarnation, so a restart gets a
+        fresh instance. The other arguments are those of :class:`ChildSpec`. Raises what the
+        actor's start raised, or ``TypeError`` if given an actor instance instead of a factory.
+        """
+        if isinstance(factory, Actor):
+            raise TypeError(
+                "spawn() takes a factory (such as the actor class or a lambda), not an actor "
+                "instance: restarts need a fresh instance each time"
+            )
+        spec = ChildSpec(
+            factory,
+            name=name,
+            restart=restart,
+            shutdown=shutdown,
+            register=register,
+            mailbox_size=mailbox_size,
+        )
+        return await self.root.start_child(spec)
+
+    async def start(self, spec: ChildSpec) -> ActorRef[Any, Any]:
+        """Start a child of the root from a full :class:`ChildSpec` (a supervisor, say)."""
+        return await self.root.start_child(spec)
+
+    def lookup(self, name: str) -> ActorRef[Any, Any] | None:
+        """The actor registered as ``name`` (``register=True``) anywhere in this runtime."""
+        return self.root.lookup(name)
+
+    def statistics(self) -> SupervisorStatistics:
+        """The root supervisor's statistics."""
+        return self.root.supervisor_statistics()
+
+    def actor_statistics(self) -> ActorStatistics:
+        """The root supervisor's own actor statistics (its mailbox, restarts)."""
+        return self._cell.statistics()
+
+
+@asynccontextmanager
+async def open_runtime(
+    *,
+    max_restarts: int = 3,
+    period: float = 5.0,
+    backoff: Backoff | None = None,
+    rng: random.Random | None = None,
+) -> AsyncIterator[Runtime]:
+    """Run an actor runtime for the duration of the ``async with`` block.
+
+    Guarantees:
+
+    * Leaving the block stops every actor, in reverse start order, each gracefully and then
+      cancelled at its shutdown deadline -- also when the block is left by an exception or a
+      cancellation (the stop is shielded from it).
+    * If the root supervisor gives up (a child restarted too often), the block is cancelled and
+      :class:`SupervisorGaveUp` is raised to the caller, chained to the child failure.
+    * ``KeyboardInterrupt`` and a cancellation from outside pass through untouched.
+    * No task started by the runtime outlives the block, and nothing is global: two runtimes in
+      one process are independent.
+
+    The arguments configure the root supervisor (see :class:`Supervisor`).
+    """
+    root = Supervisor(
+        strategy=Strategy.ONE_FOR_ONE,
+        max_restarts=max_restarts,
+        period=period,
+        backoff=backoff,
+        rng=rng,
+    )
+    cell = _Cell("root", owner=None, mailbox_size=None, shutdown=math.inf)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(run_incarnation, cell, lambda: root, None)
+            try:
+                yield Runtime(root, cell)
+            finally:
+                with trio.CancelScope(shield=True):
+                    await cell.stop()
+                    await cell.stopped.wait()
+    except BaseExceptionGroup as group:
+        _reraise(group)
+        raise
+
+
+def _reraise(group: BaseExceptionGroup[Any]) -> None:
+    """Raise the one exception a caller should see for ``group``, or return to re-raise it."""
+    leaves = _leaves(group)
+    for leaf in leaves:
+        if isinstance(leaf, KeyboardInterrupt):
+            raise leaf
+    real = [leaf for leaf in leaves if not isinstance(leaf, trio.Cancelled)]
+    if len(real) == 1:
+        raise real[0]
