@@ -17,9 +17,10 @@ class Abort:
     Guarantees:
 
     * :meth:`cancel` is idempotent: the first reason wins and later calls change nothing.
-    * :meth:`bind` ties the token to a :class:`trio.CancelScope` for the duration of a ``with``
-      block: tripping the token cancels the scope with ``cancel(reason=...)`` (at once if the token
-      was already tripped). The binding is a plain callback, removed when the block exits -- no
+    * :meth:`open_scope` runs a ``with`` block in a new :class:`trio.CancelScope` tied to the
+      token, and :meth:`bind` ties an existing scope for the duration of a ``with`` block:
+      tripping the token cancels the scope with ``cancel(reason=...)`` (at once if the token was
+      already tripped). The binding is a plain callback, removed when the block exits -- no
       task watches the token, so nothing outlives the scope.
     * :meth:`any` derives a token that trips when any of its sources trips, keeping the first
       source's reason. Sources hold derived tokens only weakly, so deriving tokens from a
@@ -28,13 +29,16 @@ class Abort:
     Tokens are not thread-safe: trip them from trio code (or via ``trio.from_thread.run_sync``).
     """
 
-    __slots__ = ("__weakref__", "_callbacks", "_derived", "_event", "_reason")
+    __slots__ = ("__weakref__", "_callbacks", "_derived", "_event", "_reason", "_sources")
 
     def __init__(self) -> None:
         self._reason: str | None = None
         self._event: trio.Event | None = None
         self._callbacks: dict[object, Callable[[str], object]] = {}
         self._derived: weakref.WeakSet[Abort] = weakref.WeakSet()
+        # A derived token holds its sources strongly (so a chain of derived tokens stays intact
+        # while its last link is alive); sources hold derived tokens only weakly.
+        self._sources: tuple[Abort, ...] = ()
 
     def __repr__(self) -> str:
         state = f"cancelled, reason={self._reason!r}" if self.cancelled else "armed"
@@ -64,6 +68,7 @@ class Abort:
         for derived in list(self._derived):
             derived.cancel(reason)
         self._derived = weakref.WeakSet()
+        self._sources = ()
 
     async def wait(self) -> str:
         """Wait until the token is tripped and return the reason (at once if it already is)."""
@@ -77,11 +82,20 @@ class Abort:
         return self._reason
 
     @contextmanager
-    def bind(self, scope: trio.CancelScope) -> Iterator[trio.CancelScope]:
-        """Cancel ``scope`` with this token's reason if the token trips inside the ``with`` block.
+    def open_scope(self) -> Iterator[trio.CancelScope]:
+        """Enter a new :class:`trio.CancelScope` bound to this token for the ``with`` block.
 
-        Yields ``scope``; typical use is ``with token.bind(trio.CancelScope()) as scope: ...``.
+        ``with token.open_scope() as scope: ...`` -- the block is cancelled (with the token's
+        reason) when the token trips, at once if it already has; afterwards
+        ``scope.cancelled_caught`` says whether that happened.
         """
+        with trio.CancelScope() as scope, self.bind(scope):
+            yield scope
+
+    @contextmanager
+    def bind(self, scope: trio.CancelScope) -> Iterator[trio.CancelScope]:
+        """Cancel ``scope`` (entered elsewhere, e.g. a nursery's ``cancel_scope``) with this
+        token's reason if the token trips during the ``with`` block. Yields ``scope``."""
         if self._reason is not None:
             scope.cancel(reason=self._reason)
             yield scope
@@ -105,6 +119,7 @@ class Abort:
             if token._reason is not None:
                 derived.cancel(token._reason)
                 return derived
+        derived._sources = tokens
         for token in tokens:
             token._derived.add(derived)
         return derived

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
@@ -166,12 +167,26 @@ def _stopped(name: str, why: str, cause: BaseException | None) -> ActorStopped:
 
 
 class _Incarnation:
-    __slots__ = ("actor", "done", "scope")
+    __slots__ = ("_done", "actor", "finished", "scope")
 
     def __init__(self, actor: Actor[Any, Any]) -> None:
         self.actor = actor
         self.scope = trio.CancelScope()
-        self.done = trio.Event()
+        self.finished = False
+        self._done: trio.Event | None = None  # made only if somebody waits (memory per actor)
+
+    def finish(self) -> None:
+        self.finished = True
+        if self._done is not None:
+            self._done.set()
+
+    async def wait_finished(self) -> None:
+        if self.finished:
+            await trio.lowlevel.checkpoint()
+            return
+        if self._done is None:
+            self._done = trio.Event()
+        await self._done.wait()
 
 
 class _Cell:
@@ -180,6 +195,8 @@ class _Cell:
 
     __slots__ = (
         "_changed",
+        "_stopped",
+        "child",
         "exit",
         "handled",
         "incarnation",
@@ -189,18 +206,25 @@ class _Cell:
         "owner",
         "restarts",
         "shutdown",
+        "shutdown_override",
         "state",
         "stop_kind",
-        "stopped",
     )
 
     def __init__(
-        self, name: str, *, owner: Supervisor | None, mailbox_size: int | None, shutdown: float
+        self,
+        name: str,
+        *,
+        owner: Supervisor | None,
+        mailbox_size: int | None,
+        shutdown: float | None,
     ) -> None:
         self.name = name
         self.owner = owner
         self.mailbox_size = mailbox_size
-        self.shutdown = shutdown
+        # The spec's shutdown, if it gave one; otherwise each incarnation's class default applies.
+        self.shutdown_override = shutdown
+        self.shutdown = shutdown if shutdown is not None else Actor.default_shutdown
         self.state = ActorState.STARTING
         self.mailbox: trio.MemorySendChannel[_Envelope] | None = None
         self.incarnation: _Incarnation | None = None
@@ -208,18 +232,34 @@ class _Cell:
         self.stop_kind: ExitKind | None = None
         self.handled = 0
         self.restarts = 0
-        self._changed = trio.Event()
-        self.stopped = trio.Event()
+        # The owning supervisor's record of this child (opaque here).
+        self.child: Any = None
+        # Events are made only when somebody waits on them: most actors are never waited on,
+        # and an Event per actor per state is memory a runtime of 100,000 actors notices.
+        self._changed: trio.Event | None = None
+        self._stopped: trio.Event | None = None
 
     def set_state(self, state: ActorState) -> None:
         self.state = state
-        self._changed.set()
-        self._changed = trio.Event()
-        if state is ActorState.STOPPED:
-            self.stopped.set()
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+        if state is ActorState.STOPPED and self._stopped is not None:
+            self._stopped.set()
 
-    async def wait_changed(self) -> None:
-        await self._changed.wait()
+    def changed_event(self) -> trio.Event:
+        """An event set at the next state change."""
+        if self._changed is None:
+            self._changed = trio.Event()
+        return self._changed
+
+    async def wait_stopped(self) -> None:
+        if self.state is ActorState.STOPPED:
+            await trio.lowlevel.checkpoint()
+            return
+        if self._stopped is None:
+            self._stopped = trio.Event()
+        await self._stopped.wait()
 
     async def deliver(self, envelope: _Envelope) -> None:
         """Put ``envelope`` in the current incarnation's mailbox, waiting for space and through a
@@ -228,7 +268,7 @@ class _Cell:
             state = self.state
             if state is ActorState.RUNNING or state is ActorState.STARTING:
                 mailbox = self.mailbox
-                changed = self._changed  # taken first, so a change during the send is not missed
+                changed = self.changed_event()  # taken first: a change during the send is seen
                 if mailbox is not None:
                     try:
                         await mailbox.send(envelope)
@@ -240,7 +280,7 @@ class _Cell:
                     return
                 await changed.wait()
             elif state is ActorState.RESTARTING:
-                await self.wait_changed()
+                await self.changed_event().wait()
             else:
                 raise _stopped(self.name, f"is {state.value}", None)
 
@@ -282,10 +322,10 @@ class _Cell:
         if incarnation is None:
             return
         with trio.move_on_after(self.shutdown):
-            await incarnation.done.wait()
+            await incarnation.wait_finished()
             return
         incarnation.scope.cancel(reason=f"shutdown deadline of actor {self.name!r} passed")
-        await incarnation.done.wait()
+        await incarnation.wait_finished()
 
     def statistics(self) -> ActorStatistics:
         mailbox = self.mailbox
@@ -322,10 +362,18 @@ class Actor(Generic[MsgT, ReplyT]):
     * :meth:`on_stop` runs after the last message of every incarnation that ends by a stop or a
       failure (not after a hard kill at the shutdown deadline), bounded by the shutdown deadline.
 
-    ``mailbox_size`` (class attribute, default 16) bounds the mailbox; senders wait when it is full.
+    Class attributes: ``mailbox_size`` (default 16) bounds the mailbox, senders wait when it is
+    full; ``default_shutdown`` (default 5 s) is how long a stop may take; ``reply_errors`` lists
+    exceptions that are answers to the caller rather than failures.
     """
 
     mailbox_size: ClassVar[int] = DEFAULT_MAILBOX_SIZE
+    #: Seconds a stop may take before the actor is cancelled, unless its ChildSpec says otherwise.
+    default_shutdown: ClassVar[float] = 5.0
+    #: Exception types that :meth:`handle` may raise *to the caller*: they are delivered to the
+    #: caller of :meth:`ActorRef.call` (logged for a send) and the actor keeps running. Any other
+    #: exception fails the actor.
+    reply_errors: ClassVar[tuple[type[Exception], ...]] = ()
 
     _cell: _Cell | None = None
     _nursery: trio.Nursery | None = None
@@ -399,9 +447,13 @@ class ReplyStream(Generic[ItemT]):
         try:
             return await self._receive.receive()
         except trio.EndOfChannel:
-            if self._state.error is not None:
-                raise _stopped(self._name, "died while streaming", self._state.error) from None
-            raise StopAsyncIteration from None
+            cause = self._state.error
+            if cause is None:
+                raise StopAsyncIteration from None
+            if isinstance(cause, ActorStopped):
+                raise cause from cause.__cause__
+            error = _stopped(self._name, "died while streaming", cause)
+            raise error from error.__cause__
 
 
 class ActorRef(Generic[MsgT, ReplyT]):
@@ -495,7 +547,7 @@ class ActorRef(Generic[MsgT, ReplyT]):
 
     async def wait_stopped(self) -> ActorExit:
         """Wait until the actor is stopped for good and return how its last incarnation ended."""
-        await self._cell.stopped.wait()
+        await self._cell.wait_stopped()
         assert self._cell.exit is not None
         return self._cell.exit
 
@@ -509,14 +561,30 @@ class ActorRef(Generic[MsgT, ReplyT]):
 
 
 def failure_of(error: BaseException) -> BaseException:
-    """The failure to report for ``error``: a group holding exactly one real (non-Cancelled)
-    exception is reduced to that exception, recursively; anything else is returned as it is."""
+    """The failure to report for ``error``: groups are unwrapped as long as they hold exactly
+    one member that is not a cancellation; anything else is returned as it is (several real
+    failures stay a group)."""
     while isinstance(error, BaseExceptionGroup):
-        real = [leaf for leaf in _leaves(error) if not isinstance(leaf, trio.Cancelled)]
+        real = [member for member in error.exceptions if not _only_cancelled(member)]
         if len(real) != 1:
             return error
         error = real[0]
     return error
+
+
+def _is_failure(error: BaseException) -> bool:
+    """Whether ``error`` holds a real failure (an ``Exception`` that is not a cancellation) and
+    no interrupt (``KeyboardInterrupt``, ``SystemExit``) that must propagate as it is."""
+    leaves = _leaves(error) if isinstance(error, BaseExceptionGroup) else [error]
+    if any(not isinstance(leaf, Exception | trio.Cancelled) for leaf in leaves):
+        return False
+    return any(isinstance(leaf, Exception) for leaf in leaves)
+
+
+def _only_cancelled(error: BaseException) -> bool:
+    if isinstance(error, BaseExceptionGroup):
+        return all(_only_cancelled(member) for member in error.exceptions)
+    return isinstance(error, trio.Cancelled)
 
 
 def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
@@ -530,50 +598,85 @@ def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
 
 
 async def _dispatch(actor: Actor[Any, Any], envelope: _Envelope, cell: _Cell) -> None:
+    """Handle one envelope. A handler's own failure is reported to its caller here, after the
+    cell stops taking messages; a cancellation leaves the envelope for the incarnation's cleanup
+    to refuse with the real cause (a failing background task, a kill)."""
     if type(envelope) is _Call:
         reply = envelope.reply
         try:
             value = await actor.handle(envelope.message)
-        except BaseException as error:
+        except actor.reply_errors as error:
+            reply.fail(error)  # an answer, not a failure: the actor carries on
+            return
+        except Exception as error:
             cell.go_down()
-            reply.fail(_stopped(cell.name, "failed while handling the call", error))
+            reply.fail(_stopped(cell.name, "failed while handling the call", failure_of(error)))
             raise
         reply.resolve(value)
     elif type(envelope) is _Cast:
-        await actor.handle(envelope.message)
+        try:
+            await actor.handle(envelope.message)
+        except actor.reply_errors:
+            log.warning("actor %r refused a message", cell.name, exc_info=True)
     else:
         assert isinstance(envelope, _Stream)
         send = envelope.send
         try:
-            async with send:
-                await actor.handle_stream(envelope.message, send)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            await actor.handle_stream(envelope.message, send)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as error:
             if send.statistics().open_receive_channels:
-                raise  # not our consumer leaving: a real failure
-        except BaseException as error:
+                # Not our consumer leaving: a real failure.
+                cell.go_down()
+                envelope.state.error = error
+                raise
+        except Exception as error:
             cell.go_down()
-            envelope.state.error = error
+            envelope.state.error = failure_of(error)
             raise
+        finally:
+            # Synchronous close, after any error is recorded: a waiting consumer must never see
+            # a clean end of a stream that failed.
+            send.close()
 
 
-def _refuse_pending(receive: trio.MemoryReceiveChannel[_Envelope], error: ActorStopped) -> None:
-    """Resolve every envelope still queued in a dead mailbox, so no caller waits forever."""
+def _refuse(envelope: _Envelope, name: str, cause: BaseException | None) -> None:
+    """Tell whoever waits on ``envelope`` that the actor is gone (no-op if already answered)."""
+    if type(envelope) is _Call:
+        if not envelope.reply.event.is_set():
+            envelope.reply.fail(_stopped(name, "stopped before replying", cause))
+    elif type(envelope) is _Stream:
+        if envelope.state.error is None and envelope.send.statistics().open_receive_channels:
+            envelope.state.error = cause if cause is not None else _stopped(name, "stopped", None)
+        envelope.send.close()
+
+
+def _refuse_pending(
+    receive: trio.MemoryReceiveChannel[_Envelope], name: str, cause: BaseException | None
+) -> None:
+    """Refuse every envelope still queued in a dead mailbox, so no caller waits forever."""
     while True:
         try:
             envelope = receive.receive_nowait()
         except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
             return
-        if type(envelope) is _Call:
-            envelope.reply.fail(error)
-        elif type(envelope) is _Stream:
-            envelope.state.error = error
-            envelope.send.close()
+        _refuse(envelope, name, cause)
+
+
+async def _stop_hook(actor: Actor[Any, Any], exit: ActorExit, cell: _Cell) -> None:
+    # When the actor is being stopped, the stopper enforces the shutdown deadline (and records
+    # the kill); otherwise nobody does, so bound the hook here.
+    stopper = cell.stop_kind is ExitKind.SHUTDOWN
+    with trio.move_on_after(math.inf if stopper else cell.shutdown):
+        try:
+            await actor.on_stop(exit)
+        except Exception:
+            log.exception("on_stop of actor %r raised", cell.name)
 
 
 async def run_incarnation(
     cell: _Cell,
     factory: Callable[[], Actor[Any, Any]],
-    on_exit: Callable[[ActorExit], Awaitable[None]] | None,
+    on_exit: Callable[[_Cell, ActorExit], Awaitable[None]] | None,
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -592,11 +695,15 @@ async def run_incarnation(
     incarnation = _Incarnation(actor)
     actor._cell = cell
     cell.incarnation = incarnation
+    cell.shutdown = (
+        cell.shutdown_override if cell.shutdown_override is not None else actor.default_shutdown
+    )
     cell.mailbox = send
     cell.stop_kind = None  # a new incarnation starts with a clean slate
     cell.exit = None
     cell.set_state(ActorState.STARTING)
-    started = False
+    started = stop_hook_ran = False
+    current: _Envelope | None = None
     exit: ActorExit | None = None
     try:
         with incarnation.scope:
@@ -608,21 +715,34 @@ async def run_incarnation(
                         cell.set_state(ActorState.RUNNING)
                     started = True
                     task_status.started()
+                    # Let go of the starter's bookkeeping (~1 KB per idle actor otherwise).
+                    task_status = trio.TASK_STATUS_IGNORED
                     async for envelope in receive:
+                        current = envelope
                         cell.handled += 1
                         await _dispatch(actor, envelope, cell)
-                    nursery.cancel_scope.cancel(reason="actor stopped")
-                exit = ActorExit(cell.stop_kind or ExitKind.NORMAL)
-            except Exception as error:
-                exit = ActorExit(ExitKind.FAILED, failure_of(error))
+                        current = None
+                    # on_stop runs while background tasks (a supervisor's children) still live,
+                    # so it can stop them gracefully; then whatever is left is cancelled.
+                    exit = ActorExit(cell.stop_kind or ExitKind.NORMAL)
+                    stop_hook_ran = True
+                    await _stop_hook(actor, exit, cell)
+                    nursery.cancel_scope.cancel(reason=f"actor {cell.name!r} stopped")
+            except BaseException as error:
+                if not _is_failure(error):
+                    raise  # a cancellation or an interrupt: never turned into an exit
+                # (A failure racing a cancellation from outside arrives grouped with Cancelled;
+                # dropping that Cancelled is safe: cancellation is level-triggered and recurs.)
+                cell.go_down()
+                failure = failure_of(error)
+                exit = ActorExit(ExitKind.FAILED, failure)
                 if not started:
-                    raise
+                    raise failure from failure.__cause__
+                if not stop_hook_ran:
+                    stop_hook_ran = True
+                    actor._nursery = None
+                    await _stop_hook(actor, exit, cell)
             actor._nursery = None
-            with trio.move_on_after(cell.shutdown):
-                try:
-                    await actor.on_stop(exit)
-                except Exception:
-                    log.exception("on_stop of actor %r raised", cell.name)
         if incarnation.scope.cancelled_caught:
             if not started:
                 raise _stopped(cell.name, "was stopped while starting", None)
@@ -635,14 +755,16 @@ async def run_incarnation(
             cell.set_state(ActorState.STOPPED)
         elif cell.state is not ActorState.STOPPING:
             cell.set_state(ActorState.RESTARTING)
-        _refuse_pending(receive, _stopped(cell.name, "stopped before replying", cell.exit.error))
+        if current is not None:
+            _refuse(current, cell.name, cell.exit.error)
+        _refuse_pending(receive, cell.name, cell.exit.error)
         receive.close()
         send.close()
         cell.mailbox = None
-        incarnation.done.set()
+        incarnation.finish()
     assert exit is not None
     if on_exit is not None:
-        await on_exit(exit)
+        await on_exit(cell, exit)
         return
     cell.set_state(ActorState.STOPPED)
     if exit.kind is ExitKind.FAILED and exit.error is not None:

@@ -117,16 +117,25 @@ async def open_runtime(
     cell = _Cell("root", owner=None, mailbox_size=None, shutdown=math.inf)
     try:
         async with trio.open_nursery() as nursery:
-            await nursery.start(run_incarnation, cell, lambda: root, None)
+            await nursery.start(_run_root, cell, root)
             try:
                 yield Runtime(root, cell)
             finally:
                 with trio.CancelScope(shield=True):
                     await cell.stop()
-                    await cell.stopped.wait()
+                    await cell.wait_stopped()
     except BaseExceptionGroup as group:
         _reraise(group)
         raise
+
+
+async def _run_root(
+    cell: _Cell, root: Supervisor, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    # Shielded: a cancellation from outside must not cut the tree down mid-stop. The tree is
+    # stopped through the root's cell instead (gracefully, each child bounded by its deadline).
+    with trio.CancelScope(shield=True):
+        await run_incarnation(cell, lambda: root, None, task_status=task_status)
 
 
 def _reraise(group: BaseExceptionGroup[Any]) -> None:

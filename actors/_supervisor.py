@@ -37,9 +37,6 @@ __all__ = [
     "TerminateChild",
 ]
 
-#: How long a worker gets to stop gracefully before it is cancelled (seconds).
-DEFAULT_SHUTDOWN = 5.0
-
 
 class Strategy(enum.StrEnum):
     """What a supervisor restarts when a child has to be restarted."""
@@ -117,7 +114,8 @@ class ChildSpec:
       counter). With ``register=True`` the child can be found by name through the runtime.
     - ``restart``: see :class:`Restart` (default ``permanent``, as in OTP).
     - ``shutdown``: seconds a stop may take before the child is cancelled; 0 kills at once,
-      ``math.inf`` waits forever. ``None`` means 5 s for workers and forever for supervisors.
+      ``math.inf`` waits forever. ``None`` takes the actor class's ``default_shutdown``: 5 s for
+      workers, forever for supervisors.
     - ``significant``: the child counts for the supervisor's :class:`AutoShutdown`.
     - ``mailbox_size`` overrides the actor class's ``mailbox_size``.
     """
@@ -205,6 +203,11 @@ class Supervisor(Actor[StartChild | TerminateChild, Any]):
     """
 
     mailbox_size = 64
+    #: A supervisor waits for its children's own deadlines; it is never cut short by default.
+    default_shutdown = math.inf
+    #: A request that cannot be done (a duplicate name, a child failing to start) is the
+    #: caller's error, not the supervisor's failure.
+    reply_errors = (Exception,)
 
     def __init__(
         self,
@@ -228,7 +231,9 @@ class Supervisor(Actor[StartChild | TerminateChild, Any]):
         self.auto_shutdown = AutoShutdown(auto_shutdown)
         self._initial = tuple(children)
         self._rng = rng if rng is not None else random.Random()
-        self._children: list[_Child] = []
+        # Children by name, in start order (dicts keep insertion order): O(1) to add, find and
+        # remove, which matters for a supervisor of 100,000 dynamic children.
+        self._children: dict[str, _Child] = {}
         self._lock = trio.Lock()
         self._window: deque[float] = deque()
         self._restarts = 0
@@ -280,7 +285,7 @@ class Supervisor(Actor[StartChild | TerminateChild, Any]):
 
     def children(self) -> list[ActorRef[Any, Any]]:
         """Refs to the current children, in start order."""
-        return [child.ref for child in self._children]
+        return [child.ref for child in self._children.values()]
 
     def lookup(self, name: str) -> ActorRef[Any, Any] | None:
         """The registered actor called ``name`` anywhere in this runtime, if it is not stopped."""
@@ -296,7 +301,7 @@ class Supervisor(Actor[StartChild | TerminateChild, Any]):
         return SupervisorStatistics(
             name=self.name,
             strategy=self.strategy,
-            children=tuple(child.cell.name for child in self._children),
+            children=tuple(self._children),
             restarts=self._restarts,
             recent_restarts=len(self._window),
         )
@@ -304,36 +309,31 @@ class Supervisor(Actor[StartChild | TerminateChild, Any]):
     # -- internals -----------------------------------------------------------------------------
 
     def _find(self, child: str | ActorRef[Any, Any]) -> _Child | None:
-        for record in self._children:
-            if child in (record.ref, record.cell.name):
-                return record
-        return None
+        if isinstance(child, ActorRef):
+            record = child._cell.child
+            return record if isinstance(record, _Child) and self._owns(record) else None
+        return self._children.get(child)
+
+    def _owns(self, record: _Child) -> bool:
+        return self._children.get(record.cell.name) is record
 
     def _exit_of_gone(self, child: str | ActorRef[Any, Any]) -> ActorExit:
         if isinstance(child, ActorRef) and child._cell.exit is not None:
             return child._cell.exit
         return ActorExit(ExitKind.SHUTDOWN)
 
-    def _shutdown_of(self, spec: ChildSpec) -> float:
-        if spec.shutdown is not None:
-            return spec.shutdown
-        factory = spec.factory
-        if isinstance(factory, type) and issubclass(factory, Supervisor):
-            return math.inf
-        return DEFAULT_SHUTDOWN
-
     async def _add(self, spec: ChildSpec) -> ActorRef[Any, Any]:
         self._counter += 1
         name = spec.name or f"{getattr(spec.factory, '__name__', 'actor')}-{self._counter}"
-        if any(child.cell.name == name for child in self._children):
+        if name in self._children:
             raise ConfigError(f"supervisor {self.name!r} already has a child named {name!r}")
         if spec.register and name in self._registry:
             raise ConfigError(f"an actor named {name!r} is already registered in this runtime")
-        cell = _Cell(name, owner=self, mailbox_size=spec.mailbox_size, shutdown=0.0)
-        cell.shutdown = self._shutdown_of(spec)
+        cell = _Cell(name, owner=self, mailbox_size=spec.mailbox_size, shutdown=spec.shutdown)
         record = _Child(spec, cell)
+        cell.child = record
         await self._start(record)
-        self._children.append(record)
+        self._children[name] = record
         if spec.register:
             self._registry[name] = record.ref
         return record.ref
@@ -342,18 +342,12 @@ class Supervisor(Actor[StartChild | TerminateChild, Any]):
         record.started_at = trio.current_time()
         record.stopping = False
         await self.nursery.start(
-            run_incarnation, record.cell, record.spec.factory, self._exit_handler(record)
+            run_incarnation, record.cell, record.spec.factory, self._child_exited
         )
 
-    def _exit_handler(self, record: _Child) -> Callable[[ActorExit], Any]:
-        async def on_exit(exit: ActorExit) -> None:
-            await self._child_exited(record, exit)
-
-        return on_exit
-
     def _remove(self, record: _Child) -> None:
-        if record in self._children:
-            self._children.remove(record)
+        if self._owns(record):
+            del self._children[record.cell.name]
         if record.spec.register and self._registry.get(record.cell.name) == record.ref:
             del self._registry[record.cell.name]
         record.cell.set_state(ActorState.STOPPED)
@@ -366,7 +360,7 @@ class Supervisor(Actor[StartChild | TerminateChild, Any]):
     async def _stop_all(self) -> None:
         self._shutting_down = True
         async with self._lock:
-            for record in reversed(list(self._children)):
+            for record in reversed(list(self._children.values())):
                 await self._stop(record)
                 self._remove(record)
 
@@ -382,13 +376,14 @@ class Supervisor(Actor[StartChild | TerminateChild, Any]):
             return exit.kind is ExitKind.FAILED
         return False
 
-    async def _child_exited(self, record: _Child, exit: ActorExit) -> None:
+    async def _child_exited(self, cell: _Cell, exit: ActorExit) -> None:
+        record: _Child = cell.child
         # A child we are stopping on purpose (or everything, while shutting down) just ends; the
         # stopper holds the lock and cleans up.
         if record.stopping or self._shutting_down:
             return
         async with self._lock:
-            if record not in self._children or self._shutting_down:
+            if not self._owns(record) or self._shutting_down:
                 record.cell.set_state(ActorState.STOPPED)
                 return
             if not self._should_restart(record, exit):
@@ -401,7 +396,7 @@ class Supervisor(Actor[StartChild | TerminateChild, Any]):
         if not ended.spec.significant or self.auto_shutdown is AutoShutdown.NEVER:
             return
         if self.auto_shutdown is AutoShutdown.ALL_SIGNIFICANT and any(
-            child.spec.significant for child in self._children
+            child.spec.significant for child in self._children.values()
         ):
             return
         # A shutdown, not a normal exit: a transient parent spec does not restart us (as in OTP).
@@ -440,16 +435,17 @@ class Supervisor(Actor[StartChild | TerminateChild, Any]):
     def _group(self, record: _Child) -> list[_Child]:
         if self.strategy is Strategy.ONE_FOR_ONE:
             return [record]
+        children = list(self._children.values())
         if self.strategy is Strategy.ONE_FOR_ALL:
-            return list(self._children)
-        return self._children[self._children.index(record) :]
+            return children
+        return children[children.index(record) :]
 
     async def _give_up(self, record: _Child, exit: ActorExit) -> None:
         self._shutting_down = True
-        for child in reversed(list(self._children)):
+        for child in reversed(list(self._children.values())):
             if child is not record:
                 await self._stop(child)
-        for child in list(self._children):
+        for child in list(self._children.values()):
             self._remove(child)
         error = SupervisorGaveUp(
             f"supervisor {self.name!r} gave up: more than {self.max_restarts} restarts in "
