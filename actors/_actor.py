@@ -14,6 +14,8 @@ import trio
 
 from protocols.errors import AgentsError, Category
 
+from ._mailbox import Mailbox
+
 if TYPE_CHECKING:
     from ._supervisor import Supervisor
 
@@ -167,13 +169,28 @@ def _stopped(name: str, why: str, cause: BaseException | None) -> ActorStopped:
 
 
 class _Incarnation:
-    __slots__ = ("_done", "actor", "finished", "scope")
+    __slots__ = ("_done", "actor", "finished", "killed", "scope")
 
     def __init__(self, actor: Actor[Any, Any]) -> None:
         self.actor = actor
-        self.scope = trio.CancelScope()
+        # The scope a kill cancels: the actor's nursery scope while it runs (no separate scope:
+        # memory per idle actor), a short-lived one around on_stop after a failure.
+        self.scope: trio.CancelScope | None = None
+        self.killed = False
         self.finished = False
         self._done: trio.Event | None = None  # made only if somebody waits (memory per actor)
+
+    def kill(self, reason: str) -> None:
+        """Cancel the incarnation now (a shutdown deadline passed)."""
+        self.killed = True
+        if self.scope is not None:
+            self.scope.cancel(reason=reason)
+
+    def enter(self, scope: trio.CancelScope) -> None:
+        """Make ``scope`` the one a kill cancels (cancelled at once if a kill came first)."""
+        self.scope = scope
+        if self.killed:
+            scope.cancel(reason="actor killed at its shutdown deadline")
 
     def finish(self) -> None:
         self.finished = True
@@ -226,7 +243,7 @@ class _Cell:
         self.shutdown_override = shutdown
         self.shutdown = shutdown if shutdown is not None else Actor.default_shutdown
         self.state = ActorState.STARTING
-        self.mailbox: trio.MemorySendChannel[_Envelope] | None = None
+        self.mailbox: Mailbox[_Envelope] | None = None
         self.incarnation: _Incarnation | None = None
         self.exit: ActorExit | None = None
         self.stop_kind: ExitKind | None = None
@@ -302,7 +319,7 @@ class _Cell:
         if self.state is ActorState.RUNNING or self.state is ActorState.STARTING:
             self.set_state(ActorState.RESTARTING)
         if self.mailbox is not None:
-            self.mailbox.close()
+            self.mailbox.close_sending()
 
     def request_stop(self, kind: ExitKind) -> None:
         """Stop accepting messages; the incarnation drains its mailbox, runs ``on_stop`` and ends.
@@ -312,7 +329,7 @@ class _Cell:
         if kind is ExitKind.SHUTDOWN and self.state is not ActorState.STOPPED:
             self.set_state(ActorState.STOPPING)
         if self.mailbox is not None:
-            self.mailbox.close()
+            self.mailbox.close_sending()
 
     async def stop(self, kind: ExitKind = ExitKind.SHUTDOWN) -> None:
         """Stop the current incarnation: gracefully, then by cancellation once the shutdown
@@ -324,12 +341,12 @@ class _Cell:
         with trio.move_on_after(self.shutdown):
             await incarnation.wait_finished()
             return
-        incarnation.scope.cancel(reason=f"shutdown deadline of actor {self.name!r} passed")
+        incarnation.kill(f"shutdown deadline of actor {self.name!r} passed")
         await incarnation.wait_finished()
 
     def statistics(self) -> ActorStatistics:
         mailbox = self.mailbox
-        depth = mailbox.statistics().current_buffer_used if mailbox is not None else 0
+        depth = len(mailbox) if mailbox is not None else 0
         size = self.mailbox_size
         if self.incarnation is not None:
             size = self.incarnation.actor.mailbox_size if size is None else size
@@ -650,13 +667,11 @@ def _refuse(envelope: _Envelope, name: str, cause: BaseException | None) -> None
         envelope.send.close()
 
 
-def _refuse_pending(
-    receive: trio.MemoryReceiveChannel[_Envelope], name: str, cause: BaseException | None
-) -> None:
+def _refuse_pending(mailbox: Mailbox[_Envelope], name: str, cause: BaseException | None) -> None:
     """Refuse every envelope still queued in a dead mailbox, so no caller waits forever."""
     while True:
         try:
-            envelope = receive.receive_nowait()
+            envelope = mailbox.receive_nowait()
         except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
             return
         _refuse(envelope, name, cause)
@@ -691,14 +706,14 @@ async def run_incarnation(
     if not isinstance(actor, Actor):
         raise TypeError(f"the factory of {cell.name!r} returned {actor!r}, not an Actor")
     size = actor.mailbox_size if cell.mailbox_size is None else cell.mailbox_size
-    send, receive = trio.open_memory_channel[_Envelope](size)
+    mailbox = Mailbox[_Envelope](size)
     incarnation = _Incarnation(actor)
     actor._cell = cell
     cell.incarnation = incarnation
     cell.shutdown = (
         cell.shutdown_override if cell.shutdown_override is not None else actor.default_shutdown
     )
-    cell.mailbox = send
+    cell.mailbox = mailbox
     cell.stop_kind = None  # a new incarnation starts with a clean slate
     cell.exit = None
     cell.set_state(ActorState.STARTING)
@@ -706,44 +721,50 @@ async def run_incarnation(
     current: _Envelope | None = None
     exit: ActorExit | None = None
     try:
-        with incarnation.scope:
-            try:
-                async with trio.open_nursery() as nursery:
-                    actor._nursery = nursery
-                    await actor.on_start()
-                    if cell.state is ActorState.STARTING:
-                        cell.set_state(ActorState.RUNNING)
-                    started = True
-                    task_status.started()
-                    # Let go of the starter's bookkeeping (~1 KB per idle actor otherwise).
-                    task_status = trio.TASK_STATUS_IGNORED
-                    async for envelope in receive:
-                        current = envelope
-                        cell.handled += 1
-                        await _dispatch(actor, envelope, cell)
-                        current = None
-                    # on_stop runs while background tasks (a supervisor's children) still live,
-                    # so it can stop them gracefully; then whatever is left is cancelled.
-                    exit = ActorExit(cell.stop_kind or ExitKind.NORMAL)
-                    stop_hook_ran = True
+        try:
+            async with trio.open_nursery() as nursery:
+                incarnation.enter(nursery.cancel_scope)
+                actor._nursery = nursery
+                await actor.on_start()
+                if cell.state is ActorState.STARTING:
+                    cell.set_state(ActorState.RUNNING)
+                started = True
+                task_status.started()
+                # Let go of the starter's bookkeeping (~1 KB per idle actor otherwise).
+                task_status = trio.TASK_STATUS_IGNORED
+                while True:  # not `async for`: its __anext__ frame costs every idle actor 200 B
+                    try:
+                        envelope = await mailbox.receive()
+                    except trio.EndOfChannel:
+                        break
+                    current = envelope
+                    cell.handled += 1
+                    await _dispatch(actor, envelope, cell)
+                    current = None
+                # on_stop runs while background tasks (a supervisor's children) still live,
+                # so it can stop them gracefully; then whatever is left is cancelled.
+                exit = ActorExit(cell.stop_kind or ExitKind.NORMAL)
+                stop_hook_ran = True
+                await _stop_hook(actor, exit, cell)
+                nursery.cancel_scope.cancel(reason=f"actor {cell.name!r} stopped")
+        except BaseException as error:
+            if not _is_failure(error):
+                raise  # a cancellation or an interrupt: never turned into an exit
+            # (A failure racing a cancellation from outside arrives grouped with Cancelled;
+            # dropping that Cancelled is safe: cancellation is level-triggered and recurs.)
+            cell.go_down()
+            failure = failure_of(error)
+            exit = ActorExit(ExitKind.FAILED, failure)
+            if not started:
+                raise failure from failure.__cause__
+            if not stop_hook_ran:
+                stop_hook_ran = True
+                actor._nursery = None
+                with trio.CancelScope() as scope:
+                    incarnation.enter(scope)
                     await _stop_hook(actor, exit, cell)
-                    nursery.cancel_scope.cancel(reason=f"actor {cell.name!r} stopped")
-            except BaseException as error:
-                if not _is_failure(error):
-                    raise  # a cancellation or an interrupt: never turned into an exit
-                # (A failure racing a cancellation from outside arrives grouped with Cancelled;
-                # dropping that Cancelled is safe: cancellation is level-triggered and recurs.)
-                cell.go_down()
-                failure = failure_of(error)
-                exit = ActorExit(ExitKind.FAILED, failure)
-                if not started:
-                    raise failure from failure.__cause__
-                if not stop_hook_ran:
-                    stop_hook_ran = True
-                    actor._nursery = None
-                    await _stop_hook(actor, exit, cell)
-            actor._nursery = None
-        if incarnation.scope.cancelled_caught:
+        actor._nursery = None
+        if incarnation.killed:
             if not started:
                 raise _stopped(cell.name, "was stopped while starting", None)
             kind = exit.kind if exit is not None else ExitKind.SHUTDOWN
@@ -757,9 +778,9 @@ async def run_incarnation(
             cell.set_state(ActorState.RESTARTING)
         if current is not None:
             _refuse(current, cell.name, cell.exit.error)
-        _refuse_pending(receive, cell.name, cell.exit.error)
-        receive.close()
-        send.close()
+        mailbox.close_sending()
+        mailbox.close_receiving()
+        _refuse_pending(mailbox, cell.name, cell.exit.error)
         cell.mailbox = None
         incarnation.finish()
     assert exit is not None
