@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from ._actor import Actor, ActorRef, ActorStatistics, _Cell, _leaves, run_incarnation
+from ._actor import Actor, ActorRef, _Cell, _leaves, run_incarnation
 from ._supervisor import (
     Backoff,
     ChildSpec,
@@ -76,12 +76,8 @@ class Runtime:
         return self.root.lookup(name)
 
     def statistics(self) -> SupervisorStatistics:
-        """The root supervisor's statistics."""
-        return self.root.supervisor_statistics()
-
-    def actor_statistics(self) -> ActorStatistics:
-        """The root supervisor's own actor statistics (its mailbox, restarts)."""
-        return self._cell.statistics()
+        """The root supervisor's statistics: its mailbox, its children, the restarts it did."""
+        return self.root.statistics()
 
 
 @asynccontextmanager

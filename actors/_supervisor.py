@@ -19,6 +19,7 @@ from ._actor import (
     ActorExit,
     ActorRef,
     ActorState,
+    ActorStatistics,
     ExitKind,
     _Cell,
     run_incarnation,
@@ -156,30 +157,34 @@ class SupervisorGaveUp(AgentsError):
 
 
 @attrs.frozen
-class SupervisorStatistics:
-    """A snapshot of a supervisor."""
+class SupervisorStatistics(ActorStatistics):
+    """A snapshot of a supervisor: its own actor statistics (``restarts`` counts restarts *of
+    the supervisor*), plus its children and the restarts it performed."""
 
-    name: str
     strategy: Strategy
     #: Children it currently has (running or restarting), in start order.
     children: tuple[str, ...]
-    #: Restarts it has performed in total.
-    restarts: int
-    #: Restarts inside the current intensity window.
+    #: Restarts it has performed on its children, in total.
+    child_restarts: int
+    #: Restarts it performed inside the current intensity window.
     recent_restarts: int
 
 
 class _Child:
-    __slots__ = ("cell", "failures", "ref", "spec", "started_at", "stopping")
+    __slots__ = ("cell", "failures", "spec", "started_at", "stopping")
 
     def __init__(self, spec: ChildSpec, cell: _Cell) -> None:
         self.spec = spec
         self.cell = cell
-        self.ref: ActorRef[Any, Any] = ActorRef(cell)
         self.failures = 0
         self.started_at = 0.0
         # Set while this supervisor stops the child on purpose: its exit then triggers nothing.
         self.stopping = False
+
+    @property
+    def ref(self) -> ActorRef[Any, Any]:
+        # Made on demand: refs compare by cell, and an idle child should not carry one.
+        return ActorRef(self.cell)
 
 
 class Supervisor(Actor[StartChild | TerminateChild, Any]):
@@ -295,14 +300,15 @@ class Supervisor(Actor[StartChild | TerminateChild, Any]):
             return None
         return ref
 
-    def supervisor_statistics(self) -> SupervisorStatistics:
+    def statistics(self) -> SupervisorStatistics:
         """A snapshot of this supervisor (see :class:`SupervisorStatistics`)."""
         self._trim_window(trio.current_time())
+        own = super().statistics()
         return SupervisorStatistics(
-            name=self.name,
+            **attrs.asdict(own, recurse=False),
             strategy=self.strategy,
             children=tuple(self._children),
-            restarts=self._restarts,
+            child_restarts=self._restarts,
             recent_restarts=len(self._window),
         )
 

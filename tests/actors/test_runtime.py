@@ -212,9 +212,9 @@ async def test_runtime_statistics_describe_the_root(
             assert statistics.name == "root"
             assert statistics.strategy is Strategy.ONE_FOR_ONE
             assert statistics.children == ("a",)
-            assert statistics.restarts == 1
+            assert statistics.child_restarts == 1
             assert statistics.recent_restarts == 1
-            own = runtime.actor_statistics()
+            own = runtime.statistics()
             assert own.name == "root"
             assert own.state is ActorState.RUNNING
             assert own.restarts == 0
@@ -410,7 +410,7 @@ async def test_spawn_raises_what_on_start_raised(autojump_clock: trio.testing.Mo
             with pytest.raises(Boom, match="a cannot start"):
                 await runtime.spawn(make(journal, "a", StartFails), name="a")
             assert runtime.statistics().children == ()
-            assert runtime.statistics().restarts == 0
+            assert runtime.statistics().child_restarts == 0
             # The name is free and the runtime still works.
             ref = await runtime.spawn(make(journal, "a"), name="a")
             assert await ref.call("ok") == "ok"
@@ -440,7 +440,7 @@ async def test_background_task_failure_fails_the_actor_with_that_error(
             await journal.wait_for("start", "p", count=2)
             assert restarted.statistics().restarts == 1
             assert await restarted.call("ping") == "ping"
-            assert runtime.statistics().restarts == 1
+            assert runtime.statistics().child_restarts == 1
 
 
 # --------------------------------------------------------------------------- registry
@@ -541,8 +541,8 @@ async def test_two_runtimes_in_one_run_are_independent(
 
                 await crash(second)
                 await journal.wait_for("start", "inner", count=2)
-                assert inner.statistics().restarts == 1
-                assert outer.statistics().restarts == 0
+                assert inner.statistics().child_restarts == 1
+                assert outer.statistics().child_restarts == 0
                 assert await first.call("instance") != await second.call("instance")
             # Leaving the inner runtime stopped only its actors.
             assert second.state is ActorState.STOPPED

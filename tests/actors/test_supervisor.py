@@ -249,7 +249,7 @@ async def test_strategy_restarts_exactly_its_group_in_order(
             # The same refs, in the same order, reach the new incarnations.
             assert supervisor.children() == refs
             assert all(ref.state is ActorState.RUNNING for ref in refs)
-            assert supervisor.supervisor_statistics().restarts == 1
+            assert supervisor.statistics().child_restarts == 1
             assert len(holder) == 1  # the supervisor itself was not restarted
 
 
@@ -277,7 +277,7 @@ async def test_permanent_child_restarts_after_failure_and_after_normal_exit(
 
             assert ref.state is ActorState.RUNNING
             assert ref.statistics().restarts == 2
-            assert runtime.statistics().restarts == 2
+            assert runtime.statistics().child_restarts == 2
             assert runtime.statistics().children == ("p",)
 
 
@@ -330,7 +330,7 @@ async def test_temporary_child_is_never_restarted(autojump_clock: trio.testing.M
             assert journal.count("start", "f") == 1
             assert journal.count("start", "n") == 1
             assert runtime.statistics().children == ()
-            assert runtime.statistics().restarts == 0
+            assert runtime.statistics().child_restarts == 0
             with pytest.raises(ActorStopped):
                 await failing.call("ping")
 
@@ -417,7 +417,7 @@ async def test_restarts_spread_beyond_the_period_do_not_trip_the_intensity(
 
             assert ref.state is ActorState.RUNNING
             statistics = runtime.statistics()
-            assert statistics.restarts == 8
+            assert statistics.child_restarts == 8
             assert statistics.recent_restarts == 1
             assert ref.statistics().restarts == 8
 
@@ -450,9 +450,9 @@ async def test_nested_supervisor_gives_up_and_its_parent_restarts_it_fresh(
             assert not set(new) & set(old)
             new_instances = await instances(new)
             assert set(new_instances.values()).isdisjoint(old_instances.values())
-            assert holder[1].supervisor_statistics().restarts == 0
+            assert holder[1].statistics().child_restarts == 0
             # The parent restarted its child once, and the same ref reaches the new supervisor.
-            assert runtime.statistics().restarts == 1
+            assert runtime.statistics().child_restarts == 1
             assert runtime.statistics().children == ("sup",)
             assert sup_ref.state is ActorState.RUNNING
             assert sup_ref.statistics().restarts == 1
@@ -694,7 +694,7 @@ async def test_child_failing_to_start_fails_the_supervisor_start_with_its_error(
                 await runtime.start(ChildSpec(nested(children, holder), name="sup"))
             assert ("start", "c") not in journal.entries
             assert runtime.statistics().children == ()
-            assert runtime.statistics().restarts == 0
+            assert runtime.statistics().child_restarts == 0
 
 
 async def test_dynamic_child_failing_to_start_raises_its_error_and_is_not_a_restart(
@@ -710,7 +710,7 @@ async def test_dynamic_child_failing_to_start_raises_its_error_and_is_not_a_rest
             with pytest.raises(Boom, match="x cannot start"):
                 await supervisor.start_child(spec(journal, "x", cls=StartFails))
             assert supervisor.children() == [a]
-            assert supervisor.supervisor_statistics().restarts == 0
+            assert supervisor.statistics().child_restarts == 0
             assert await a.call("ping") == "ping"
 
 
@@ -741,11 +741,11 @@ async def test_start_and_terminate_children_through_supervisor_methods(
 
             assert await supervisor.terminate_child(c) == ActorExit(ExitKind.SHUTDOWN)
             assert supervisor.children() == [a]
-            assert supervisor.supervisor_statistics().children == ("a",)
+            assert supervisor.statistics().children == ("a",)
             # Unknown or already stopped children are not an error.
             assert await supervisor.terminate_child("nobody") == ActorExit(ExitKind.SHUTDOWN)
             assert await supervisor.terminate_child(b) == ActorExit(ExitKind.SHUTDOWN)
-            assert supervisor.supervisor_statistics().restarts == 0
+            assert supervisor.statistics().child_restarts == 0
 
 
 async def test_start_and_terminate_children_through_messages(
@@ -832,7 +832,7 @@ async def test_children_keep_their_start_order_across_restarts(
             await journal.wait_for("start", "a", count=2)
             assert [ref.name for ref in supervisor.children()] == ["a", "b", "c"]
             assert supervisor.children()[2] == c
-            assert supervisor.supervisor_statistics().children == ("a", "b", "c")
+            assert supervisor.statistics().children == ("a", "b", "c")
 
 
 # --------------------------------------------------------------------------- auto shutdown
@@ -934,11 +934,12 @@ async def test_supervisor_and_actor_statistics(autojump_clock: trio.testing.Mock
             await journal.wait_for("start", "b", count=3)
             await b.call("ping")
 
-            statistics = supervisor.supervisor_statistics()
+            statistics = supervisor.statistics()
             assert statistics.name == "sup"
             assert statistics.strategy is Strategy.REST_FOR_ONE
             assert statistics.children == ("a", "b")
-            assert statistics.restarts == 2
+            assert statistics.child_restarts == 2
+            assert statistics.restarts == 0  # the supervisor itself never restarted
             assert statistics.recent_restarts == 2
 
             a_statistics = a.statistics()
@@ -952,8 +953,8 @@ async def test_supervisor_and_actor_statistics(autojump_clock: trio.testing.Mock
             assert b.statistics().handled == 2
 
             await trio.sleep(5)
-            assert supervisor.supervisor_statistics().recent_restarts == 0
-            assert supervisor.supervisor_statistics().restarts == 2
+            assert supervisor.statistics().recent_restarts == 0
+            assert supervisor.statistics().child_restarts == 2
 
 
 # --------------------------------------------------------------------------- properties
