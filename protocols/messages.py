@@ -196,6 +196,10 @@ def _to_extra(value: Mapping[str, Any]) -> dict[str, Any]:
     return _object("ProviderOptions.extra", value)
 
 
+def _to_continuation(value: Mapping[str, Any]) -> dict[str, Any]:
+    return _object("continuation", value)
+
+
 def _to_value(value: Any) -> Any:
     return check_json(value, what="ToolSuccess.value")
 
@@ -357,7 +361,9 @@ class Message:
     - ``system``: ``content`` only.
     - ``user``: ``content`` and optionally ``images`` (base64 payloads, input only).
     - ``assistant``: ``content``, optionally ``calls`` (unique ids), ``thinking`` (kept for audit,
-      never sent back as content) and ``interrupted`` (the answer was cut short).
+      never sent back as content), ``interrupted`` (the answer was cut short) and
+      ``continuation`` (vendor data a later request must send back as it was, such as Anthropic
+      thinking signatures; opaque to everything but the adapter that wrote it).
     - ``tool``: ``content`` (the rendered result) with ``tool_call_id`` and ``name`` naming the call
       it answers.
 
@@ -372,6 +378,7 @@ class Message:
     images: tuple[str, ...] = attrs.field(default=(), converter=_to_images, validator=_check_images)
     thinking: str = attrs.field(default="", validator=_str)
     interrupted: bool = attrs.field(default=False, validator=_bool)
+    continuation: dict[str, JSON] = attrs.field(factory=dict, converter=_to_continuation)
     id: str = attrs.field(factory=new_id, validator=_nonempty_str)
     created_at: float = attrs.field(
         factory=time.time, converter=_to_timestamp, validator=_check_created_at
@@ -386,6 +393,7 @@ class Message:
             "images": bool(self.images),
             "thinking": bool(self.thinking),
             "interrupted": self.interrupted,
+            "continuation": bool(self.continuation),
         }
         allowed = _ALLOWED_FIELDS[role]
         for field, is_set in present.items():
@@ -425,10 +433,12 @@ class Message:
         calls: Iterable[ToolCall] = (),
         thinking: str = "",
         interrupted: bool = False,
+        continuation: Mapping[str, Any] | None = None,
         id: str | None = None,
         created_at: float | None = None,
     ) -> Message:
-        """An assistant message, optionally with tool calls, thinking and the interrupted mark."""
+        """An assistant message, optionally with tool calls, thinking, the interrupted mark and
+        vendor continuation data."""
         mid, stamp = _minted(id, created_at)
         return cls(
             role=Role.ASSISTANT,
@@ -436,6 +446,7 @@ class Message:
             calls=calls,
             thinking=thinking,
             interrupted=interrupted,
+            continuation=continuation or {},
             id=mid,
             created_at=stamp,
         )
@@ -477,7 +488,7 @@ def _minted(id: str | None, created_at: float | None) -> tuple[str, float]:
 _ALLOWED_FIELDS: dict[Role, frozenset[str]] = {
     Role.SYSTEM: frozenset(),
     Role.USER: frozenset({"images"}),
-    Role.ASSISTANT: frozenset({"calls", "thinking", "interrupted"}),
+    Role.ASSISTANT: frozenset({"calls", "thinking", "interrupted", "continuation"}),
     Role.TOOL: frozenset({"tool_call_id", "name"}),
 }
 
@@ -673,6 +684,7 @@ class ProviderResult:
 
     ``usage`` is ``None`` when the provider reported none; ``finish`` defaults to ``tool_calls``
     when there are calls and ``stop`` otherwise. Call ids are unique within one result.
+    ``continuation`` is vendor data to store on the assistant message (see :class:`Message`).
     """
 
     content: str = attrs.field(default="", validator=_str)
@@ -685,6 +697,7 @@ class ProviderResult:
         default=attrs.Factory(_default_finish, takes_self=True),
         converter=_to_finish,
     )
+    continuation: dict[str, JSON] = attrs.field(factory=dict, converter=_to_continuation)
 
     def __attrs_post_init__(self) -> None:
         if self.calls:

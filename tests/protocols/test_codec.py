@@ -183,6 +183,7 @@ def messages(draw: st.DrawFn) -> Message:
         kwargs["calls"] = draw(call_lists())
         kwargs["thinking"] = draw(TEXT)
         kwargs["interrupted"] = draw(st.booleans())
+        kwargs["continuation"] = draw(JSON_OBJECTS)
     elif role is Role.TOOL:
         kwargs["tool_call_id"] = draw(NONEMPTY)
         kwargs["name"] = draw(NONEMPTY)
@@ -243,6 +244,7 @@ def provider_results(draw: st.DrawFn) -> ProviderResult:
         "thinking": draw(TEXT),
         "calls": draw(call_lists()),
         "usage": draw(optional(usages())),
+        "continuation": draw(JSON_OBJECTS),
     }
     if draw(st.booleans()):
         finish = draw(st.sampled_from(FinishReason))
@@ -351,7 +353,15 @@ def test_to_json_of_collections() -> None:
 def test_defaults_omitted_for_message() -> None:
     plain = to_json(Message.user("hi", id="x"))
     assert set(plain) == {"role", "content", "id", "created_at"}
-    for key in ("calls", "images", "thinking", "interrupted", "tool_call_id", "name"):
+    for key in (
+        "calls",
+        "images",
+        "thinking",
+        "interrupted",
+        "continuation",
+        "tool_call_id",
+        "name",
+    ):
         assert key not in plain
     assert plain["role"] == "user"
     assert plain["content"] == "hi"

@@ -141,6 +141,20 @@ def test_message_invariants(kwargs: dict[str, object], problem: str) -> None:
         Message(**kwargs)  # type: ignore[arg-type]
 
 
+def test_continuation_is_assistant_only_opaque_json() -> None:
+    data = {"anthropic": {"thinking_blocks": [{"thinking": "hm", "signature": "c2ln"}]}}
+    message = Message.assistant("ok", continuation=data)
+    assert message.continuation == data
+    assert Message.assistant("ok").continuation == {}
+    assert ProviderResult(content="ok", continuation=data).continuation == data
+    with pytest.raises(ValidationError, match="user message cannot have continuation"):
+        Message(role="user", continuation={"x": 1})
+    with pytest.raises(ValidationError, match="continuation must be a JSON object"):
+        Message.assistant(continuation=[1])  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="not a finite number"):
+        ProviderResult(continuation={"x": math.nan})
+
+
 def test_duplicate_call_ids_in_one_message_are_refused() -> None:
     with pytest.raises(ValidationError, match="two calls with id 'a'"):
         Message.assistant(calls=[ToolCall("a", "x"), ToolCall("a", "y")])
