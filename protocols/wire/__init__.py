@@ -1,0 +1,14 @@
+"""Vendor wire formats, sans-IO: request encoders, record readers and the stream assembler.
+
+Each vendor module turns the data model into that vendor's request body and each of its stream
+records into an :class:`Increment`; :class:`StreamAssembler` folds increments into deltas and a
+:class:`~protocols.messages.ProviderResult`. Readers tolerate fields they do not know (vendors add
+fields all the time) but never skip a malformed record.
+"""
+
+from ._common import image_media_type as image_media_type
+from ._stream import CallFragment as CallFragment
+from ._stream import Increment as Increment
+from ._stream import StreamAssembler as StreamAssembler
+
+__all__ = ["CallFragment", "Increment", "StreamAssembler", "image_media_type"]

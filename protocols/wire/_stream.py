@@ -1,0 +1,213 @@
+"""The contract between a vendor's record reader and the provider engine, and the pure assembler
+that turns a stream of records into deltas and a :class:`~protocols.messages.ProviderResult`.
+
+A vendor reader turns each wire record (an SSE event, an NDJSON line) into an :class:`Increment`:
+the text, reasoning and tool-call fragments that record contributed, plus usage, the finish reason
+and whether it was the vendor's terminal record. :class:`StreamAssembler` folds increments in
+order. It is the hot loop of every streamed completion, so it is linear in the stream: text and
+argument fragments are collected in lists and joined once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from .._json import loads
+from ..errors import ProtocolError
+from ..messages import Delta, FinishReason, ProviderResult, ToolCall, Usage, new_id
+from ..think import ThinkSplitter
+
+__all__ = ["CallFragment", "Increment", "StreamAssembler"]
+
+
+@attrs.frozen
+class CallFragment:
+    """A piece of one tool call, as a stream delivers it.
+
+    ``index`` says which call of the response it belongs to (calls may interleave); ``id`` and
+    ``name`` arrive once, possibly after the first fragment; ``arguments`` is a piece of the
+    arguments' JSON text, to be concatenated with the call's other pieces in order.
+    """
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@attrs.frozen
+class Increment:
+    """What one wire record contributes to a response.
+
+    - ``content``: answer text (it may still hold inline ``<think>`` tags; the assembler splits
+      them out when asked to).
+    - ``thinking``: native reasoning text.
+    - ``calls``: tool-call fragments.
+    - ``usage``: the usage known so far (it *replaces* earlier reports; a reader that gets usage in
+      parts merges them before reporting).
+    - ``finish``: the finish reason, when this record gave one.
+    - ``terminal``: this was the vendor's end-of-stream record (OpenAI ``[DONE]`` or a finish
+      reason, Anthropic ``message_stop``, Ollama ``done: true``). A stream that ends without one
+      was truncated.
+    - ``continuation``: vendor data for the assistant message (replaces earlier values).
+    """
+
+    content: str = ""
+    thinking: str = ""
+    calls: tuple[CallFragment, ...] = ()
+    usage: Usage | None = None
+    finish: FinishReason | None = None
+    terminal: bool = False
+    continuation: dict[str, Any] | None = None
+
+
+#: An increment that contributes nothing (records such as pings).
+NOTHING = Increment()
+
+
+class _PartialCall:
+    __slots__ = ("arguments", "id", "name")
+
+    def __init__(self) -> None:
+        self.id: str | None = None
+        self.name: str | None = None
+        self.arguments: list[str] = []
+
+
+class StreamAssembler:
+    """Fold a stream's increments into deltas and one result.
+
+    Guarantees:
+
+    * :meth:`add` returns the deltas to show for an increment, in order: content (after
+      ``<think>`` splitting when ``split`` is true) then native thinking; never an empty delta.
+    * Tool calls are assembled by index in linear time; a call's ``id`` and ``name`` are the first
+      non-empty values seen for its index; a call with no id gets one from ``mint_id``.
+    * :meth:`result` is the complete result; it raises :class:`~protocols.errors.ProtocolError`
+      when a call has no name or its arguments are not a JSON object (malformed JSON is never
+      silently dropped). :meth:`partial` never raises: it is what was produced so far, for a
+      stream cut short (calls whose arguments are incomplete are left out).
+    * ``terminal`` tells whether the vendor's end-of-stream record has been seen.
+    """
+
+    def __init__(self, *, split: bool = True, mint_id: Callable[[], str] = new_id) -> None:
+        self._splitter: ThinkSplitter | None = ThinkSplitter() if split else None
+        self._content: list[str] = []
+        self._thinking: list[str] = []
+        self._calls: dict[int, _PartialCall] = {}
+        self._mint_id = mint_id
+        self.usage: Usage | None = None
+        self.finish: FinishReason | None = None
+        self.terminal = False
+        self.continuation: dict[str, Any] = {}
+        self._flushed = False
+
+    def add(self, increment: Increment) -> list[Delta]:
+        """Fold one increment; return the deltas it produces."""
+        deltas: list[Delta] = []
+        if increment.content:
+            if self._splitter is not None:
+                deltas.extend(self._splitter.feed(increment.content))
+            else:
+                self._content.append(increment.content)
+                deltas.append(Delta("content", increment.content))
+        if increment.thinking:
+            self._thinking.append(increment.thinking)
+            deltas.append(Delta("thinking", increment.thinking))
+        for fragment in increment.calls:
+            call = self._calls.get(fragment.index)
+            if call is None:
+                call = self._calls[fragment.index] = _PartialCall()
+            if fragment.id and call.id is None:
+                call.id = fragment.id
+            if fragment.name and call.name is None:
+                call.name = fragment.name
+            if fragment.arguments:
+                call.arguments.append(fragment.arguments)
+        if increment.usage is not None:
+            self.usage = increment.usage
+        if increment.finish is not None:
+            self.finish = increment.finish
+        if increment.continuation is not None:
+            self.continuation = increment.continuation
+        if increment.terminal:
+            self.terminal = True
+        return deltas
+
+    def flush(self) -> list[Delta]:
+        """End of input: release text held back by the think splitter (call once)."""
+        if self._flushed or self._splitter is None:
+            self._flushed = True
+            return []
+        self._flushed = True
+        return self._splitter.flush()
+
+    @property
+    def content(self) -> str:
+        """The answer text so far (authoritative: corrected by the think splitter)."""
+        if self._splitter is not None:
+            return self._splitter.content
+        return "".join(self._content)
+
+    @property
+    def thinking(self) -> str:
+        """Inline reasoning (from ``<think>`` spans) followed by native reasoning, so far."""
+        native = "".join(self._thinking)
+        inline = self._splitter.thinking if self._splitter is not None else ""
+        if inline and native:
+            return f"{inline}\n\n{native}"
+        return inline or native
+
+    def result(self) -> ProviderResult:
+        """The complete result. Call after the stream ended (and after :meth:`flush`)."""
+        calls = tuple(self._build(index, call) for index, call in sorted(self._calls.items()))
+        finish = self.finish
+        if finish is None:
+            finish = FinishReason.TOOL_CALLS if calls else FinishReason.STOP
+        return ProviderResult(
+            content=self.content,
+            thinking=self.thinking,
+            calls=calls,
+            usage=self.usage,
+            finish=finish,
+            continuation=self.continuation,
+        )
+
+    def partial(self) -> ProviderResult:
+        """What the stream produced before it was cut short; never raises."""
+        calls: list[ToolCall] = []
+        for index, call in sorted(self._calls.items()):
+            try:
+                calls.append(self._build(index, call))
+            except ProtocolError:
+                continue  # its arguments never finished arriving
+        return ProviderResult(
+            content=self.content,
+            thinking=self.thinking,
+            calls=calls,
+            usage=self.usage,
+            finish=FinishReason.CANCELLED,
+            continuation=self.continuation,
+        )
+
+    def _build(self, index: int, call: _PartialCall) -> ToolCall:
+        if not call.name:
+            raise ProtocolError(f"tool call {index} has no name")
+        text = "".join(call.arguments)
+        arguments: Any = {} if not text.strip() else None
+        if arguments is None:
+            try:
+                arguments = loads(text)
+            except ProtocolError as error:
+                raise ProtocolError(
+                    f"tool call {index} ({call.name!r}) has malformed arguments: {error.message}"
+                ) from None
+        if not isinstance(arguments, dict):
+            raise ProtocolError(
+                f"tool call {index} ({call.name!r}) arguments are not a JSON object"
+            )
+        call.id = call.id or self._mint_id()
+        return ToolCall(call.id, call.name, arguments)

@@ -1,0 +1,188 @@
+"""StreamAssembler: increments in, deltas and one ProviderResult out."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocols.errors import ProtocolError
+from protocols.messages import Delta, FinishReason, ToolCall, Usage
+from protocols.wire import CallFragment, Increment, StreamAssembler
+
+
+def test_text_flows_through_as_content_deltas() -> None:
+    assembler = StreamAssembler(split=False)
+    assert assembler.add(Increment(content="Hel")) == [Delta("content", "Hel")]
+    assert assembler.add(Increment(content="lo")) == [Delta("content", "lo")]
+    assert assembler.add(Increment()) == []
+    assert assembler.flush() == []
+    result = assembler.result()
+    assert (result.content, result.thinking, result.calls) == ("Hello", "", ())
+    assert result.finish is FinishReason.STOP
+    assert result.usage is None  # not reported is not zero
+
+
+def test_inline_think_tags_are_split_when_asked() -> None:
+    assembler = StreamAssembler()
+    deltas = assembler.add(Increment(content="<think>plan</th"))
+    deltas += assembler.add(Increment(content="ink>answer"))
+    deltas += assembler.flush()
+    assert deltas == [Delta("thinking", "plan"), Delta("content", "answer")]
+    assert assembler.result().content == "answer"
+    assert assembler.result().thinking == "plan"
+    raw = StreamAssembler(split=False)
+    raw.add(Increment(content="<think>kept</think>"))
+    assert raw.result().content == "<think>kept</think>"
+
+
+def test_native_thinking_is_its_own_channel_and_follows_inline_thinking() -> None:
+    assembler = StreamAssembler()
+    assert assembler.add(Increment(content="<think>inline</think>", thinking="native")) == [
+        Delta("thinking", "inline"),
+        Delta("thinking", "native"),
+    ]
+    assert assembler.result().thinking == "inline\n\nnative"
+    only_native = StreamAssembler()
+    only_native.add(Increment(thinking="a"))
+    only_native.add(Increment(thinking="b"))
+    assert only_native.result().thinking == "ab"
+
+
+def test_interleaved_calls_assemble_by_index() -> None:
+    assembler = StreamAssembler(split=False)
+    assembler.add(Increment(calls=(CallFragment(0, arguments='{"a"'),)))  # id and name later
+    assembler.add(Increment(calls=(CallFragment(1, "call_b", "mul", '{"x": 2'),)))
+    assembler.add(Increment(calls=(CallFragment(0, "call_a", "add", ": 1}"),)))
+    assembler.add(Increment(calls=(CallFragment(1, None, None, ', "y": 3}'),)))
+    assembler.add(Increment(calls=(CallFragment(0, "ignored", "ignored", ""),)))
+    result = assembler.result()
+    assert result.calls == (
+        ToolCall("call_a", "add", {"a": 1}),
+        ToolCall("call_b", "mul", {"x": 2, "y": 3}),
+    )
+    assert result.finish is FinishReason.TOOL_CALLS
+
+
+def test_missing_ids_are_minted_once() -> None:
+    ids = itertools.count(1)
+    assembler = StreamAssembler(mint_id=lambda: f"minted-{next(ids)}")
+    assembler.add(Increment(calls=(CallFragment(3, name="noop"), CallFragment(7, name="noop"))))
+    first = assembler.result()
+    assert [call.id for call in first.calls] == ["minted-1", "minted-2"]
+    assert assembler.result().calls == first.calls  # the same ids every time
+    assert first.calls[0].arguments == {}  # no argument text means no arguments
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        ('{"a": ', "malformed arguments"),
+        ("[1, 2]", "are not a JSON object"),
+        ('{"a": NaN}', "malformed arguments"),
+    ],
+)
+def test_bad_arguments_are_a_protocol_error(arguments: str, problem: str) -> None:
+    assembler = StreamAssembler()
+    assembler.add(Increment(calls=(CallFragment(0, "c1", "add", arguments),)))
+    with pytest.raises(ProtocolError, match=problem):
+        assembler.result()
+
+
+def test_a_call_without_a_name_is_a_protocol_error() -> None:
+    assembler = StreamAssembler()
+    assembler.add(Increment(calls=(CallFragment(0, "c1", None, "{}"),)))
+    with pytest.raises(ProtocolError, match="tool call 0 has no name"):
+        assembler.result()
+
+
+def test_partial_keeps_what_is_complete_and_never_raises() -> None:
+    assembler = StreamAssembler(split=False)
+    assembler.add(Increment(content="Let me add"))
+    assembler.add(Increment(calls=(CallFragment(0, "c1", "add", '{"a": 1}'),)))
+    assembler.add(Increment(calls=(CallFragment(1, "c2", "mul", '{"x":'),)))  # cut here
+    partial = assembler.partial()
+    assert partial.content == "Let me add"
+    assert partial.calls == (ToolCall("c1", "add", {"a": 1}),)
+    assert partial.finish is FinishReason.CANCELLED
+    with pytest.raises(ProtocolError):
+        assembler.result()
+
+
+def test_usage_finish_continuation_and_terminal_are_the_latest_reported() -> None:
+    assembler = StreamAssembler()
+    assert not assembler.terminal
+    assembler.add(Increment(usage=Usage(10, 0), continuation={"v": 1}))
+    assembler.add(Increment(usage=Usage(10, 5), finish=FinishReason.LENGTH))
+    assembler.add(Increment(terminal=True, continuation={"v": 2}))
+    assembler.add(Increment())  # silence does not erase anything
+    assert assembler.terminal
+    result = assembler.result()
+    assert result.usage == Usage(10, 5)
+    assert result.finish is FinishReason.LENGTH
+    assert result.continuation == {"v": 2}
+
+
+def test_flush_is_idempotent() -> None:
+    assembler = StreamAssembler()
+    assembler.add(Increment(content="a <"))
+    assert assembler.flush() == [Delta("content", "<")]
+    assert assembler.flush() == []
+
+
+texts = st.lists(st.sampled_from(["a", "é", " ", "<think>", "</think>", "<", "t"]), max_size=6).map(
+    "".join
+)
+
+
+@settings(max_examples=150)
+@given(pieces=st.lists(texts, max_size=12), split=st.booleans())
+def test_deltas_add_up_to_the_result(pieces: list[str], split: bool) -> None:
+    assembler = StreamAssembler(split=split)
+    deltas: list[Delta] = []
+    for piece in pieces:
+        deltas += assembler.add(Increment(content=piece))
+    deltas += assembler.flush()
+    result = assembler.result()
+    assert all(delta.text for delta in deltas)
+    if not split:
+        assert result.content == "".join(pieces)
+    reclassified = split and assembler._splitter is not None and assembler._splitter.reclassified
+    if not reclassified:
+        assert "".join(d.text for d in deltas if d.channel == "content") == result.content
+        assert "".join(d.text for d in deltas if d.channel == "thinking") == result.thinking
+
+
+@settings(max_examples=150)
+@given(
+    calls=st.lists(
+        st.dictionaries(st.sampled_from("abc"), st.integers(-5, 5), max_size=3), max_size=4
+    ),
+    data=st.data(),
+)
+def test_any_fragmentation_of_call_arguments_assembles_the_same(
+    calls: list[dict[str, int]], data: st.DataObject
+) -> None:
+    from protocols._json import dumps
+
+    fragments: list[CallFragment] = []
+    for index, arguments in enumerate(calls):
+        text = dumps(arguments)
+        cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=4)))
+        bounds = [0, *cuts, len(text)]
+        pieces = [text[a:b] for a, b in itertools.pairwise(bounds)]
+        fragments += [CallFragment(index, f"c{index}", "f", piece) for piece in pieces]
+    # Interleave the calls' fragments while keeping each call's own order.
+    order = data.draw(st.permutations(range(len(fragments))))
+    by_call: dict[int, list[CallFragment]] = {}
+    for fragment in fragments:
+        by_call.setdefault(fragment.index, []).append(fragment)
+    queues = {index: list(items) for index, items in by_call.items()}
+    assembler = StreamAssembler()
+    for position in order:
+        index = fragments[position].index
+        assembler.add(Increment(calls=(queues[index].pop(0),)))
+    result = assembler.result()
+    assert [call.arguments for call in result.calls] == calls
