@@ -113,3 +113,35 @@ def test_every_public_callable_and_class_is_documented() -> None:
             value = getattr(package, name)
             if isinstance(value, type | types.FunctionType):
                 assert (value.__doc__ or "").strip(), f"{package.__name__}.{name} has no docstring"
+
+
+def test_subpackage_export_lists_are_pinned() -> None:
+    import actors.testing
+    import protocols.faults
+    import protocols.wire
+
+    assert sorted(actors.testing.__all__) == ["FaultProviderServer"]
+    assert {"CallFragment", "Increment", "StreamAssembler", "image_media_type"} <= set(
+        protocols.wire.__all__
+    )
+    assert sorted(protocols.faults.__all__) == sorted(
+        [
+            "BadJson",
+            "ConnectionRefused",
+            "FaultStep",
+            "HttpError",
+            "Pass",
+            "Slow",
+            "StreamCut",
+            "TimeoutBeforeFirstByte",
+            "UsageMissing",
+            "done_event",
+            "parse_plan",
+            "slow_tokens",
+            "text_event",
+            "usage_event",
+        ]
+    )
+    for module in (actors.testing, protocols.faults, protocols.wire):
+        for name in module.__all__:
+            assert hasattr(module, name), f"{module.__name__}.{name}"

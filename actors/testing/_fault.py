@@ -1,0 +1,195 @@
+"""``FaultProviderServer``: an OpenAI-compatible streaming endpoint that misbehaves on purpose."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
+from typing import Any
+
+import h11
+import trio
+
+from protocols._json import dumpb
+from protocols.faults import (
+    BadJson,
+    ConnectionRefused,
+    FaultStep,
+    HttpError,
+    Pass,
+    Slow,
+    StreamCut,
+    TimeoutBeforeFirstByte,
+    UsageMissing,
+    done_event,
+    parse_plan,
+    slow_tokens,
+    text_event,
+    usage_event,
+)
+
+__all__ = ["FaultProviderServer"]
+
+#: The most request bytes read before the body is ignored (the server never needs the body).
+MAX_REQUEST_BYTES = 1024 * 1024
+
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    (b"connection", b"close"),
+]
+
+
+class FaultProviderServer:
+    """A loopback HTTP server speaking OpenAI chat-completions SSE, failing as its plan says.
+
+    Use it as an async context manager::
+
+        async with FaultProviderServer([{"kind": "http-error", "status": 503}, {"kind": "pass"}])
+                as server:
+            ...  # point a client at server.base_url; server.calls() counts requests
+
+    Guarantees: it listens on 127.0.0.1 on a free port; request ``n`` (0-based, refused
+    connections included) is handled by step ``min(n, len(plan) - 1)``, so the last step repeats;
+    any method and path are accepted and the body is ignored; partial bytes before a cut are sent
+    deterministically; leaving the block (or :meth:`aclose`) stops the server and every
+    connection handler -- nothing keeps running. Step semantics are those of
+    :mod:`protocols.faults`.
+    """
+
+    def __init__(self, plan: Sequence[FaultStep | Mapping[str, Any]]) -> None:
+        self.plan = parse_plan(plan)
+        self._calls = 0
+        self._port: int | None = None
+        self._stack: AsyncExitStack | None = None
+
+    @property
+    def port(self) -> int:
+        """The TCP port it listens on (once started)."""
+        if self._port is None:
+            raise RuntimeError("the fault server is not running")
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<port>/v1``: what an OpenAI-compatible client takes as base URL."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def url(self) -> str:
+        """The full chat-completions URL."""
+        return f"{self.base_url}/chat/completions"
+
+    def calls(self) -> int:
+        """How many requests (connections) it has received so far."""
+        return self._calls
+
+    async def __aenter__(self) -> FaultProviderServer:
+        if self._stack is not None:
+            raise RuntimeError("the fault server is already running")
+        stack = AsyncExitStack()
+        nursery = await stack.enter_async_context(trio.open_nursery())
+        try:
+            serve = functools.partial(trio.serve_tcp, self._handle, 0, host="127.0.0.1")
+            listeners: list[trio.SocketListener] = await nursery.start(serve)
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._port = listeners[0].socket.getsockname()[1]
+        stack.callback(nursery.cancel_scope.cancel)
+        self._stack = stack
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop listening and end every connection handler (idempotent)."""
+        stack, self._stack = self._stack, None
+        self._port = None
+        if stack is not None:
+            await stack.aclose()
+
+    # -- one connection ------------------------------------------------------------------------
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        step = self.plan[min(self._calls, len(self.plan) - 1)]
+        self._calls += 1
+        async with stream:
+            if isinstance(step, ConnectionRefused):
+                return  # accepted and closed at once: no status line
+            connection = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
+            if not await self._read_request(stream, connection):
+                return
+            await self._respond(stream, connection, step)
+
+    async def _read_request(self, stream: trio.SocketStream, connection: h11.Connection) -> bool:
+        """Read (and discard) one whole request; False if the client went away first."""
+        received = 0
+        while True:
+            try:
+                event = connection.next_event()
+            except h11.RemoteProtocolError:
+                return False
+            if isinstance(event, h11.EndOfMessage):
+                return True
+            if event is h11.NEED_DATA:
+                data = await stream.receive_some(65536)
+                received += len(data)
+                if not data or received > MAX_REQUEST_BYTES:
+                    return False
+                connection.receive_data(data)
+            elif isinstance(event, h11.ConnectionClosed):
+                return False
+
+    async def _respond(
+        self, stream: trio.SocketStream, connection: h11.Connection, step: FaultStep
+    ) -> None:
+        async def send(event: Any) -> None:
+            data = connection.send(event)
+            if data:
+                await stream.send_all(data)
+
+        async def sse_start() -> None:
+            await send(h11.Response(status_code=200, headers=_SSE_HEADERS))
+
+        async def sse_end() -> None:
+            await send(h11.EndOfMessage())
+
+        if isinstance(step, TimeoutBeforeFirstByte):
+            await trio.sleep(step.milliseconds / 1000)
+            step = Pass("late")
+        if isinstance(step, Pass | UsageMissing):
+            await sse_start()
+            body = text_event(step.text) + text_event("", "stop")
+            if isinstance(step, Pass):
+                body += usage_event()
+            await send(h11.Data(data=body + done_event()))
+            await sse_end()
+        elif isinstance(step, StreamCut):
+            await sse_start()
+            partial = text_event("partial response")[: step.after_bytes]
+            if partial:
+                await send(h11.Data(data=partial))
+            # Closing here (the `async with stream` exit) cuts the body mid-chunk.
+        elif isinstance(step, HttpError):
+            body = dumpb({"error": {"message": f"fault {step.status}"}})
+            headers = [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ]
+            await send(h11.Response(status_code=step.status, headers=headers))
+            await send(h11.Data(data=body))
+            await sse_end()
+        elif isinstance(step, BadJson):
+            await sse_start()
+            await send(h11.Data(data=b"data: {not-json}\n\n" + done_event()))
+            await sse_end()
+        elif isinstance(step, Slow):
+            await sse_start()
+            for token in slow_tokens(step.text):
+                await trio.sleep(step.tick)
+                await send(h11.Data(data=text_event(token)))
+            await send(h11.Data(data=text_event("", "stop") + done_event()))
+            await sse_end()

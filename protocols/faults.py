@@ -1,0 +1,236 @@
+"""Fault plans for the fault-injecting provider server: what each request should go through.
+
+A plan is a non-empty sequence of steps; request ``n`` (0-based) gets step ``min(n, len - 1)``, so
+the last step repeats forever. Steps are plain data, validated strictly when built from JSON-like
+mappings (:func:`parse_plan`): the ``kind`` selects the step, unknown keys are refused, defaults
+are filled in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, TypeAlias
+
+import attrs
+
+from ._json import dumpb
+from .errors import ValidationError
+
+__all__ = [
+    "BadJson",
+    "ConnectionRefused",
+    "FaultStep",
+    "HttpError",
+    "Pass",
+    "Slow",
+    "StreamCut",
+    "TimeoutBeforeFirstByte",
+    "UsageMissing",
+    "done_event",
+    "parse_plan",
+    "slow_tokens",
+    "text_event",
+    "usage_event",
+]
+
+
+def _positive_int(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValidationError(f"{attribute.name} must be an integer > 0, not {value!r}")
+
+
+def _non_negative_int(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValidationError(f"{attribute.name} must be an integer >= 0, not {value!r}")
+
+
+def _status(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 400 <= value <= 599:
+        raise ValidationError(f"status must be an integer from 400 to 599, not {value!r}")
+
+
+def _text(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str):
+        raise ValidationError(f"{attribute.name} must be a string, not {value!r}")
+
+
+def _positive_number(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValidationError(f"{attribute.name} must be a number > 0, not {value!r}")
+
+
+@attrs.frozen
+class Pass:
+    """A complete SSE answer streaming ``text``, with usage 1/1/2."""
+
+    kind: ClassVar[str] = "pass"
+    text: str = attrs.field(default="ok", validator=_text)
+
+
+@attrs.frozen
+class ConnectionRefused:
+    """The connection is accepted and closed at once: no status line, no bytes."""
+
+    kind: ClassVar[str] = "connection-refused"
+
+
+@attrs.frozen
+class TimeoutBeforeFirstByte:
+    """Nothing at all for ``milliseconds``, then a complete answer ``"late"`` with usage."""
+
+    kind: ClassVar[str] = "timeout-before-first-byte"
+    milliseconds: int = attrs.field(validator=_positive_int)
+
+
+@attrs.frozen
+class StreamCut:
+    """SSE headers, then the first ``after_bytes`` bytes of a ``"partial response"`` chunk, then
+    the connection is closed: no finish reason, no usage, no ``[DONE]``."""
+
+    kind: ClassVar[str] = "stream-cut"
+    after_bytes: int = attrs.field(validator=_non_negative_int)
+
+
+@attrs.frozen
+class HttpError:
+    """An error response with ``status`` and body ``{"error": {"message": "fault <status>"}}``."""
+
+    kind: ClassVar[str] = "http-error"
+    status: int = attrs.field(validator=_status)
+
+
+@attrs.frozen
+class BadJson:
+    """A 200 SSE body whose one record is not JSON, then ``[DONE]``."""
+
+    kind: ClassVar[str] = "bad-json"
+
+
+@attrs.frozen
+class Slow:
+    """``text`` streamed one token per tick at ``tokens_per_second``, then stop and ``[DONE]``,
+    without usage. Tokens are ``text`` split after each run of whitespace (see
+    :func:`slow_tokens`); a tick is ``max(1, round(1000 / tokens_per_second))`` ms and the first
+    token comes after one tick."""
+
+    kind: ClassVar[str] = "slow"
+    text: str = attrs.field(validator=_text)
+    tokens_per_second: float = attrs.field(validator=_positive_number)
+
+    @property
+    def tick(self) -> float:
+        """Seconds between tokens."""
+        return max(1, round(1000 / self.tokens_per_second)) / 1000
+
+
+@attrs.frozen
+class UsageMissing:
+    """A complete SSE answer streaming ``text``, without the usage chunk."""
+
+    kind: ClassVar[str] = "usage-missing"
+    text: str = attrs.field(default="ok", validator=_text)
+
+
+FaultStep: TypeAlias = (
+    Pass
+    | ConnectionRefused
+    | TimeoutBeforeFirstByte
+    | StreamCut
+    | HttpError
+    | BadJson
+    | Slow
+    | UsageMissing
+)
+
+_KINDS: dict[str, tuple[type[Any], dict[str, str]]] = {
+    # kind: (class, {wire key: attribute})
+    "pass": (Pass, {"text": "text"}),
+    "connection-refused": (ConnectionRefused, {}),
+    "timeout-before-first-byte": (TimeoutBeforeFirstByte, {"milliseconds": "milliseconds"}),
+    "stream-cut": (StreamCut, {"afterBytes": "after_bytes"}),
+    "http-error": (HttpError, {"status": "status"}),
+    "bad-json": (BadJson, {}),
+    "slow": (Slow, {"text": "text", "tokensPerSecond": "tokens_per_second"}),
+    "usage-missing": (UsageMissing, {"text": "text"}),
+}
+_STEP_TYPES = tuple(cls for cls, _ in _KINDS.values())
+
+
+def parse_plan(steps: Sequence[FaultStep | Mapping[str, Any]]) -> tuple[FaultStep, ...]:
+    """Validate a plan given as step objects or JSON-like mappings in their wire form
+    (``{"kind": "stream-cut", "afterBytes": 24}``, camel-case keys).
+
+    Raises :class:`~protocols.errors.ValidationError` for an empty plan, an unknown kind, an
+    unknown or missing key, or a bad value, naming the step's position.
+    """
+    if isinstance(steps, str | bytes | Mapping) or not isinstance(steps, Sequence):
+        raise ValidationError("a fault plan is a sequence of steps")
+    if not steps:
+        raise ValidationError("a fault plan must contain at least one step")
+    plan: list[FaultStep] = []
+    for position, step in enumerate(steps):
+        if isinstance(step, _STEP_TYPES):
+            plan.append(step)
+            continue
+        if not isinstance(step, Mapping):
+            raise ValidationError(f"fault step {position} must be a mapping, not {step!r}")
+        kind = step.get("kind")
+        if kind not in _KINDS:
+            known = ", ".join(sorted(_KINDS))
+            raise ValidationError(f"fault step {position}: unknown kind {kind!r} (known: {known})")
+        cls, keys = _KINDS[kind]
+        unknown = sorted(set(step) - set(keys) - {"kind"})
+        if unknown:
+            raise ValidationError(
+                f"fault step {position} ({kind}): unknown key(s) {', '.join(map(repr, unknown))}"
+            )
+        try:
+            plan.append(cls(**{keys[key]: value for key, value in step.items() if key != "kind"}))
+        except TypeError as error:  # a required key is missing
+            raise ValidationError(f"fault step {position} ({kind}): {error}") from None
+        except ValidationError as error:
+            raise ValidationError(f"fault step {position} ({kind}): {error.message}") from None
+    return tuple(plan)
+
+
+def slow_tokens(text: str) -> list[str]:
+    """``text`` split after each run of whitespace, empty pieces dropped: ``"a b  c"`` gives
+    ``["a ", "b  ", "c"]``."""
+    tokens: list[str] = []
+    current: list[str] = []
+    for index, char in enumerate(text):
+        current.append(char)
+        if char.isspace() and (index + 1 == len(text) or not text[index + 1].isspace()):
+            tokens.append("".join(current))
+            current = []
+    if current:
+        tokens.append("".join(current))
+    return [token for token in tokens if token]
+
+
+def text_event(text: str, finish: str | None = None) -> bytes:
+    """One OpenAI chat-completion chunk as an SSE event: ``text`` as the content delta (an empty
+    delta when ``text`` is empty) and ``finish`` as the finish reason."""
+    delta = {"content": text} if text else {}
+    record = {
+        "id": "fault-bench",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return b"data: " + dumpb(record) + b"\n\n"
+
+
+def usage_event() -> bytes:
+    """The usage chunk (1 prompt, 1 completion, 2 total tokens) as an SSE event."""
+    record = {
+        "id": "fault-bench",
+        "object": "chat.completion.chunk",
+        "choices": [],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+    return b"data: " + dumpb(record) + b"\n\n"
+
+
+def done_event() -> bytes:
+    """The terminal ``[DONE]`` event."""
+    return b"data: [DONE]\n\n"
