@@ -7,8 +7,9 @@ fields all the time) but never skip a malformed record.
 """
 
 from ._common import image_media_type as image_media_type
+from ._stream import NOTHING as NOTHING
 from ._stream import CallFragment as CallFragment
 from ._stream import Increment as Increment
 from ._stream import StreamAssembler as StreamAssembler
 
-__all__ = ["CallFragment", "Increment", "StreamAssembler", "image_media_type"]
+__all__ = ["NOTHING", "CallFragment", "Increment", "StreamAssembler", "image_media_type"]

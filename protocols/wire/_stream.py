@@ -20,7 +20,7 @@ from ..errors import ProtocolError
 from ..messages import Delta, FinishReason, ProviderResult, ToolCall, Usage, new_id
 from ..think import ThinkSplitter
 
-__all__ = ["CallFragment", "Increment", "StreamAssembler"]
+__all__ = ["NOTHING", "CallFragment", "Increment", "StreamAssembler"]
 
 
 @attrs.frozen
@@ -164,6 +164,11 @@ class StreamAssembler:
     def result(self) -> ProviderResult:
         """The complete result. Call after the stream ended (and after :meth:`flush`)."""
         calls = tuple(self._build(index, call) for index, call in sorted(self._calls.items()))
+        seen: set[str] = set()
+        for call in calls:
+            if call.id in seen:
+                raise ProtocolError(f"two tool calls of one response share the id {call.id!r}")
+            seen.add(call.id)
         finish = self.finish
         if finish is None:
             finish = FinishReason.TOOL_CALLS if calls else FinishReason.STOP
@@ -179,11 +184,15 @@ class StreamAssembler:
     def partial(self) -> ProviderResult:
         """What the stream produced before it was cut short; never raises."""
         calls: list[ToolCall] = []
+        seen: set[str] = set()
         for index, call in sorted(self._calls.items()):
             try:
-                calls.append(self._build(index, call))
+                built = self._build(index, call)
             except ProtocolError:
                 continue  # its arguments never finished arriving
+            if built.id not in seen:  # a duplicate id cannot be answered unambiguously: drop it
+                seen.add(built.id)
+                calls.append(built)
         return ProviderResult(
             content=self.content,
             thinking=self.thinking,

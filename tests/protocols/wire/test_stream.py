@@ -125,6 +125,15 @@ def test_usage_finish_continuation_and_terminal_are_the_latest_reported() -> Non
     assert result.continuation == {"v": 2}
 
 
+def test_duplicate_ids_across_indexes_are_a_protocol_error_but_partial_survives() -> None:
+    assembler = StreamAssembler()
+    assembler.add(Increment(calls=(CallFragment(0, "same", "a", "{}"),)))
+    assembler.add(Increment(calls=(CallFragment(1, "same", "b", "{}"),)))
+    with pytest.raises(ProtocolError, match="share the id 'same'"):
+        assembler.result()
+    assert assembler.partial().calls == (ToolCall("same", "a", {}),)
+
+
 def test_flush_is_idempotent() -> None:
     assembler = StreamAssembler()
     assembler.add(Increment(content="a <"))

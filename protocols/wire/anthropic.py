@@ -1,0 +1,692 @@
+"""Anthropic Messages API wire format, sans-IO: the request body, the stream reader, the
+non-streaming response reader and error bodies.
+
+What this module guarantees:
+
+* :func:`encode_request` builds the JSON body of ``POST /v1/messages`` from the data model, or
+  raises :class:`~protocols.errors.ConfigError` for a request Anthropic cannot express (a
+  temperature above 1, a JSON-Schema answer, ...). It never mutates its inputs; the body it returns
+  shares nested JSON values (tool arguments, schemas, thinking blocks, ``extra`` values) with them,
+  so treat it as read-only (the engine only serialises it).
+* :class:`AnthropicReader` turns each server-sent event of one stream into an
+  :class:`~protocols.wire.Increment`; the assembler folds those into a
+  :class:`~protocols.messages.ProviderResult` equal to what :func:`read_response` gives for the same
+  message sent without streaming.
+* Thinking blocks (with their signatures) and redacted thinking blocks are collected into the
+  result's ``continuation`` under ``{"anthropic": {"thinking_blocks": [...]}}``, which
+  :func:`encode_request` sends back unchanged when that assistant message is replayed, as Anthropic
+  requires when tools are used with extended thinking.
+* Readers tolerate event types and fields they do not know; a record that is not JSON, or whose
+  known fields have the wrong shape, raises :class:`~protocols.errors.ProtocolError`; an ``error``
+  event raises :class:`~protocols.errors.ProviderError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .._json import loads
+from ..budget import sanitize_count
+from ..errors import ConfigError, ProtocolError, ProviderError, ValidationError
+from ..messages import (
+    FinishReason,
+    Message,
+    ProviderOptions,
+    ProviderResult,
+    Role,
+    ToolCall,
+    ToolDefinition,
+    Usage,
+    new_id,
+)
+from ..sse import SSEEvent
+from ._common import image_media_type
+from ._stream import CallFragment, Increment
+
+__all__ = [
+    "API_VERSION",
+    "DEFAULT_BASE_URL",
+    "DEFAULT_MAX_TOKENS",
+    "PATH",
+    "AnthropicReader",
+    "encode_request",
+    "error_details",
+    "is_context_overflow",
+    "read_response",
+]
+
+#: The path of the Messages endpoint, relative to the base URL.
+PATH = "/v1/messages"
+#: Where Anthropic serves its API.
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+#: The value of the ``anthropic-version`` header every request carries.
+API_VERSION = "2023-06-01"
+#: ``max_tokens`` when the options leave it unset (Anthropic requires the field).
+DEFAULT_MAX_TOKENS = 4096
+
+#: The smallest thinking budget Anthropic accepts (tokens).
+_MIN_THINKING_BUDGET = 1024
+#: The longest error message this module builds from vendor text (characters).
+_MESSAGE_LIMIT = 300
+#: Request-body keys the encoder owns: ``ProviderOptions.extra`` may not set them.
+_OWNED_KEYS = ("model", "messages", "system", "tools", "stream")
+#: The namespace of this adapter's data in ``continuation``.
+_NAMESPACE = "anthropic"
+
+_FINISH: dict[str, FinishReason] = {
+    "end_turn": FinishReason.STOP,
+    "stop_sequence": FinishReason.STOP,
+    "max_tokens": FinishReason.LENGTH,
+    "model_context_window_exceeded": FinishReason.LENGTH,
+    "tool_use": FinishReason.TOOL_CALLS,
+    "refusal": FinishReason.CONTENT_FILTER,
+}
+
+#: vendor error type -> (our code, retryable)
+_ERROR_CODES: dict[str, tuple[str, bool]] = {
+    "overloaded_error": ("overloaded", True),
+    "rate_limit_error": ("rate_limit", True),
+    "api_error": ("server_error", True),
+    "authentication_error": ("auth", False),
+}
+
+#: Phrases (lowercase) of Anthropic messages that say the prompt does not fit the context window.
+_OVERFLOW_PHRASES = (
+    "prompt is too long",
+    "prompt too long",
+    "exceed context limit",
+    "exceeds context limit",
+    "context window",
+    "context length",
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Request
+
+
+def encode_request(
+    messages: Iterable[Message],
+    *,
+    model: str,
+    tools: Iterable[ToolDefinition] = (),
+    options: ProviderOptions | None = None,
+    stream: bool = True,
+) -> dict[str, Any]:
+    """The JSON body of a Messages API request.
+
+    Messages:
+
+    * Every system message (wherever it stands) goes, in order and joined by a blank line, into
+      the top-level ``"system"`` string; empty ones are left out and so is ``"system"`` when
+      nothing remains.
+    * A user message becomes a ``user`` turn: its images first (base64 ``image`` blocks; a
+      ``data:`` URL gives its declared media type and payload, a bare payload is sniffed), then a
+      text block unless the content is empty -- Anthropic advises images before text.
+    * A tool message becomes a ``tool_result`` block (``tool_use_id`` = its ``tool_call_id``,
+      ``content`` = its text) in a ``user`` turn.
+    * An assistant message becomes an ``assistant`` turn of: the thinking and redacted thinking
+      blocks stored in ``continuation["anthropic"]["thinking_blocks"]``, sent back exactly; a text
+      block unless the content is empty; one ``tool_use`` block per call. ``Message.thinking`` is
+      never sent (it is kept for audit; the signed blocks are what Anthropic wants back).
+    * Anthropic wants user and assistant turns to alternate, so consecutive messages that map to
+      ``user`` turns (tool results, and a user message after them) are merged into one turn, in
+      which ``tool_result`` blocks come before every other block as Anthropic requires.
+    * A message that produces no block at all (an empty user or assistant message) is skipped:
+      Anthropic refuses empty turns.
+
+    Options (``None`` means defaults): ``max_tokens`` (default :data:`DEFAULT_MAX_TOKENS`);
+    ``temperature`` (Anthropic allows 0 to 1, so a higher value raises
+    :class:`~protocols.errors.ConfigError` rather than being silently clamped); ``stop`` ->
+    ``stop_sequences``; ``tool_choice`` -> ``{"type": "auto" | "any" | "none"}`` or
+    ``{"type": "tool", "name": ...}`` (sent only with tools; ``"required"`` or a name without
+    tools, or a name that is not one of the tools, raises ``ConfigError``); ``think=True`` ->
+    ``"thinking": {"type": "enabled", "budget_tokens": max(1024, max_tokens // 2)}``, which needs
+    ``max_tokens`` above 1024 (``ConfigError`` otherwise); ``think=False`` or ``None`` sends
+    nothing; ``schema`` raises ``ConfigError``, since Anthropic has no JSON-Schema answer mode
+    (structured output needs a tool whose ``input_schema`` is the schema, with ``tool_choice`` set
+    to its name). ``extra`` is merged last and may override anything but ``model``, ``messages``,
+    ``system``, ``tools`` and ``stream`` (``ConfigError`` naming the key).
+
+    ``stream=True`` adds ``"stream": true``. ``model`` must be a non-empty string.
+    """
+    if not isinstance(model, str) or not model:
+        raise ConfigError("the Anthropic model name must be a non-empty string")
+    opts = options if options is not None else ProviderOptions()
+    tool_list = list(tools)
+
+    system: list[str] = []
+    turns: list[_Turn] = []
+    for message in messages:
+        role = message.role
+        if role is Role.SYSTEM:
+            if message.content:
+                system.append(message.content)
+            continue
+        if role is Role.ASSISTANT:
+            blocks = _assistant_blocks(message)
+            if blocks:
+                turns.append(_Turn("assistant", [], blocks))
+            continue
+        if role is Role.TOOL:
+            results = [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": message.tool_call_id,
+                    "content": message.content,
+                }
+            ]
+            others: list[dict[str, Any]] = []
+        else:
+            results, others = [], _user_blocks(message)
+            if not others:
+                continue
+        if turns and turns[-1].role == "user":
+            turns[-1].results.extend(results)
+            turns[-1].others.extend(others)
+        else:
+            turns.append(_Turn("user", results, others))
+
+    max_tokens = opts.max_tokens if opts.max_tokens is not None else DEFAULT_MAX_TOKENS
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": max_tokens,
+        "messages": [turn.encode() for turn in turns],
+    }
+    if system:
+        body["system"] = "\n\n".join(system)
+    if tool_list:
+        body["tools"] = [_tool(tool) for tool in tool_list]
+    choice = _tool_choice(opts.tool_choice, tool_list)
+    if choice is not None:
+        body["tool_choice"] = choice
+    if opts.temperature is not None:
+        if opts.temperature > 1:
+            raise ConfigError(
+                f"Anthropic accepts a temperature from 0 to 1, not {opts.temperature!r}"
+            )
+        body["temperature"] = opts.temperature
+    if opts.stop:
+        body["stop_sequences"] = list(opts.stop)
+    if opts.think:
+        if max_tokens <= _MIN_THINKING_BUDGET:
+            raise ConfigError(
+                f"thinking on Anthropic needs max_tokens above {_MIN_THINKING_BUDGET} (the "
+                f"thinking budget is at least {_MIN_THINKING_BUDGET} tokens and must be less than "
+                f"max_tokens), not {max_tokens}"
+            )
+        budget = max(_MIN_THINKING_BUDGET, max_tokens // 2)
+        body["thinking"] = {"type": "enabled", "budget_tokens": budget}
+    if opts.schema is not None:
+        raise ConfigError(
+            "Anthropic has no JSON-Schema answer mode: for structured output define a tool whose "
+            "parameters are the schema and set tool_choice to its name, then read the call's "
+            "arguments"
+        )
+    if stream:
+        body["stream"] = True
+    for key, value in opts.extra.items():
+        if key in _OWNED_KEYS:
+            raise ConfigError(
+                f"ProviderOptions.extra may not set {key!r}: the Anthropic encoder owns it"
+            )
+        body[key] = value
+    return body
+
+
+class _Turn:
+    """A turn being built; ``tool_result`` blocks are kept apart so they can come first."""
+
+    __slots__ = ("others", "results", "role")
+
+    def __init__(
+        self, role: str, results: list[dict[str, Any]], others: list[dict[str, Any]]
+    ) -> None:
+        self.role = role
+        self.results = results
+        self.others = others
+
+    def encode(self) -> dict[str, Any]:
+        return {"role": self.role, "content": self.results + self.others}
+
+
+def _user_blocks(message: Message) -> list[dict[str, Any]]:
+    blocks = [_image(image) for image in message.images]
+    if message.content:
+        blocks.append({"type": "text", "text": message.content})
+    return blocks
+
+
+def _image(image: str) -> dict[str, Any]:
+    media_type = image_media_type(image)
+    data = image.split(",", 1)[1] if image.startswith("data:") and "," in image else image
+    return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
+
+
+def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
+    blocks = _thinking_blocks(message.continuation)
+    if message.content:
+        blocks.append({"type": "text", "text": message.content})
+    blocks.extend(
+        {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
+        for call in message.calls
+    )
+    return blocks
+
+
+def _thinking_blocks(continuation: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The thinking blocks stored in an assistant message's ``continuation`` (a new list).
+
+    Raises :class:`ConfigError` when the ``"anthropic"`` entry is not what the reader writes.
+    """
+    namespace = continuation.get(_NAMESPACE)
+    if namespace is None:
+        return []
+    stored = namespace.get("thinking_blocks", []) if isinstance(namespace, Mapping) else None
+    if not isinstance(stored, list) or not all(isinstance(block, dict) for block in stored):
+        raise ConfigError(
+            'continuation["anthropic"]["thinking_blocks"] must be a list of JSON objects '
+            "(as written by the Anthropic reader)"
+        )
+    return list(stored)
+
+
+def _tool(tool: ToolDefinition) -> dict[str, Any]:
+    encoded: dict[str, Any] = {"name": tool.name}
+    if tool.description:
+        encoded["description"] = tool.description
+    encoded["input_schema"] = tool.parameters
+    return encoded
+
+
+def _tool_choice(choice: str | None, tools: list[ToolDefinition]) -> dict[str, Any] | None:
+    if choice is None:
+        return None
+    if not tools:
+        if choice in ("auto", "none"):
+            return None  # nothing to choose from: the same as not sending it
+        raise ConfigError(f"tool_choice={choice!r} needs tools, and the request has none")
+    if choice == "auto":
+        return {"type": "auto"}
+    if choice == "required":
+        return {"type": "any"}
+    if choice == "none":
+        return {"type": "none"}
+    if all(tool.name != choice for tool in tools):
+        raise ConfigError(f"tool_choice names {choice!r}, which is not one of the request's tools")
+    return {"type": "tool", "name": choice}
+
+
+# ---------------------------------------------------------------------------------------------
+# Shape checks for vendor records (ProtocolError on a known field of the wrong type)
+
+
+def _object(value: object, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ProtocolError(f"Anthropic {what} is not a JSON object")
+    return value
+
+
+def _optional_object(record: Mapping[str, Any], key: str, what: str) -> dict[str, Any]:
+    value = record.get(key)
+    return {} if value is None else _object(value, f"{what}.{key}")
+
+
+def _str(record: Mapping[str, Any], key: str, what: str) -> str:
+    value = record.get(key)
+    if not isinstance(value, str):
+        raise ProtocolError(f"Anthropic {what} has no string {key!r}")
+    return value
+
+
+def _optional_str(record: Mapping[str, Any], key: str, what: str) -> str | None:
+    value = record.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ProtocolError(f"Anthropic {what}.{key} is not a string")
+    return value
+
+
+def _index(record: Mapping[str, Any], what: str) -> int:
+    value = record.get("index")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ProtocolError(f"Anthropic {what} has no valid block index")
+    return value
+
+
+def _finish(reason: str | None) -> FinishReason | None:
+    if reason is None:
+        return None
+    return _FINISH.get(reason, FinishReason.OTHER)
+
+
+class _UsageCounts:
+    """Anthropic's usage fields, merged across reports.
+
+    Anthropic's ``input_tokens`` counts only the uncached part of the prompt; our
+    :attr:`Usage.prompt` is the whole prompt, so it is ``input_tokens + cache_read_input_tokens +
+    cache_creation_input_tokens``, and :attr:`Usage.cached` is ``cache_read_input_tokens``
+    (``None`` while Anthropic has not reported it).
+    """
+
+    __slots__ = ("cache_creation", "cache_read", "input", "output")
+
+    def __init__(self) -> None:
+        self.input: object = None
+        self.cache_read: object = None
+        self.cache_creation: object = None
+        self.output: object = None
+
+    def merge(self, usage: Mapping[str, Any]) -> Usage:
+        # Counts are cumulative: a later report of a field replaces the earlier one.
+        if usage.get("input_tokens") is not None:
+            self.input = usage["input_tokens"]
+        if usage.get("cache_read_input_tokens") is not None:
+            self.cache_read = usage["cache_read_input_tokens"]
+        if usage.get("cache_creation_input_tokens") is not None:
+            self.cache_creation = usage["cache_creation_input_tokens"]
+        if usage.get("output_tokens") is not None:
+            self.output = usage["output_tokens"]
+        return self.usage()
+
+    def usage(self) -> Usage:
+        cache_read = sanitize_count(self.cache_read)
+        prompt = sanitize_count(self.input) + cache_read + sanitize_count(self.cache_creation)
+        return Usage.sanitize(
+            prompt=prompt,
+            completion=self.output,
+            cached=None if self.cache_read is None else cache_read,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Stream reader
+
+
+class AnthropicReader:
+    """Reads the server-sent events of one Messages stream (use one reader per stream).
+
+    :meth:`read` maps each event by the ``"type"`` of its JSON data (the SSE event name mirrors it
+    and is used only when the data has none):
+
+    * ``message_start``: usage (see below).
+    * ``content_block_start``: a ``tool_use`` block starts a tool call (``CallFragment`` with the
+      block index, id and name; its arguments come from the deltas); a ``thinking`` block starts
+      being collected; a ``redacted_thinking`` block arrives whole and is kept; a ``text`` block
+      contributes its initial text if any (normally none); other block types (server tools,
+      ...) are ignored along with their deltas.
+    * ``content_block_delta``: ``text_delta`` -> content, ``thinking_delta`` -> thinking,
+      ``signature_delta`` -> kept for its thinking block, ``input_json_delta`` -> a
+      ``CallFragment`` carrying the piece of argument JSON; other delta types are ignored.
+    * ``content_block_stop``: a finished thinking block is stored as
+      ``{"type": "thinking", "thinking": ..., "signature": ...}``. Whenever a thinking or redacted
+      thinking block is stored, the increment carries ``continuation={"anthropic":
+      {"thinking_blocks": [...]}}`` holding every block stored so far, in block order. A thinking
+      block the stream never closes is not stored (its signature may be missing).
+    * ``message_delta``: ``stop_reason`` -> finish (``end_turn``/``stop_sequence`` -> stop,
+      ``max_tokens``/``model_context_window_exceeded`` -> length, ``tool_use`` -> tool_calls,
+      ``refusal`` -> content_filter, anything else such as ``pause_turn`` -> other) and usage.
+    * ``message_stop``: ``terminal=True``. ``ping`` and unknown types: nothing.
+    * ``error``: raises :class:`~protocols.errors.ProviderError` (see :func:`error_details` for
+      the codes) whose message quotes at most 300 characters of the vendor's message.
+
+    Usage is reported whole each time it changes: ``prompt = input_tokens +
+    cache_read_input_tokens + cache_creation_input_tokens`` (Anthropic's ``input_tokens`` leaves
+    out cached and cache-writing tokens; our ``prompt`` is the whole prompt), ``completion =
+    output_tokens`` (cumulative), ``cached = cache_read_input_tokens``.
+
+    Raises :class:`~protocols.errors.ProtocolError` when the data is not a JSON object or a known
+    field has the wrong shape.
+    """
+
+    __slots__ = ("_blocks", "_ignored", "_thinking", "_usage")
+
+    def __init__(self) -> None:
+        self._usage = _UsageCounts()
+        # Open thinking blocks: index -> (text pieces, signature pieces).
+        self._thinking: dict[int, tuple[list[str], list[str]]] = {}
+        # Stored thinking blocks as (index, block), kept in block order.
+        self._blocks: list[tuple[int, dict[str, Any]]] = []
+        # Blocks of types this reader does not handle, whose deltas it ignores.
+        self._ignored: set[int] = set()
+
+    def read(self, event: SSEEvent) -> Increment:
+        """The increment one event contributes (see the class documentation)."""
+        record = _object(loads(event.data), "stream event")
+        kind = record.get("type", event.event)
+        if kind == "content_block_delta":
+            return self._delta(record)
+        if kind == "content_block_start":
+            return self._start(record)
+        if kind == "content_block_stop":
+            return self._stop(record)
+        if kind == "message_start":
+            message = _optional_object(record, "message", "message_start")
+            usage = _optional_object(message, "usage", "message_start.message")
+            return Increment(usage=self._usage.merge(usage))
+        if kind == "message_delta":
+            delta = _optional_object(record, "delta", "message_delta")
+            finish = _finish(_optional_str(delta, "stop_reason", "message_delta.delta"))
+            reported = record.get("usage")
+            merged = None if reported is None else self._usage.merge(_object(reported, "usage"))
+            return Increment(usage=merged, finish=finish)
+        if kind == "message_stop":
+            return Increment(terminal=True)
+        if kind == "error":
+            raise _stream_error(record)
+        return Increment()  # ping, and event types this reader does not know
+
+    def _start(self, record: Mapping[str, Any]) -> Increment:
+        index = _index(record, "content_block_start")
+        block = _object(record.get("content_block"), "content_block_start.content_block")
+        kind = block.get("type")
+        what = f"{kind} block"
+        if kind == "text":
+            return Increment(content=_optional_str(block, "text", what) or "")
+        if kind == "tool_use":
+            return Increment(
+                calls=(
+                    CallFragment(
+                        index,
+                        id=_optional_str(block, "id", what),
+                        name=_optional_str(block, "name", what),
+                    ),
+                )
+            )
+        if kind == "thinking":
+            text = _optional_str(block, "thinking", what) or ""
+            signature = _optional_str(block, "signature", what) or ""
+            self._thinking[index] = ([text] if text else [], [signature] if signature else [])
+            return Increment(thinking=text)
+        if kind == "redacted_thinking":
+            data = _str(block, "data", what)
+            return self._store(index, {"type": "redacted_thinking", "data": data})
+        self._ignored.add(index)
+        return Increment()
+
+    def _delta(self, record: Mapping[str, Any]) -> Increment:
+        index = _index(record, "content_block_delta")
+        delta = _object(record.get("delta"), "content_block_delta.delta")
+        kind = delta.get("type")
+        what = f"{kind} delta"
+        if kind == "text_delta":
+            return Increment(content=_str(delta, "text", what))
+        if kind == "input_json_delta":
+            piece = _str(delta, "partial_json", what)
+            if index in self._ignored:
+                return Increment()
+            return Increment(calls=(CallFragment(index, arguments=piece),))
+        if kind == "thinking_delta":
+            text = _str(delta, "thinking", what)
+            self._thinking.setdefault(index, ([], []))[0].append(text)
+            return Increment(thinking=text)
+        if kind == "signature_delta":
+            signature = _str(delta, "signature", what)
+            self._thinking.setdefault(index, ([], []))[1].append(signature)
+        return Increment()
+
+    def _stop(self, record: Mapping[str, Any]) -> Increment:
+        index = _index(record, "content_block_stop")
+        open_block = self._thinking.pop(index, None)
+        if open_block is None:
+            return Increment()
+        text, signature = open_block
+        return self._store(
+            index, {"type": "thinking", "thinking": "".join(text), "signature": "".join(signature)}
+        )
+
+    def _store(self, index: int, block: dict[str, Any]) -> Increment:
+        blocks = self._blocks
+        blocks.append((index, block))
+        if len(blocks) > 1 and blocks[-2][0] > index:
+            blocks.sort(key=lambda item: item[0])
+        stored = [item for _, item in blocks]
+        return Increment(continuation={_NAMESPACE: {"thinking_blocks": stored}})
+
+
+# ---------------------------------------------------------------------------------------------
+# Non-streaming response
+
+
+def read_response(body: Any) -> ProviderResult:
+    """The result of a non-streaming Messages response (parsed JSON, or its text/bytes).
+
+    Text blocks are joined into ``content`` and thinking blocks into ``thinking`` (without a
+    separator, as the stream reader's deltas are); thinking and redacted thinking blocks go into
+    ``continuation`` as :class:`AnthropicReader` stores them; ``tool_use`` blocks become calls
+    keeping their ids (a missing id is minted); usage and ``stop_reason`` are mapped as by the
+    stream reader. Other block types are ignored. A body of type ``error`` raises
+    :class:`~protocols.errors.ProviderError`; a body of the wrong shape raises
+    :class:`~protocols.errors.ProtocolError`.
+    """
+    if isinstance(body, str | bytes | bytearray | memoryview):
+        body = loads(body)
+    record = _object(body, "response")
+    if record.get("type") == "error":
+        raise _stream_error(record)
+    content_blocks = record.get("content")
+    if content_blocks is None:
+        content_blocks = []
+    if not isinstance(content_blocks, list):
+        raise ProtocolError("Anthropic response content is not a list")
+    text: list[str] = []
+    thinking: list[str] = []
+    stored: list[dict[str, Any]] = []
+    calls: list[ToolCall] = []
+    for position, raw in enumerate(content_blocks):
+        what = f"response content[{position}]"
+        block = _object(raw, what)
+        kind = block.get("type")
+        if kind == "text":
+            text.append(_str(block, "text", what))
+        elif kind == "thinking":
+            piece = _str(block, "thinking", what)
+            thinking.append(piece)
+            signature = _optional_str(block, "signature", what) or ""
+            stored.append({"type": "thinking", "thinking": piece, "signature": signature})
+        elif kind == "redacted_thinking":
+            stored.append({"type": "redacted_thinking", "data": _str(block, "data", what)})
+        elif kind == "tool_use":
+            name = _str(block, "name", what)
+            arguments = block.get("input")
+            if arguments is None:
+                arguments = {}
+            if not isinstance(arguments, dict):
+                raise ProtocolError(f"Anthropic {what} ({name!r}) input is not a JSON object")
+            calls.append(ToolCall(_optional_str(block, "id", what) or new_id(), name, arguments))
+    usage = record.get("usage")
+    finish = _finish(_optional_str(record, "stop_reason", "response"))
+    fields: dict[str, Any] = {
+        "content": "".join(text),
+        "thinking": "".join(thinking),
+        "calls": calls,
+        "usage": None if usage is None else _UsageCounts().merge(_object(usage, "usage")),
+    }
+    if finish is not None:
+        fields["finish"] = finish
+    if stored:
+        fields["continuation"] = {_NAMESPACE: {"thinking_blocks": stored}}
+    try:
+        return ProviderResult(**fields)
+    except ValidationError as error:
+        raise ProtocolError(f"Anthropic response is not a valid result: {error.message}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+def is_context_overflow(message: str) -> bool:
+    """Whether an Anthropic error message says the prompt does not fit the model's context window
+    (such as ``"prompt is too long: 210000 tokens > 200000 maximum"``). Never raises."""
+    lowered = message.lower()
+    return any(phrase in lowered for phrase in _OVERFLOW_PHRASES)
+
+
+def _bounded(text: str, limit: int = _MESSAGE_LIMIT) -> str:
+    """``text`` on one line, cut to at most ``limit`` characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def error_details(body: str) -> tuple[str | None, str | None, str]:
+    """``(vendor_type, vendor_code, message)`` from the body of an Anthropic error response.
+
+    For ``{"type": "error", "error": {"type": ..., "message": ...}}`` both the vendor type and
+    the vendor code are ``error.type`` (Anthropic has no separate code) and the message is
+    ``error.message``. Anything else gives ``(None, None, text)``. The message is on one line and
+    at most 300 characters. Never raises.
+
+    The codes the engine and :class:`AnthropicReader` give these types: ``overloaded_error`` ->
+    ``overloaded`` and ``rate_limit_error`` -> ``rate_limit`` and ``api_error`` -> ``server_error``
+    (all retryable); ``invalid_request_error`` whose message :func:`is_context_overflow` ->
+    ``context_overflow``; ``authentication_error`` -> ``auth``; others -> ``provider_error``.
+    """
+    try:
+        text = body if isinstance(body, str) else str(body)
+        try:
+            parsed = loads(text)
+        except ProtocolError:
+            return None, None, _bounded(text)
+        error = parsed.get("error") if isinstance(parsed, dict) else None
+        if isinstance(error, dict):
+            kind = error.get("type")
+            vendor = kind if isinstance(kind, str) and kind else None
+            message = error.get("message")
+            if isinstance(message, str):
+                return vendor, vendor, _bounded(message)
+            if vendor is not None:
+                return vendor, vendor, _bounded(vendor)
+        return None, None, _bounded(text)
+    except Exception:  # never raise from an error path
+        return None, None, ""
+
+
+def _classify(vendor_type: str | None, message: str) -> tuple[str, bool]:
+    """Our ``(code, retryable)`` for an Anthropic error type and message."""
+    if vendor_type == "invalid_request_error" and is_context_overflow(message):
+        return "context_overflow", False
+    if vendor_type is None:
+        return "provider_error", False
+    return _ERROR_CODES.get(vendor_type, ("provider_error", False))
+
+
+def _stream_error(record: Mapping[str, Any]) -> ProviderError:
+    error = record.get("error")
+    error = error if isinstance(error, dict) else {}
+    kind = error.get("type")
+    vendor = kind if isinstance(kind, str) and kind else None
+    raw_message = error.get("message")
+    message = _bounded(raw_message) if isinstance(raw_message, str) else ""
+    code, retryable = _classify(vendor, message)
+    summary = _bounded(f"Anthropic {vendor or 'error'}: {message or '(no message)'}")
+    return ProviderError(
+        summary,
+        code=code,
+        retryable=retryable,
+        vendor_type=vendor,
+        vendor_code=vendor,
+        excerpt=message,
+    )

@@ -1,0 +1,367 @@
+"""Ollama's native chat API (``POST /api/chat``), sans-IO: the request body, the stream reader and
+the non-streaming response reader.
+
+Ollama streams newline-delimited JSON (decode it with :class:`~protocols.ndjson.NDJSONDecoder`):
+every line is one object carrying a piece of ``message`` (``content``, ``thinking``, complete
+``tool_calls``) and ``done``; the line with ``done: true`` ends the stream and carries the finish
+reason (``done_reason``) and the token counts (``prompt_eval_count``, ``eval_count``). A failure
+once the stream has started arrives as a line ``{"error": "..."}``. With ``"stream": false`` the
+whole answer is one such object, the final one.
+
+What the request body does with each part of the data model:
+
+- Messages become ``{"role", "content"}``. A user message's images go in ``images`` as bare
+  base64 (a ``data:`` URL prefix is stripped); an assistant message's calls go in ``tool_calls``
+  as ``{"function": {"name", "arguments"}}`` with the arguments as an object; a tool message
+  names its tool in ``tool_name``. Thinking, the interrupted mark and continuation data are never
+  sent: Ollama has no place for them.
+- Tools are sent OpenAI-style, ``{"type": "function", "function": {"name", "description",
+  "parameters"}}``, with the parameters as given (projecting them with
+  :func:`protocols.wire.schema.project` is the caller's choice).
+- Options: ``think`` is the top-level ``think`` flag, ``schema`` the top-level ``format``,
+  ``max_tokens``, ``temperature`` and ``stop`` go in the ``options`` object (``num_predict``,
+  ``temperature``, ``stop``). Ollama cannot force a tool call, so ``tool_choice`` may only be
+  ``"auto"`` (or unset) or ``"none"``, which leaves the tools out of the request.
+- ``extra`` is merged last; an ``options`` object in it is merged into the encoder's own
+  ``options`` (its keys win), so ``{"options": {"num_ctx": 8192}}`` keeps ``num_predict``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+from .._json import dumps, loads
+from ..errors import ConfigError, ProtocolError, ProviderError
+from ..messages import (
+    FinishReason,
+    Message,
+    ProviderOptions,
+    ProviderResult,
+    Role,
+    ToolDefinition,
+    Usage,
+    new_id,
+)
+from ._stream import CallFragment, Increment, StreamAssembler
+
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "PATH",
+    "OllamaReader",
+    "encode_request",
+    "error_details",
+    "read_response",
+]
+
+#: The chat endpoint, relative to the server's base URL.
+PATH: Final = "/api/chat"
+#: Where a local Ollama server listens by default.
+DEFAULT_BASE_URL: Final = "http://127.0.0.1:11434"
+
+#: Body keys the encoder writes itself and ``extra`` may not replace.
+_OWNED_KEYS: Final = ("model", "messages", "tools", "stream")
+#: The most vendor error text kept in a message.
+_ERROR_TEXT_LIMIT: Final = 300
+
+_FINISH: Final = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH}
+
+
+# ---------------------------------------------------------------------------------------------
+# Request
+
+
+def encode_request(
+    messages: Sequence[Message],
+    *,
+    model: str,
+    tools: Sequence[ToolDefinition] = (),
+    options: ProviderOptions | None = None,
+    stream: bool = True,
+) -> dict[str, Any]:
+    """The JSON body of one ``/api/chat`` request (see the module docstring for the mapping).
+
+    Guarantees: the body is strict JSON (serialisable with :func:`protocols._json.dumps`); it holds
+    ``model``, ``messages`` and ``stream`` always, ``tools`` only when there are tools to offer,
+    and ``think``, ``format`` and ``options`` only when an option sets them. Nested values (tool
+    arguments, schemas, ``extra`` values) are shared with the inputs, not copied: treat the body
+    as read-only. The inputs are never modified.
+
+    Raises :class:`~protocols.errors.ConfigError` when ``model`` is empty, when ``tool_choice``
+    asks for something Ollama cannot do (``"required"`` or a tool name), and when ``extra`` sets
+    a key the encoder owns (``model``, ``messages``, ``tools``, ``stream``).
+    """
+    if not isinstance(model, str) or not model:
+        raise ConfigError("the Ollama model name must be a non-empty string")
+    opts = options if options is not None else ProviderOptions()
+    choice = opts.tool_choice
+    if choice not in (None, "auto", "none"):
+        raise ConfigError(
+            f"Ollama cannot honour tool_choice={choice!r}: its API has no way to force a tool "
+            "call; use 'auto' (or leave it unset) or 'none', and ask for the tool in the prompt"
+        )
+    for key in _OWNED_KEYS:
+        if key in opts.extra:
+            raise ConfigError(
+                f"ProviderOptions.extra may not set {key!r}: the Ollama encoder writes it"
+            )
+
+    body: dict[str, Any] = {"model": model, "messages": [_message(m) for m in messages]}
+    if tools and choice != "none":
+        body["tools"] = [_tool(tool) for tool in tools]
+    body["stream"] = stream
+    if opts.think is not None:
+        body["think"] = opts.think
+    if opts.schema is not None:
+        body["format"] = opts.schema
+    sampling: dict[str, Any] = {}
+    if opts.max_tokens is not None:
+        sampling["num_predict"] = opts.max_tokens
+    if opts.temperature is not None:
+        sampling["temperature"] = opts.temperature
+    if opts.stop:
+        sampling["stop"] = list(opts.stop)
+    if sampling:
+        body["options"] = sampling
+    for key, value in opts.extra.items():
+        current = body.get(key)
+        if key == "options" and isinstance(current, dict) and isinstance(value, dict):
+            body[key] = {**current, **value}
+        else:
+            body[key] = value
+    return body
+
+
+def _message(message: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": message.role.value, "content": message.content}
+    if message.role is Role.USER and message.images:
+        out["images"] = [_bare_base64(image) for image in message.images]
+    elif message.role is Role.ASSISTANT and message.calls:
+        out["tool_calls"] = [
+            {"function": {"name": call.name, "arguments": call.arguments}} for call in message.calls
+        ]
+    elif message.role is Role.TOOL:
+        out["tool_name"] = message.name
+    return out
+
+
+def _bare_base64(image: str) -> str:
+    """The base64 payload of an image: a ``data:...,`` prefix removed, anything else as is."""
+    if image.startswith("data:"):
+        _, comma, payload = image.partition(",")
+        if comma:
+            return payload
+    return image
+
+
+def _tool(tool: ToolDefinition) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+        },
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Stream
+
+
+class OllamaReader:
+    """Turns each parsed line of one ``/api/chat`` stream into an :class:`Increment`.
+
+    Use one reader per stream (it numbers the stream's tool calls). Guarantees for :meth:`read`:
+
+    * ``message.content`` is the increment's content (it may hold inline ``<think>`` tags, which
+      older reasoning models write; the assembler splits them out) and ``message.thinking`` its
+      thinking.
+    * Each entry of ``message.tool_calls`` is one complete call: a :class:`CallFragment` whose
+      ``index`` counts the calls seen so far in the stream (0, 1, ...; Ollama's own indexes are
+      not trusted), whose ``id`` is the call's ``id`` when the server sent one (else ``None``, for
+      the assembler to mint), and whose ``arguments`` are the arguments as compact JSON text (an
+      object is serialised; a string, which some Ollama-compatible servers send, is passed through
+      for the assembler to parse).
+    * ``done: true`` makes the increment terminal, with the usage (``prompt_eval_count``,
+      ``eval_count``, sanitised) and the finish reason from ``done_reason``: ``stop`` is ``stop``
+      (``tool_calls`` when the stream made tool calls, since Ollama reports ``stop`` then),
+      ``length`` is ``length``, and any other reason (``load``, ``unload``, ...) is ``other``. A
+      missing ``done_reason`` leaves the finish to the assembler's default.
+    * Unknown fields are ignored. A line that is not an object, or a known field of the wrong
+      type, raises :class:`~protocols.errors.ProtocolError`; an ``error`` line raises
+      :class:`~protocols.errors.ProviderError` (``code="provider_error"``) carrying at most 300
+      characters of the vendor's message.
+    """
+
+    __slots__ = ("_calls",)
+
+    def __init__(self) -> None:
+        self._calls = 0
+
+    def read(self, record: Any) -> Increment:
+        """The increment of one parsed NDJSON value (see the class docstring)."""
+        if not isinstance(record, dict):
+            raise ProtocolError(
+                f"Ollama stream line is not a JSON object (got {_kind(record)})",
+            )
+        error = record.get("error")
+        if error is not None:
+            text = _error_text(error)
+            raise ProviderError(f"Ollama reported an error: {text}", excerpt=text)
+
+        content = thinking = ""
+        calls: tuple[CallFragment, ...] = ()
+        message = record.get("message")
+        if message is not None:
+            if not isinstance(message, dict):
+                raise ProtocolError(f"Ollama 'message' is not a JSON object (got {_kind(message)})")
+            content = _text(message, "content")
+            thinking = _text(message, "thinking")
+            raw_calls = message.get("tool_calls")
+            if raw_calls is not None:
+                if not isinstance(raw_calls, list):
+                    raise ProtocolError(
+                        f"Ollama 'message.tool_calls' is not an array (got {_kind(raw_calls)})"
+                    )
+                calls = tuple(self._call(raw) for raw in raw_calls)
+
+        done = record.get("done")
+        if done is None or done is False:
+            return Increment(content=content, thinking=thinking, calls=calls)
+        if done is not True:
+            raise ProtocolError(f"Ollama 'done' is not true or false (got {_kind(done)})")
+        return Increment(
+            content=content,
+            thinking=thinking,
+            calls=calls,
+            usage=Usage.sanitize(
+                prompt=record.get("prompt_eval_count"), completion=record.get("eval_count")
+            ),
+            finish=self._finish(record.get("done_reason")),
+            terminal=True,
+        )
+
+    def _call(self, raw: Any) -> CallFragment:
+        index = self._calls
+        if not isinstance(raw, dict):
+            raise ProtocolError(f"Ollama tool call {index} is not a JSON object (got {_kind(raw)})")
+        function = raw.get("function")
+        if not isinstance(function, dict):
+            raise ProtocolError(
+                f"Ollama tool call {index} has no 'function' object (got {_kind(function)})"
+            )
+        name = function.get("name")
+        if name is not None and not isinstance(name, str):
+            raise ProtocolError(f"Ollama tool call {index} name is not a string ({_kind(name)})")
+        call_id = raw.get("id")
+        if call_id is not None and not isinstance(call_id, str):
+            raise ProtocolError(f"Ollama tool call {index} id is not a string ({_kind(call_id)})")
+        arguments = function.get("arguments")
+        if arguments is None:
+            text = ""
+        elif isinstance(arguments, str):
+            text = arguments
+        elif isinstance(arguments, dict):
+            text = dumps(arguments)
+        else:
+            raise ProtocolError(
+                f"Ollama tool call {index} arguments are not a JSON object (got {_kind(arguments)})"
+            )
+        self._calls += 1
+        return CallFragment(index=index, id=call_id or None, name=name or None, arguments=text)
+
+    def _finish(self, reason: Any) -> FinishReason | None:
+        if reason is None or reason == "":
+            return None
+        if not isinstance(reason, str):
+            raise ProtocolError(f"Ollama 'done_reason' is not a string (got {_kind(reason)})")
+        finish = _FINISH.get(reason, FinishReason.OTHER)
+        if finish is FinishReason.STOP and self._calls:
+            return FinishReason.TOOL_CALLS
+        return finish
+
+
+def read_response(
+    body: str | bytes | Mapping[str, Any],
+    *,
+    split: bool = True,
+    mint_id: Callable[[], str] = new_id,
+) -> ProviderResult:
+    """The result of a non-streaming (``"stream": false``) ``/api/chat`` response.
+
+    ``body`` is the response's JSON text (``str`` or UTF-8 ``bytes``, parsed strictly) or the
+    already parsed object. The object is read exactly as a one-line stream would be (see
+    :class:`OllamaReader`): ``split`` turns inline ``<think>`` spans into thinking, and
+    ``mint_id`` names tool calls the server sent without an id.
+
+    Raises :class:`~protocols.errors.ProviderError` for an ``{"error": ...}`` body and
+    :class:`~protocols.errors.ProtocolError` for malformed JSON, a malformed field, malformed
+    tool-call arguments or a body without ``done: true`` (a response that is not final).
+    """
+    record = loads(body) if isinstance(body, str | bytes) else body
+    if isinstance(record, Mapping) and not isinstance(record, dict):
+        record = dict(record)
+    increment = OllamaReader().read(record)
+    if not increment.terminal:
+        raise ProtocolError('Ollama response is not final: it lacks "done": true')
+    assembler = StreamAssembler(split=split, mint_id=mint_id)
+    assembler.add(increment)
+    assembler.flush()
+    return assembler.result()
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+def error_details(body: str) -> tuple[str | None, str | None, str]:
+    """``(vendor_type, vendor_code, message)`` from the body of an Ollama error response.
+
+    Ollama's errors are ``{"error": "..."}`` with no type or code, so the first two are always
+    ``None``. The message is the error text; for a body that is not such JSON it is the body's
+    text, stripped. Either way it is cut to 300 characters (``""`` for an empty body). Never
+    raises.
+    """
+    try:
+        parsed = loads(body)
+    except ProtocolError:
+        parsed = None
+    if isinstance(parsed, dict) and parsed.get("error") is not None:
+        return None, None, _error_text(parsed["error"])
+    return None, None, body.strip()[:_ERROR_TEXT_LIMIT]
+
+
+def _error_text(error: Any) -> str:
+    """The bounded text of an ``error`` value: a string as is, ``{"message": ...}``'s message,
+    anything else as compact JSON."""
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        error = error["message"]
+    text = error if isinstance(error, str) else dumps(error)
+    return text.strip()[:_ERROR_TEXT_LIMIT]
+
+
+def _text(message: dict[str, Any], field: str) -> str:
+    value = message.get(field)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ProtocolError(f"Ollama 'message.{field}' is not a string (got {_kind(value)})")
+    return value
+
+
+def _kind(value: Any) -> str:
+    """A short, bounded description of a JSON value's type for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__

@@ -1,0 +1,551 @@
+"""The OpenAI Chat Completions wire format, sans-IO: request body, stream reader, response reader.
+
+This is the format of ``POST {base}/chat/completions`` as OpenAI defines it and as most
+"OpenAI-compatible" servers (vLLM, llama.cpp, Ollama's ``/v1``, LM Studio, OpenRouter, DeepSeek,
+Groq, ...) speak it. Everything here is a pure function of its inputs:
+
+- :func:`encode_request` turns messages, tools and options into the JSON request body.
+- :class:`OpenAIChatReader` turns each server-sent event of a streamed response into an
+  :class:`~protocols.wire.Increment` for :class:`~protocols.wire.StreamAssembler`.
+- :func:`read_response` turns a non-streamed response body into a
+  :class:`~protocols.messages.ProviderResult`.
+- :func:`error_details` pulls the vendor's error type, code and message out of an error body.
+
+Readers tolerate fields they do not know (and ``null`` where a field is optional), but a field
+they do know with the wrong shape is a :class:`~protocols.errors.ProtocolError`, never skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, NoReturn
+
+from .._json import dumps, loads
+from ..errors import ConfigError, ProtocolError, ProviderError, ValidationError
+from ..messages import (
+    FinishReason,
+    Message,
+    ProviderOptions,
+    ProviderResult,
+    Role,
+    ToolDefinition,
+    Usage,
+)
+from ..sse import SSEEvent
+from ._common import image_media_type
+from ._stream import NOTHING, CallFragment, Increment, StreamAssembler
+
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "PATH",
+    "RESERVED_KEYS",
+    "OpenAIChatReader",
+    "encode_request",
+    "error_details",
+    "read_response",
+]
+
+#: The endpoint path, appended to a base URL that already ends in ``/v1``.
+PATH: Final = "/chat/completions"
+
+#: OpenAI's own base URL. Compatible servers have their own (``http://localhost:8000/v1``, ...).
+DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
+
+#: Request-body keys :func:`encode_request` owns; ``ProviderOptions.extra`` may not set them.
+RESERVED_KEYS: Final = frozenset({"model", "messages", "tools", "stream", "stream_options"})
+
+#: The most characters of vendor error text kept in a message.
+_MESSAGE_LIMIT: Final = 300
+
+_FINISH: Final[Mapping[str, FinishReason]] = {
+    "stop": FinishReason.STOP,
+    "length": FinishReason.LENGTH,
+    "tool_calls": FinishReason.TOOL_CALLS,
+    "function_call": FinishReason.TOOL_CALLS,
+    "content_filter": FinishReason.CONTENT_FILTER,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Request
+
+
+def encode_request(
+    messages: Sequence[Message],
+    *,
+    model: str,
+    tools: Sequence[ToolDefinition] = (),
+    options: ProviderOptions | None = None,
+    stream: bool = True,
+) -> dict[str, Any]:
+    """The JSON request body for ``messages``: strict JSON data, ready to serialise and send.
+
+    The body's dicts and lists are new, but tool parameter schemas, the output schema and
+    ``extra`` values are the caller's objects, shared rather than copied: treat the body as
+    read-only, like the data model.
+
+    Guarantees:
+
+    * Messages keep their order. ``system`` and ``tool`` messages map to their wire roles
+      (a tool message carries ``tool_call_id``); a ``user`` message with images becomes a list of
+      parts -- its text first (left out when empty), then one ``image_url`` part per image as a
+      ``data:`` URL (a payload that already is a ``data:`` URL is sent as is, otherwise its media
+      type is sniffed by :func:`~protocols.wire.image_media_type`); an ``assistant`` message sends
+      its content (``null`` when empty and it has calls) and its calls, with arguments as compact
+      JSON text. An assistant message's ``thinking``, ``continuation`` and ``interrupted`` mark
+      are never sent.
+    * ``tools`` become ``function`` tools (an empty description is left out); no ``tools`` key is
+      sent when there are none.
+    * ``stream=True`` asks for a streamed response with usage in its last chunk
+      (``stream_options.include_usage``); ``stream=False`` sends neither key.
+    * Options: ``max_tokens`` is sent as ``max_tokens``, which OpenAI-compatible servers accept
+      (OpenAI's reasoning models want ``max_completion_tokens`` instead: pass
+      ``extra={"max_completion_tokens": n}``); ``temperature``; ``stop`` as a list;
+      ``tool_choice`` as ``"auto"``/``"none"``/``"required"`` or, for a tool name, the
+      function-choice object (sent as given, also when there are no tools: the server judges);
+      ``schema`` as a ``json_schema`` ``response_format`` named
+      ``"output"``. The format has no standard switch for ``think``, so it is not sent: use the
+      server's own field through ``extra``, e.g. ``{"reasoning_effort": "low"}`` for OpenAI or
+      ``{"chat_template_kwargs": {"enable_thinking": False}}`` for vLLM serving Qwen3.
+    * ``options.extra`` is merged last and overrides the fields above, except the keys this
+      function owns (:data:`RESERVED_KEYS`).
+
+    Raises :class:`~protocols.errors.ConfigError` when ``model`` is empty or ``extra`` sets a
+    reserved key (the error names it).
+    """
+    if not isinstance(model, str) or not model:
+        raise ConfigError("the OpenAI chat request needs a non-empty model name")
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [_encode_message(message) for message in messages],
+    }
+    if tools:
+        body["tools"] = [_encode_tool(tool) for tool in tools]
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    if options is not None:
+        _encode_options(body, options)
+    return body
+
+
+def _encode_message(message: Message) -> dict[str, Any]:
+    role = message.role
+    if role is Role.USER:
+        if not message.images:
+            return {"role": "user", "content": message.content}
+        parts: list[dict[str, Any]] = []
+        if message.content:
+            parts.append({"type": "text", "text": message.content})
+        parts.extend(
+            {"type": "image_url", "image_url": {"url": _data_url(image)}}
+            for image in message.images
+        )
+        return {"role": "user", "content": parts}
+    if role is Role.ASSISTANT:
+        encoded: dict[str, Any] = {
+            "role": "assistant",
+            "content": message.content if message.content or not message.calls else None,
+        }
+        if message.calls:
+            encoded["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": dumps(call.arguments)},
+                }
+                for call in message.calls
+            ]
+        return encoded
+    if role is Role.TOOL:
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+    return {"role": "system", "content": message.content}
+
+
+def _data_url(image: str) -> str:
+    if image.startswith("data:"):
+        return image
+    return f"data:{image_media_type(image)};base64,{image}"
+
+
+def _encode_tool(tool: ToolDefinition) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": tool.name}
+    if tool.description:
+        function["description"] = tool.description
+    function["parameters"] = tool.parameters
+    return {"type": "function", "function": function}
+
+
+def _encode_options(body: dict[str, Any], options: ProviderOptions) -> None:
+    if options.max_tokens is not None:
+        body["max_tokens"] = options.max_tokens
+    if options.temperature is not None:
+        body["temperature"] = options.temperature
+    if options.stop:
+        body["stop"] = list(options.stop)
+    choice = options.tool_choice
+    if choice is not None:
+        if choice in ("auto", "none", "required"):
+            body["tool_choice"] = choice
+        else:
+            body["tool_choice"] = {"type": "function", "function": {"name": choice}}
+    if options.schema is not None:
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "output", "schema": options.schema},
+        }
+    for key, value in options.extra.items():
+        if key in RESERVED_KEYS:
+            raise ConfigError(
+                f"ProviderOptions.extra may not set {key!r}: the OpenAI chat encoder owns it"
+            )
+        body[key] = value
+
+
+# ---------------------------------------------------------------------------------------------
+# Shape checks shared by the readers
+
+
+def _field(record: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    """``record[key]``, or ``None`` when absent or null; ProtocolError when of another type."""
+    value = record.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, kind) or isinstance(value, bool):  # no field here is a bool
+        raise ProtocolError(
+            f"OpenAI chat {where}.{key} must be {_describe(kind)}, not {type(value).__name__}"
+        )
+    return value
+
+
+def _describe(kind: type | tuple[type, ...]) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", int: "an integer"}
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def _text(record: Mapping[str, Any], key: str, where: str) -> str:
+    value: str | None = _field(record, key, str, where)
+    return value or ""
+
+
+def _finish(record: Mapping[str, Any], where: str) -> FinishReason | None:
+    """The normalised ``finish_reason`` (``None`` when absent, null or empty)."""
+    reason: str | None = _field(record, "finish_reason", str, where)
+    if not reason:
+        return None
+    return _FINISH.get(reason, FinishReason.OTHER)
+
+
+def _reasoning(record: Mapping[str, Any], where: str) -> str:
+    # Servers name it either way; some send both with the same text, so never add them up.
+    return _text(record, "reasoning_content", where) or _text(record, "reasoning", where)
+
+
+def _usage(record: Mapping[str, Any]) -> Usage | None:
+    usage: dict[str, Any] | None = _field(record, "usage", dict, "record")
+    if usage is None:
+        return None
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if cached is None:
+        cached = usage.get("prompt_cache_hit_tokens")  # DeepSeek's name for it
+    return Usage.sanitize(
+        prompt=usage.get("prompt_tokens"),
+        completion=usage.get("completion_tokens"),
+        total=usage.get("total_tokens"),
+        cached=cached,
+    )
+
+
+def _first_choice(record: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The choice with index 0 (a choice without an index counts as 0); ``None`` if there is
+    none. Only one completion is ever asked for, so other choices are ignored."""
+    choices: list[Any] | None = _field(record, "choices", list, "record")
+    for choice in choices or ():
+        if not isinstance(choice, dict):
+            raise ProtocolError(
+                f"OpenAI chat record.choices items must be objects, not {type(choice).__name__}"
+            )
+        if choice.get("index") in (0, None):
+            return choice
+    return None
+
+
+def _bounded(text: str) -> str:
+    return text.strip()[:_MESSAGE_LIMIT]
+
+
+def _label(value: Any) -> str | None:
+    """A vendor type or code as text: strings as they are, integers written out, else None."""
+    if isinstance(value, str):
+        return value or None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def _error_of(record: Mapping[str, Any]) -> tuple[str | None, str | None, str] | None:
+    """(type, code, message) when ``record`` is an error record, else ``None``.
+
+    Recognised: ``{"error": {...}}`` (OpenAI and most servers), ``{"error": "text"}``, and the
+    flat ``{"object": "error", "message": ...}`` some servers send.
+    """
+    error = record.get("error")
+    if isinstance(error, dict):
+        message = error.get("message")
+        return (
+            _label(error.get("type")),
+            _label(error.get("code")),
+            _bounded(message) if isinstance(message, str) else "",
+        )
+    if isinstance(error, str) and error:
+        return None, None, _bounded(error)
+    if record.get("object") == "error":
+        message = record.get("message")
+        return (
+            _label(record.get("type")),
+            _label(record.get("code")),
+            _bounded(message) if isinstance(message, str) else "",
+        )
+    return None
+
+
+def _raise_error(details: tuple[str | None, str | None, str], where: str) -> NoReturn:
+    vendor_type, vendor_code, message = details
+    kind = vendor_type or vendor_code or "error"
+    raise ProviderError(
+        f"the provider reported an error {where} ({kind}): {message or 'no message'}",
+        vendor_type=vendor_type,
+        vendor_code=vendor_code,
+        excerpt=message,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Streamed response
+
+
+class OpenAIChatReader:
+    """Reads the server-sent events of one streamed response (use one reader per stream).
+
+    :meth:`read` guarantees, for each event:
+
+    * ``data: [DONE]`` gives a terminal increment with nothing else.
+    * ``delta.content`` (and ``delta.refusal``, a model's refusal text) is content, as sent: it may
+      hold inline ``<think>`` tags for the assembler to split. ``delta.reasoning_content`` or, when
+      that is empty, ``delta.reasoning`` is native thinking.
+    * ``delta.tool_calls`` items become :class:`~protocols.wire.CallFragment` values. The
+      fragment ``index`` is the reader's own numbering of calls in order of first appearance: it
+      follows the wire ``index``, but a fragment that brings a new id at an index that already
+      has a different id starts a new call (some servers number every call 0), and a fragment
+      without an index belongs to the call with its id, or else to the previous fragment's call.
+      Ids and names may arrive late or repeatedly; arguments are passed on as text (an object
+      sent in place of text is written out as compact JSON).
+    * A non-empty ``finish_reason`` is normalised (``stop``, ``length``, ``tool_calls`` and
+      ``function_call``, ``content_filter``, anything else ``other``) and makes the increment
+      terminal. ``[DONE]`` and a usage-only chunk may still follow it: keep reading to the end of
+      the stream.
+    * A top-level ``usage`` object (normally in a last chunk with no choices) becomes
+      :class:`~protocols.messages.Usage`, sanitised; ``prompt_tokens_details.cached_tokens`` is the
+      cached part.
+    * Only the choice with index 0 is read. Unknown fields, ``null`` fields, missing or empty
+      ``choices`` are fine; a record that contributes nothing gives an empty increment.
+
+    Raises :class:`~protocols.errors.ProviderError` for an error record (the vendor's type and
+    code, and at most 300 characters of its message), and
+    :class:`~protocols.errors.ProtocolError` for data that is not JSON, not an object, or has a
+    known field of the wrong shape.
+    """
+
+    __slots__ = ("_id_of_slot", "_last_slot", "_slot_of_id", "_slot_of_wire", "_slots")
+
+    def __init__(self) -> None:
+        # Calls are numbered 0, 1, ... in order of first appearance ("slots").
+        self._slots = 0
+        self._slot_of_wire: dict[int, int] = {}
+        self._id_of_slot: dict[int, str] = {}
+        self._slot_of_id: dict[str, int] = {}
+        self._last_slot: int | None = None
+
+    def read(self, event: SSEEvent) -> Increment:
+        """What ``event`` contributes to the response; see the class docstring."""
+        data = event.data
+        if data.strip() == "[DONE]":
+            return Increment(terminal=True)
+        if event.event == "error":  # some servers name the event instead of the record
+            _raise_error(error_details(data), "in the stream")
+        record = loads(data)
+        if not isinstance(record, dict):
+            raise ProtocolError(
+                f"OpenAI chat stream record must be a JSON object, not {type(record).__name__}"
+            )
+        details = _error_of(record)
+        if details is not None:
+            _raise_error(details, "in the stream")
+        usage = _usage(record)
+        choice = _first_choice(record)
+        if choice is None:
+            return NOTHING if usage is None else Increment(usage=usage)
+        delta: dict[str, Any] = _field(choice, "delta", dict, "choice") or {}
+        content = _text(delta, "content", "delta")
+        refusal = _text(delta, "refusal", "delta")
+        if refusal:
+            content += refusal
+        thinking = _reasoning(delta, "delta")
+        calls: tuple[CallFragment, ...] = ()
+        raw_calls: list[Any] | None = _field(delta, "tool_calls", list, "delta")
+        if raw_calls:
+            calls = tuple(self._fragment(item) for item in raw_calls)
+        finish = _finish(choice, "choice")
+        if not (content or thinking or calls or usage or finish):
+            return NOTHING
+        return Increment(
+            content=content,
+            thinking=thinking,
+            calls=calls,
+            usage=usage,
+            finish=finish,
+            terminal=finish is not None,
+        )
+
+    def _fragment(self, item: Any) -> CallFragment:
+        if not isinstance(item, dict):
+            raise ProtocolError(
+                f"OpenAI chat delta.tool_calls items must be objects, not {type(item).__name__}"
+            )
+        wire_index: int | None = _field(item, "index", int, "tool call")
+        if wire_index is not None and wire_index < 0:
+            raise ProtocolError(f"OpenAI chat tool call index must be >= 0, not {wire_index}")
+        call_id: str | None = _field(item, "id", str, "tool call") or None
+        function: dict[str, Any] = _field(item, "function", dict, "tool call") or {}
+        name: str | None = _field(function, "name", str, "tool call function") or None
+        arguments: str | dict[str, Any] | None = _field(
+            function, "arguments", (str, dict), "tool call function"
+        )
+        if isinstance(arguments, dict):
+            arguments = dumps(arguments)
+        slot = self._slot(wire_index, call_id)
+        return CallFragment(index=slot, id=call_id, name=name, arguments=arguments or "")
+
+    def _slot(self, wire_index: int | None, call_id: str | None) -> int:
+        """The call a fragment belongs to (see the class docstring)."""
+        if wire_index is not None:
+            slot = self._slot_of_wire.get(wire_index)
+            known = self._id_of_slot.get(slot) if slot is not None else None
+            if slot is None or (call_id and known is not None and known != call_id):
+                slot = self._slot_of_id.get(call_id) if call_id else None
+                if slot is None:
+                    slot = self._new_slot()
+                self._slot_of_wire[wire_index] = slot
+        elif call_id:
+            slot = self._slot_of_id.get(call_id)
+            if slot is None:
+                slot = self._new_slot()
+        else:
+            slot = self._last_slot if self._last_slot is not None else self._new_slot()
+        if call_id and slot not in self._id_of_slot:
+            self._id_of_slot[slot] = call_id
+            self._slot_of_id.setdefault(call_id, slot)
+        self._last_slot = slot
+        return slot
+
+    def _new_slot(self) -> int:
+        slot = self._slots
+        self._slots += 1
+        return slot
+
+
+# ---------------------------------------------------------------------------------------------
+# Non-streamed response
+
+
+def read_response(body: Any, *, split: bool = True) -> ProviderResult:
+    """The result of a non-streamed response, given its parsed JSON body.
+
+    Guarantees the same result a stream of the same response gives: content (inline ``<think>``
+    spans split out into thinking unless ``split`` is false; a refusal counts as content),
+    native thinking from ``reasoning_content`` or ``reasoning``, tool calls in order with their
+    arguments parsed strictly (an empty text is ``{}``; anything that is not a JSON object is
+    refused) and ids kept as sent (minted with :func:`~protocols.messages.new_id` when missing),
+    the normalised finish reason (defaulting to ``tool_calls`` when there are calls, else
+    ``stop``) and usage. Only the choice with index 0 is read.
+
+    Raises :class:`~protocols.errors.ProviderError` for an error body and
+    :class:`~protocols.errors.ProtocolError` for a body of the wrong shape (not an object, no
+    choice, a malformed call, two calls with one id).
+    """
+    if not isinstance(body, dict):
+        raise ProtocolError(
+            f"OpenAI chat response must be a JSON object, not {type(body).__name__}"
+        )
+    details = _error_of(body)
+    if details is not None:
+        _raise_error(details, "instead of a response")
+    choice = _first_choice(body)
+    if choice is None:
+        raise ProtocolError("OpenAI chat response has no choice with index 0")
+    message: dict[str, Any] = _field(choice, "message", dict, "choice") or {}
+    raw_calls: list[Any] = _field(message, "tool_calls", list, "message") or []
+    calls: list[CallFragment] = []
+    for index, item in enumerate(raw_calls):
+        if not isinstance(item, dict):
+            raise ProtocolError(
+                f"OpenAI chat message.tool_calls items must be objects, not {type(item).__name__}"
+            )
+        function: dict[str, Any] = _field(item, "function", dict, "tool call") or {}
+        arguments: str | dict[str, Any] | None = _field(
+            function, "arguments", (str, dict), "tool call function"
+        )
+        calls.append(
+            CallFragment(
+                index=index,
+                id=_field(item, "id", str, "tool call") or None,
+                name=_field(function, "name", str, "tool call function") or None,
+                arguments=dumps(arguments) if isinstance(arguments, dict) else arguments or "",
+            )
+        )
+    assembler = StreamAssembler(split=split)
+    assembler.add(
+        Increment(
+            content=_text(message, "content", "message") + _text(message, "refusal", "message"),
+            thinking=_reasoning(message, "message"),
+            calls=tuple(calls),
+            usage=_usage(body),
+            finish=_finish(choice, "choice"),
+            terminal=True,
+        )
+    )
+    assembler.flush()
+    try:
+        return assembler.result()
+    except ValidationError as error:  # e.g. two calls with the same id
+        raise ProtocolError(f"OpenAI chat response is inconsistent: {error.message}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Error bodies
+
+
+def error_details(body: str) -> tuple[str | None, str | None, str]:
+    """``(vendor_type, vendor_code, message)`` from an error response body or an excerpt of one.
+
+    Understands ``{"error": {"type", "code", "message"}}`` (integer codes are written out),
+    ``{"error": "text"}``, the flat ``{"object": "error", "message", "type", "code"}`` and
+    ``{"detail": "text"}``. Anything else -- truncated or non-JSON text, an unknown shape, an
+    error without a message -- gives the text itself as the message. The message is stripped and
+    at most 300 characters. Never raises.
+    """
+    try:
+        parsed: Any = loads(body)
+    except (ProtocolError, TypeError):
+        parsed = None
+    if isinstance(parsed, dict):
+        details = _error_of(parsed)
+        if details is None and isinstance(parsed.get("detail"), str):
+            details = (None, None, _bounded(parsed["detail"]))
+        if details is not None:
+            if details[2]:
+                return details
+            return details[0], details[1], _bounded(body)
+    return None, None, _bounded(body) if isinstance(body, str) else ""
