@@ -131,7 +131,8 @@ class ProviderError(AgentsError):
     ``status`` is the HTTP status when there was one; ``vendor_type`` and ``vendor_code`` are the
     vendor's own error classification when it sent one; ``excerpt`` is at most 2 KiB of the vendor's
     error text (never the whole body, never a request header); ``retry_after`` is the delay in
-    seconds the vendor asked for, if any.
+    seconds the vendor asked for, if any; ``partial`` is what the stream had produced when a
+    failure ended it after output had already been shown (``None`` otherwise).
     """
 
     default_code = "provider_error"
@@ -148,6 +149,7 @@ class ProviderError(AgentsError):
         vendor_code: str | None = None,
         excerpt: str = "",
         retry_after: float | None = None,
+        partial: ProviderResult | None = None,
     ) -> None:
         super().__init__(message, code=code, retryable=retryable)
         self.status = status
@@ -155,6 +157,7 @@ class ProviderError(AgentsError):
         self.vendor_code = vendor_code
         self.excerpt = excerpt[:EXCERPT_LIMIT]
         self.retry_after = retry_after
+        self.partial = partial
 
     def __repr__(self) -> str:
         return (

@@ -116,11 +116,23 @@ def test_every_public_callable_and_class_is_documented() -> None:
 
 
 def test_subpackage_export_lists_are_pinned() -> None:
+    import actors.providers
     import actors.testing
     import protocols.faults
     import protocols.wire
 
     assert sorted(actors.testing.__all__) == ["FaultProviderServer"]
+    assert sorted(actors.providers.__all__) == [
+        "AnthropicMessages",
+        "HTTPProvider",
+        "OllamaChat",
+        "OpenAIChat",
+        "ProviderInterface",
+        "ProviderStream",
+        "RetryEvent",
+        "RetryPolicy",
+        "Timeouts",
+    ]
     assert {"CallFragment", "Increment", "StreamAssembler", "image_media_type"} <= set(
         protocols.wire.__all__
     )
@@ -142,6 +154,6 @@ def test_subpackage_export_lists_are_pinned() -> None:
             "usage_event",
         ]
     )
-    for module in (actors.testing, protocols.faults, protocols.wire):
+    for module in (actors.providers, actors.testing, protocols.faults, protocols.wire):
         for name in module.__all__:
             assert hasattr(module, name), f"{module.__name__}.{name}"

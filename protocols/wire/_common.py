@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 
-__all__ = ["image_media_type"]
+__all__ = ["RETRYABLE_STATUSES", "classify_status", "image_media_type"]
 
 # (magic prefix, media type); WebP is RIFF....WEBP, checked separately.
 _MAGIC = (
@@ -37,3 +37,37 @@ def image_media_type(payload: str) -> str:
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         return "image/webp"
     return "image/png"
+
+
+#: Statuses worth retrying: timeouts, conflicts, too early, rate limits, transient server errors.
+RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+_CONTEXT_WORDS = (
+    "context length",
+    "context_length",
+    "context window",
+    "too long",
+    "too many tokens",
+)
+
+
+def classify_status(status: int, message: str = "") -> tuple[str, bool]:
+    """The error ``code`` and ``retryable`` flag for an HTTP error status.
+
+    400 is ``context_overflow`` when the vendor's message says the prompt is too long, else
+    ``bad_request``; 401/403 ``auth``; 404 ``model_not_found``; 429 ``rate_limit``; 408, 409,
+    425, 500, 502, 503, 504 retryable (``server_error`` for 5xx, ``transient`` otherwise); any
+    other status is not retryable (``bad_request`` for 4xx, ``server_error`` for 5xx).
+    """
+    lowered = message.lower()
+    if status == 400 and any(word in lowered for word in _CONTEXT_WORDS):
+        return "context_overflow", False
+    if status in (401, 403):
+        return "auth", False
+    if status == 404:
+        return "model_not_found", False
+    if status == 429:
+        return "rate_limit", True
+    if status in RETRYABLE_STATUSES:
+        return ("server_error" if status >= 500 else "transient"), True
+    return ("server_error" if status >= 500 else "bad_request"), False

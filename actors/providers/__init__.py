@@ -1,0 +1,23 @@
+"""Providers: the inference boundary and the HTTP engine with its vendor adapters."""
+
+from ._http import HTTPProvider as HTTPProvider
+from ._http import ProviderInterface as ProviderInterface
+from ._http import ProviderStream as ProviderStream
+from ._http import RetryEvent as RetryEvent
+from ._http import RetryPolicy as RetryPolicy
+from ._http import Timeouts as Timeouts
+from ._vendors import AnthropicMessages as AnthropicMessages
+from ._vendors import OllamaChat as OllamaChat
+from ._vendors import OpenAIChat as OpenAIChat
+
+__all__ = [
+    "AnthropicMessages",
+    "HTTPProvider",
+    "OllamaChat",
+    "OpenAIChat",
+    "ProviderInterface",
+    "ProviderStream",
+    "RetryEvent",
+    "RetryPolicy",
+    "Timeouts",
+]

@@ -1,0 +1,551 @@
+"""The HTTP provider engine: one base class owns everything but the vendor's wire format."""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+import logging
+import math
+import random
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any, ClassVar, Literal, Protocol
+
+import attrs
+import httpx
+import trio
+
+from protocols._json import dumpb
+from protocols.errors import ConfigError, ProtocolError, ProviderError
+from protocols.messages import Delta, Message, ProviderOptions, ProviderResult, ToolDefinition
+from protocols.ndjson import NDJSONDecoder
+from protocols.sse import SSEDecoder, SSEEvent
+from protocols.wire import Increment, StreamAssembler, classify_status
+
+__all__ = [
+    "HTTPProvider",
+    "ProviderInterface",
+    "ProviderStream",
+    "RetryEvent",
+    "RetryPolicy",
+    "Timeouts",
+]
+
+log = logging.getLogger(__name__)
+
+#: How much of an error response body is read (the rest never is).
+ERROR_BODY_LIMIT = 2048
+
+#: Headers the engine sets itself; ``headers=`` may not override them.
+PROTECTED_HEADERS = frozenset(
+    {"content-type", "accept", "authorization", "x-api-key", "anthropic-version", "host"}
+)
+
+
+class ProviderInterface(Protocol):
+    """What every model provider offers: a stream of deltas, or the whole result at once."""
+
+    name: str
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolDefinition] | None = None,
+        options: ProviderOptions | None = None,
+    ) -> ProviderStream: ...
+
+    async def generate(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolDefinition] | None = None,
+        options: ProviderOptions | None = None,
+    ) -> ProviderResult: ...
+
+
+def _positive(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not value > 0:
+        raise ConfigError(f"{type(instance).__name__}.{attribute.name} must be > 0, not {value!r}")
+
+
+@attrs.frozen
+class Timeouts:
+    """Per-call time limits, in seconds (``math.inf`` for none).
+
+    - ``deadline``: the whole call, from the first byte sent to the last delta.
+    - ``first_event``: from sending the request to the first *event* (a status line alone, or
+      keep-alive comments, do not count).
+    - ``idle``: between two events; SSE comments and keep-alives do not reset it.
+    - ``connect``: establishing the connection.
+    """
+
+    deadline: float = attrs.field(default=120.0, validator=_positive)
+    first_event: float = attrs.field(default=60.0, validator=_positive)
+    idle: float = attrs.field(default=30.0, validator=_positive)
+    connect: float = attrs.field(default=10.0, validator=_positive)
+
+
+@attrs.frozen
+class RetryPolicy:
+    """Retries before the first delta reaches the caller (never after: a stream the caller has
+    seen is never replayed). ``retries`` extra attempts, waiting a random time up to
+    ``min(maximum, initial * 2**n)`` (full jitter), or what the vendor's ``Retry-After`` asks
+    for when that is at most ``max_retry_after``."""
+
+    retries: int = 2
+    initial: float = attrs.field(default=0.5, validator=_positive)
+    maximum: float = attrs.field(default=8.0, validator=_positive)
+    max_retry_after: float = attrs.field(default=60.0, validator=_positive)
+
+    def __attrs_post_init__(self) -> None:
+        if self.retries < 0:
+            raise ConfigError(f"RetryPolicy.retries must be >= 0, not {self.retries!r}")
+
+    def delay(self, attempt: int, rng: random.Random, retry_after: float | None) -> float:
+        """The wait before retry number ``attempt`` (0-based)."""
+        if retry_after is not None and 0 <= retry_after <= self.max_retry_after:
+            return retry_after
+        return rng.uniform(0, min(self.maximum, self.initial * 2 ** min(attempt, 32)))
+
+
+@attrs.frozen
+class RetryEvent:
+    """Reported to ``on_retry`` before each retry: which attempt failed, why, and the wait."""
+
+    attempt: int
+    delay: float
+    code: str
+    status: int | None
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    milliseconds = headers.get("retry-after-ms")
+    if milliseconds is not None:
+        try:
+            return max(0.0, float(milliseconds) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, (when - datetime.datetime.now(datetime.UTC)).total_seconds())
+
+
+class _Attempt(Exception):
+    """A failure of one attempt, before any delta was shown: maybe worth retrying."""
+
+    def __init__(self, error: ProviderError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+class ProviderStream:
+    """One streamed provider call: ``async with provider.stream(...) as stream: async for delta
+    in stream: ...``, then ``stream.result``.
+
+    Guarantees: the request is sent when iteration starts; deltas come in order; after the
+    iteration ends, :attr:`result` is the assembled :class:`~protocols.messages.ProviderResult`;
+    :attr:`partial` is always what was produced so far (the result to commit when the caller's
+    scope cancels the stream: the ``trio.Cancelled`` propagates as trio requires). Leaving the
+    block -- early, by an error or by a cancel -- closes the HTTP response.
+    """
+
+    def __init__(
+        self,
+        provider: HTTPProvider,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition] | None,
+        options: ProviderOptions | None,
+    ) -> None:
+        self._provider = provider
+        self._body = dumpb(provider.encode(messages, tools or (), options))
+        self._assembler = provider.new_assembler()
+        self._pending: deque[Delta] = deque()
+        self._response: httpx.Response | None = None
+        self._chunks: AsyncIterator[bytes] | None = None
+        self._decoder: SSEDecoder | NDJSONDecoder | None = None
+        self._reader: Any = None
+        self._shown = False  # a delta reached the caller: never retry from here on
+        self._attempts = 0
+        self._started = False
+        self._finished = False
+        self._result: ProviderResult | None = None
+        self._deadline = math.inf
+        self._idle_deadline = math.inf
+
+    async def __aenter__(self) -> ProviderStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        with trio.CancelScope(shield=True):
+            await self._close_response()
+
+    def __aiter__(self) -> ProviderStream:
+        return self
+
+    @property
+    def result(self) -> ProviderResult:
+        """The assembled result, once the iteration has ended."""
+        if self._result is None:
+            raise RuntimeError("the stream has not finished: iterate it to the end first")
+        return self._result
+
+    @property
+    def partial(self) -> ProviderResult:
+        """What the stream produced so far (complete tool calls only)."""
+        return self._result if self._result is not None else self._assembler.partial()
+
+    async def __anext__(self) -> Delta:
+        if not self._started:
+            self._started = True
+            self._deadline = trio.current_time() + self._provider.timeouts.deadline
+            await self._open()
+        while not self._pending:
+            if self._finished:
+                raise StopAsyncIteration
+            try:
+                await self._pump()
+            except _Attempt as attempt:
+                if self._shown:
+                    attempt.error.partial = self._assembler.partial()
+                    raise attempt.error from attempt.error.__cause__
+                await self._retry(attempt.error)
+                await self._open()
+        self._shown = True
+        return self._pending.popleft()
+
+    # -- attempts ------------------------------------------------------------------------------
+
+    async def _open(self) -> None:
+        """Send the request, retrying failures before any delta is shown."""
+        while True:
+            try:
+                await self._request()
+                return
+            except _Attempt as attempt:
+                await self._retry(attempt.error)
+
+    async def _retry(self, error: ProviderError) -> None:
+        """Close the failed attempt, then raise ``error`` if it may not be retried, else report
+        the retry and wait before the next attempt."""
+        await self._close_response()
+        provider = self._provider
+        attempt = self._attempts
+        if not error.retryable or attempt >= provider.retry.retries:
+            raise error from error.__cause__
+        delay = provider.retry.delay(attempt, provider.rng, error.retry_after)
+        self._attempts = attempt + 1
+        event = RetryEvent(attempt=attempt + 1, delay=delay, code=error.code, status=error.status)
+        if provider.on_retry is not None:
+            try:
+                provider.on_retry(event)
+            except Exception:
+                log.exception("on_retry callback of %s raised", provider.name)
+        if trio.current_time() + delay >= self._deadline:
+            raise error from error.__cause__
+        await trio.sleep(delay)
+        self._assembler = provider.new_assembler()
+        self._pending.clear()
+
+    async def _request(self) -> None:
+        provider = self._provider
+        with trio.move_on_at(self._deadline) as scope:
+            try:
+                headers = await provider.request_headers()
+                request = provider.client.build_request(
+                    "POST", provider.url, content=self._body, headers=headers
+                )
+                first_event = trio.current_time() + provider.timeouts.first_event
+                with trio.move_on_at(first_event) as waiting:
+                    response = await provider.client.send(request, stream=True)
+                if waiting.cancelled_caught:
+                    raise _Attempt(
+                        ProviderError(
+                            f"{provider.name}: no response within "
+                            f"{provider.timeouts.first_event} s",
+                            code="timeout",
+                            retryable=True,
+                        )
+                    )
+            except httpx.TransportError as error:
+                raise _Attempt(self._transport_error(error)) from None
+        if scope.cancelled_caught:
+            raise self._deadline_error()
+        self._response = response
+        if response.status_code >= 300:
+            raise _Attempt(await self._status_error(response))
+        self._chunks = response.aiter_bytes()
+        self._decoder = provider.new_decoder()
+        self._reader = provider.new_reader()
+        self._idle_deadline = trio.current_time() + provider.timeouts.first_event
+
+    async def _pump(self) -> None:
+        """Read until at least one delta is pending or the stream ends."""
+        assert self._chunks is not None
+        assert self._decoder is not None
+        provider = self._provider
+        with trio.move_on_at(min(self._deadline, self._idle_deadline)) as scope:
+            try:
+                chunk = await self._chunks.__anext__()
+            except StopAsyncIteration:
+                chunk = None
+            except httpx.TransportError as error:
+                raise _Attempt(self._transport_error(error)) from None
+        if scope.cancelled_caught:
+            if trio.current_time() >= self._deadline:
+                raise self._deadline_error()
+            raise _Attempt(
+                ProviderError(
+                    f"{provider.name}: no event for {provider.timeouts.idle} s",
+                    code="timeout",
+                    retryable=True,
+                )
+            )
+        try:
+            items = self._decoder.close() if chunk is None else self._decoder.feed(chunk)
+            for item in items:
+                self._add(item)
+            if chunk is None:
+                self._pending.extend(self._assembler.flush())
+                if not self._assembler.terminal:
+                    raise ProtocolError(
+                        f"{provider.name}: the stream ended without its terminal record",
+                        code="truncated",
+                    )
+                self._result = self._assembler.result()
+                self._finished = True
+        except ProviderError as error:
+            raise _Attempt(error) from None
+        except ProtocolError as error:
+            raise _Attempt(
+                ProviderError(error.message, code=error.code, retryable=error.code == "truncated")
+            ) from None
+
+    def _add(self, item: Any) -> None:
+        if isinstance(item, SSEEvent) or not isinstance(self._decoder, SSEDecoder):
+            self._idle_deadline = trio.current_time() + self._provider.timeouts.idle
+            increment: Increment = self._reader.read(item)
+            self._pending.extend(self._assembler.add(increment))
+        # An SSEComment is a keep-alive: it proves nothing and does not reset the idle timer.
+
+    # -- errors --------------------------------------------------------------------------------
+
+    def _transport_error(self, error: httpx.TransportError) -> ProviderError:
+        return ProviderError(
+            f"{self._provider.name}: {type(error).__name__}: "
+            f"{self._provider.redact(str(error))[:300]}",
+            code="transport",
+            retryable=True,
+        )
+
+    def _deadline_error(self) -> ProviderError:
+        error = ProviderError(
+            f"{self._provider.name}: the call took longer than its deadline of "
+            f"{self._provider.timeouts.deadline} s",
+            code="timeout",
+            retryable=False,
+        )
+        error.partial = self._assembler.partial()
+        return error
+
+    async def _status_error(self, response: httpx.Response) -> ProviderError:
+        provider = self._provider
+        excerpt = ""
+        with trio.move_on_at(self._deadline):
+            raw = bytearray()
+            try:
+                async for chunk in response.aiter_raw():
+                    raw.extend(chunk[: ERROR_BODY_LIMIT - len(raw)])
+                    if len(raw) >= ERROR_BODY_LIMIT:
+                        break
+            except httpx.TransportError:
+                pass
+            excerpt = provider.redact(raw.decode("utf-8", "replace"))
+        vendor_type, vendor_code, message = provider.error_details(excerpt)
+        code, retryable = classify_status(response.status_code, message)
+        text = f"{provider.name} error: {response.status_code}"
+        if message:
+            text += f" - {provider.redact(message)[:300]}"
+        return ProviderError(
+            text,
+            code=code,
+            retryable=retryable,
+            status=response.status_code,
+            vendor_type=vendor_type,
+            vendor_code=vendor_code,
+            excerpt=excerpt,
+            retry_after=_retry_after(response.headers),
+        )
+
+    async def _close_response(self) -> None:
+        chunks, self._chunks = self._chunks, None
+        if chunks is not None and hasattr(chunks, "aclose"):
+            await chunks.aclose()
+        response, self._response = self._response, None
+        if response is not None:
+            await response.aclose()
+
+
+class HTTPProvider(ABC):
+    """Base class of the HTTP providers: a vendor subclass supplies only its wire format.
+
+    Guarantees: every call is bounded by :class:`Timeouts`; failures before the first delta are
+    retried per :class:`RetryPolicy` (each retry reported to ``on_retry``); an error response is
+    read for at most 2 KiB and classified into a :class:`~protocols.errors.ProviderError`; a
+    stream that ends without its vendor's terminal record is an error, never a success; secrets
+    (the API key, auth header values) never appear in an error message or ``repr``.
+    """
+
+    name: ClassVar[str] = "provider"
+    framing: ClassVar[Literal["sse", "ndjson"]] = "sse"
+    path: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        client: httpx.AsyncClient | None = None,
+        timeouts: Timeouts | None = None,
+        retry: RetryPolicy | None = None,
+        headers: Mapping[str, str] | None = None,
+        auth: Callable[[], Awaitable[Mapping[str, str]]] | None = None,
+        split_think: bool = True,
+        on_retry: Callable[[RetryEvent], object] | None = None,
+        max_event_size: int = 16 * 1024 * 1024,
+        rng: random.Random | None = None,
+    ) -> None:
+        if not model:
+            raise ConfigError(f"{self.name}: a model name is required")
+        if not base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"{self.name}: base_url must be an http(s) URL, not {base_url!r}")
+        extra = dict(headers or {})
+        protected = sorted(key for key in extra if key.lower() in PROTECTED_HEADERS)
+        if protected:
+            raise ConfigError(
+                f"{self.name}: headers may not override {', '.join(protected)} "
+                "(set by the engine; use api_key= or auth= for credentials)"
+            )
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self._api_key = api_key
+        self.timeouts = timeouts if timeouts is not None else Timeouts()
+        self.retry = retry if retry is not None else RetryPolicy()
+        self._extra_headers = extra
+        self._auth = auth
+        self.split_think = split_think
+        self.on_retry = on_retry
+        self.max_event_size = max_event_size
+        self.rng = rng if rng is not None else random.Random()
+        self._owns_client = client is None
+        self.client = client if client is not None else self._make_client()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} model={self.model!r} base_url={self.base_url!r}>"
+
+    def _make_client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            timeout=httpx.Timeout(
+                connect=min(self.timeouts.connect, 1e9), read=None, write=60.0, pool=60.0
+            ),
+            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+            follow_redirects=False,
+        )
+
+    @property
+    def url(self) -> str:
+        """The endpoint the requests go to."""
+        return self.base_url + self.path
+
+    # -- what a vendor subclass supplies -------------------------------------------------------
+
+    @abstractmethod
+    def encode(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition],
+        options: ProviderOptions | None,
+    ) -> dict[str, Any]:
+        """The vendor's request body."""
+
+    @abstractmethod
+    def new_reader(self) -> Any:
+        """A fresh record reader for one stream (its ``read(record)`` returns an Increment)."""
+
+    @abstractmethod
+    def error_details(self, body: str) -> tuple[str | None, str | None, str]:
+        """(vendor type, vendor code, message) from an error body excerpt."""
+
+    def auth_headers(self) -> dict[str, str]:
+        """Headers carrying the API key (default: a bearer token, when there is a key)."""
+        return {"authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+
+    # -- the engine ----------------------------------------------------------------------------
+
+    def new_decoder(self) -> SSEDecoder | NDJSONDecoder:
+        """A fresh framing decoder for one response."""
+        if self.framing == "sse":
+            return SSEDecoder(max_event_size=self.max_event_size)
+        return NDJSONDecoder(max_line_size=self.max_event_size)
+
+    def new_assembler(self) -> StreamAssembler:
+        """A fresh assembler for one attempt."""
+        return StreamAssembler(split=self.split_think)
+
+    async def request_headers(self) -> dict[str, str]:
+        """The request's headers: protocol headers, extra headers, then credentials."""
+        headers = {
+            "content-type": "application/json",
+            "accept": "text/event-stream" if self.framing == "sse" else "application/x-ndjson",
+        }
+        headers.update(self._extra_headers)
+        headers.update(self.auth_headers())
+        if self._auth is not None:
+            supplied = await self._auth()
+            headers.update({key.lower(): value for key, value in supplied.items()})
+        return headers
+
+    def redact(self, text: str) -> str:
+        """``text`` with the API key (if any) replaced by ``[redacted]``."""
+        if self._api_key and self._api_key in text:
+            return text.replace(self._api_key, "[redacted]")
+        return text
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolDefinition] | None = None,
+        options: ProviderOptions | None = None,
+    ) -> ProviderStream:
+        """Stream a completion (see :class:`ProviderStream`). Encoding errors raise here."""
+        return ProviderStream(self, messages, tools, options)
+
+    async def generate(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolDefinition] | None = None,
+        options: ProviderOptions | None = None,
+    ) -> ProviderResult:
+        """The whole result at once: :meth:`stream`, drained."""
+        async with self.stream(messages, tools=tools, options=options) as stream:
+            async for _ in stream:
+                pass
+        return stream.result
+
+    async def aclose(self) -> None:
+        """Close the HTTP client, if this provider created it."""
+        if self._owns_client:
+            await self.client.aclose()

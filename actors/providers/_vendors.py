@@ -1,0 +1,135 @@
+"""The three wire formats people run, as HTTP providers."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from protocols.messages import Message, ProviderOptions, ToolDefinition
+from protocols.wire import anthropic, ollama, openai_chat
+
+from ._http import HTTPProvider
+
+__all__ = ["AnthropicMessages", "OllamaChat", "OpenAIChat"]
+
+
+class OpenAIChat(HTTPProvider):
+    """OpenAI-compatible chat completions (OpenAI, vLLM, llama.cpp server, LM Studio, OpenRouter,
+    Ollama's ``/v1``), streamed as SSE with usage.
+
+    ``base_url`` (ending in ``/v1``) defaults to ``$OPENAI_BASE_URL`` or OpenAI's; ``api_key``
+    to ``$OPENAI_API_KEY`` (none is fine for local servers). Other arguments: see
+    :class:`HTTPProvider`.
+    """
+
+    name = "openai-chat"
+    framing = "sse"
+    path = openai_chat.PATH
+
+    def __init__(
+        self, *, model: str, base_url: str | None = None, api_key: str | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(
+            base_url=base_url or os.environ.get("OPENAI_BASE_URL") or openai_chat.DEFAULT_BASE_URL,
+            model=model,
+            api_key=api_key if api_key is not None else os.environ.get("OPENAI_API_KEY"),
+            **kwargs,
+        )
+
+    def encode(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition],
+        options: ProviderOptions | None,
+    ) -> dict[str, Any]:
+        return openai_chat.encode_request(messages, model=self.model, tools=tools, options=options)
+
+    def new_reader(self) -> openai_chat.OpenAIChatReader:
+        return openai_chat.OpenAIChatReader()
+
+    def error_details(self, body: str) -> tuple[str | None, str | None, str]:
+        return openai_chat.error_details(body)
+
+
+class AnthropicMessages(HTTPProvider):
+    """Anthropic's Messages API, streamed as SSE.
+
+    ``api_key`` defaults to ``$ANTHROPIC_API_KEY`` and is sent as ``x-api-key`` with the
+    ``anthropic-version`` header. Inline ``<think>`` splitting is off: Anthropic reports
+    reasoning natively.
+    """
+
+    name = "anthropic"
+    framing = "sse"
+    path = anthropic.PATH
+
+    def __init__(
+        self, *, model: str, base_url: str | None = None, api_key: str | None = None, **kwargs: Any
+    ) -> None:
+        kwargs.setdefault("split_think", False)
+        super().__init__(
+            base_url=base_url or anthropic.DEFAULT_BASE_URL,
+            model=model,
+            api_key=api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY"),
+            **kwargs,
+        )
+
+    def auth_headers(self) -> dict[str, str]:
+        headers = {"anthropic-version": anthropic.API_VERSION}
+        if self._api_key:
+            headers["x-api-key"] = self._api_key
+        return headers
+
+    def encode(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition],
+        options: ProviderOptions | None,
+    ) -> dict[str, Any]:
+        return anthropic.encode_request(messages, model=self.model, tools=tools, options=options)
+
+    def new_reader(self) -> anthropic.AnthropicReader:
+        return anthropic.AnthropicReader()
+
+    def error_details(self, body: str) -> tuple[str | None, str | None, str]:
+        return anthropic.error_details(body)
+
+
+class OllamaChat(HTTPProvider):
+    """Ollama's native ``/api/chat``, streamed as NDJSON.
+
+    ``base_url`` defaults to ``$OLLAMA_HOST`` (``http://`` added when it has no scheme) or
+    ``http://127.0.0.1:11434``.
+    """
+
+    name = "ollama"
+    framing = "ndjson"
+    path = ollama.PATH
+
+    def __init__(
+        self, *, model: str, base_url: str | None = None, api_key: str | None = None, **kwargs: Any
+    ) -> None:
+        host = os.environ.get("OLLAMA_HOST")
+        if host and not host.startswith(("http://", "https://")):
+            host = f"http://{host}"
+        super().__init__(
+            base_url=base_url or host or ollama.DEFAULT_BASE_URL,
+            model=model,
+            api_key=api_key,
+            **kwargs,
+        )
+
+    def encode(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition],
+        options: ProviderOptions | None,
+    ) -> dict[str, Any]:
+        return ollama.encode_request(messages, model=self.model, tools=tools, options=options)
+
+    def new_reader(self) -> ollama.OllamaReader:
+        return ollama.OllamaReader()
+
+    def error_details(self, body: str) -> tuple[str | None, str | None, str]:
+        return ollama.error_details(body)
