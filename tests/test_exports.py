@@ -132,6 +132,7 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "RetryEvent",
         "RetryPolicy",
         "Timeouts",
+        "WireFormat",
     ]
     assert {"CallFragment", "Increment", "StreamAssembler", "image_media_type"} <= set(
         protocols.wire.__all__

@@ -6,6 +6,7 @@ from ._http import ProviderStream as ProviderStream
 from ._http import RetryEvent as RetryEvent
 from ._http import RetryPolicy as RetryPolicy
 from ._http import Timeouts as Timeouts
+from ._http import WireFormat as WireFormat
 from ._vendors import AnthropicMessages as AnthropicMessages
 from ._vendors import OllamaChat as OllamaChat
 from ._vendors import OpenAIChat as OpenAIChat
@@ -20,4 +21,5 @@ __all__ = [
     "RetryEvent",
     "RetryPolicy",
     "Timeouts",
+    "WireFormat",
 ]

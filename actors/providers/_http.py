@@ -7,7 +7,7 @@ import email.utils
 import logging
 import math
 import random
-from abc import ABC, abstractmethod
+from abc import ABC
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal, Protocol
@@ -30,6 +30,7 @@ __all__ = [
     "RetryEvent",
     "RetryPolicy",
     "Timeouts",
+    "WireFormat",
 ]
 
 log = logging.getLogger(__name__)
@@ -396,6 +397,18 @@ class ProviderStream:
             await response.aclose()
 
 
+@attrs.frozen
+class WireFormat:
+    """A vendor's wire format, as the engine needs it: where to post, how the response is
+    framed, and the pure functions of its ``protocols.wire`` module."""
+
+    path: str
+    framing: Literal["sse", "ndjson"]
+    encode_request: Callable[..., dict[str, Any]]
+    new_reader: Callable[[], Any]
+    error_details: Callable[[str], tuple[str | None, str | None, str]]
+
+
 class HTTPProvider(ABC):
     """Base class of the HTTP providers: a vendor subclass supplies only its wire format.
 
@@ -407,8 +420,8 @@ class HTTPProvider(ABC):
     """
 
     name: ClassVar[str] = "provider"
-    framing: ClassVar[Literal["sse", "ndjson"]] = "sse"
-    path: ClassVar[str] = ""
+    #: The vendor's wire format; a subclass sets this (and its constructor's defaults) only.
+    wire: ClassVar[WireFormat]
 
     def __init__(
         self,
@@ -426,6 +439,8 @@ class HTTPProvider(ABC):
         max_event_size: int = 16 * 1024 * 1024,
         rng: random.Random | None = None,
     ) -> None:
+        if not isinstance(getattr(type(self), "wire", None), WireFormat):
+            raise TypeError(f"{type(self).__name__} must set `wire` to its WireFormat")
         if not model:
             raise ConfigError(f"{self.name}: a model name is required")
         if not base_url.startswith(("http://", "https://")):
@@ -466,11 +481,15 @@ class HTTPProvider(ABC):
     @property
     def url(self) -> str:
         """The endpoint the requests go to."""
-        return self.base_url + self.path
+        return self.base_url + self.wire.path
 
-    # -- what a vendor subclass supplies -------------------------------------------------------
+    @property
+    def framing(self) -> Literal["sse", "ndjson"]:
+        """How the vendor frames a streamed response."""
+        return self.wire.framing
 
-    @abstractmethod
+    # -- what a vendor subclass may refine -----------------------------------------------------
+
     def encode(
         self,
         messages: Sequence[Message],
@@ -478,14 +497,15 @@ class HTTPProvider(ABC):
         options: ProviderOptions | None,
     ) -> dict[str, Any]:
         """The vendor's request body."""
+        return self.wire.encode_request(messages, model=self.model, tools=tools, options=options)
 
-    @abstractmethod
     def new_reader(self) -> Any:
         """A fresh record reader for one stream (its ``read(record)`` returns an Increment)."""
+        return self.wire.new_reader()
 
-    @abstractmethod
     def error_details(self, body: str) -> tuple[str | None, str | None, str]:
         """(vendor type, vendor code, message) from an error body excerpt."""
+        return self.wire.error_details(body)
 
     def auth_headers(self) -> dict[str, str]:
         """Headers carrying the API key (default: a bearer token, when there is a key)."""

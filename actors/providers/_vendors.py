@@ -1,15 +1,14 @@
-"""The three wire formats people run, as HTTP providers."""
+"""The three wire formats people run, as HTTP providers: each only names its wire format and
+the defaults of its constructor."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from typing import Any
 
-from protocols.messages import Message, ProviderOptions, ToolDefinition
 from protocols.wire import anthropic, ollama, openai_chat
 
-from ._http import HTTPProvider
+from ._http import HTTPProvider, WireFormat
 
 __all__ = ["AnthropicMessages", "OllamaChat", "OpenAIChat"]
 
@@ -24,8 +23,13 @@ class OpenAIChat(HTTPProvider):
     """
 
     name = "openai-chat"
-    framing = "sse"
-    path = openai_chat.PATH
+    wire = WireFormat(
+        path=openai_chat.PATH,
+        framing="sse",
+        encode_request=openai_chat.encode_request,
+        new_reader=openai_chat.OpenAIChatReader,
+        error_details=openai_chat.error_details,
+    )
 
     def __init__(
         self, *, model: str, base_url: str | None = None, api_key: str | None = None, **kwargs: Any
@@ -37,20 +41,6 @@ class OpenAIChat(HTTPProvider):
             **kwargs,
         )
 
-    def encode(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[ToolDefinition],
-        options: ProviderOptions | None,
-    ) -> dict[str, Any]:
-        return openai_chat.encode_request(messages, model=self.model, tools=tools, options=options)
-
-    def new_reader(self) -> openai_chat.OpenAIChatReader:
-        return openai_chat.OpenAIChatReader()
-
-    def error_details(self, body: str) -> tuple[str | None, str | None, str]:
-        return openai_chat.error_details(body)
-
 
 class AnthropicMessages(HTTPProvider):
     """Anthropic's Messages API, streamed as SSE.
@@ -61,8 +51,13 @@ class AnthropicMessages(HTTPProvider):
     """
 
     name = "anthropic"
-    framing = "sse"
-    path = anthropic.PATH
+    wire = WireFormat(
+        path=anthropic.PATH,
+        framing="sse",
+        encode_request=anthropic.encode_request,
+        new_reader=anthropic.AnthropicReader,
+        error_details=anthropic.error_details,
+    )
 
     def __init__(
         self, *, model: str, base_url: str | None = None, api_key: str | None = None, **kwargs: Any
@@ -81,20 +76,6 @@ class AnthropicMessages(HTTPProvider):
             headers["x-api-key"] = self._api_key
         return headers
 
-    def encode(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[ToolDefinition],
-        options: ProviderOptions | None,
-    ) -> dict[str, Any]:
-        return anthropic.encode_request(messages, model=self.model, tools=tools, options=options)
-
-    def new_reader(self) -> anthropic.AnthropicReader:
-        return anthropic.AnthropicReader()
-
-    def error_details(self, body: str) -> tuple[str | None, str | None, str]:
-        return anthropic.error_details(body)
-
 
 class OllamaChat(HTTPProvider):
     """Ollama's native ``/api/chat``, streamed as NDJSON.
@@ -104,8 +85,13 @@ class OllamaChat(HTTPProvider):
     """
 
     name = "ollama"
-    framing = "ndjson"
-    path = ollama.PATH
+    wire = WireFormat(
+        path=ollama.PATH,
+        framing="ndjson",
+        encode_request=ollama.encode_request,
+        new_reader=ollama.OllamaReader,
+        error_details=ollama.error_details,
+    )
 
     def __init__(
         self, *, model: str, base_url: str | None = None, api_key: str | None = None, **kwargs: Any
@@ -119,17 +105,3 @@ class OllamaChat(HTTPProvider):
             api_key=api_key,
             **kwargs,
         )
-
-    def encode(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[ToolDefinition],
-        options: ProviderOptions | None,
-    ) -> dict[str, Any]:
-        return ollama.encode_request(messages, model=self.model, tools=tools, options=options)
-
-    def new_reader(self) -> ollama.OllamaReader:
-        return ollama.OllamaReader()
-
-    def error_details(self, body: str) -> tuple[str | None, str | None, str]:
-        return ollama.error_details(body)

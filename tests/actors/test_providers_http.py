@@ -21,6 +21,7 @@ import trio.testing
 
 from actors.providers import (
     AnthropicMessages,
+    HTTPProvider,
     OllamaChat,
     OpenAIChat,
     RetryEvent,
@@ -393,6 +394,10 @@ def test_configuration_errors_are_clear() -> None:
         OpenAIChat(model="", base_url="http://127.0.0.1:1/v1")
     with pytest.raises(ConfigError, match="must be an http"):
         OllamaChat(model="m", base_url="ftp://example")
+    with pytest.raises(TypeError, match="must set `wire`"):
+        HTTPProvider(model="m", base_url="http://127.0.0.1:1")
+    assert OllamaChat(model="m").framing == "ndjson"
+    assert OpenAIChat(model="m", base_url="http://h/v1/").url == "http://h/v1/chat/completions"
 
 
 # --------------------------------------------------------------------------- vendor transcripts
