@@ -121,7 +121,15 @@ def test_subpackage_export_lists_are_pinned() -> None:
     import protocols.faults
     import protocols.wire
 
-    assert sorted(actors.testing.__all__) == ["FaultProviderServer"]
+    assert sorted(actors.testing.__all__) == [
+        "Fail",
+        "FaultProviderServer",
+        "Hang",
+        "Reply",
+        "ScriptExhausted",
+        "ScriptedCall",
+        "ScriptedProvider",
+    ]
     assert sorted(actors.providers.__all__) == [
         "AnthropicMessages",
         "HTTPProvider",

@@ -7,7 +7,7 @@ import email.utils
 import logging
 import math
 import random
-from abc import ABC
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal, Protocol
@@ -150,16 +150,49 @@ class _Attempt(Exception):
         self.error = error
 
 
-class ProviderStream:
+class ProviderStream(ABC):
     """One streamed provider call: ``async with provider.stream(...) as stream: async for delta
     in stream: ...``, then ``stream.result``.
 
-    Guarantees: the request is sent when iteration starts; deltas come in order; after the
-    iteration ends, :attr:`result` is the assembled :class:`~protocols.messages.ProviderResult`;
-    :attr:`partial` is always what was produced so far (the result to commit when the caller's
-    scope cancels the stream: the ``trio.Cancelled`` propagates as trio requires). Leaving the
-    block -- early, by an error or by a cancel -- closes the HTTP response.
+    Guarantees (of every implementation): the call starts when iteration starts; deltas come in
+    order; after the iteration ends, :attr:`result` is the assembled
+    :class:`~protocols.messages.ProviderResult`; :attr:`partial` is always what was produced so
+    far (the result to commit when the caller's scope cancels the stream: the
+    ``trio.Cancelled`` propagates as trio requires). Leaving the block -- early, by an error or by
+    a cancel -- releases what the call holds (for HTTP, the response).
     """
+
+    async def __aenter__(self) -> ProviderStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        with trio.CancelScope(shield=True):
+            await self.aclose()
+
+    def __aiter__(self) -> ProviderStream:
+        return self
+
+    @abstractmethod
+    async def __anext__(self) -> Delta:
+        """The next delta; ``StopAsyncIteration`` once the call has completed."""
+
+    @property
+    @abstractmethod
+    def result(self) -> ProviderResult:
+        """The assembled result, once the iteration has ended (``RuntimeError`` before)."""
+
+    @property
+    @abstractmethod
+    def partial(self) -> ProviderResult:
+        """What the call produced so far."""
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Release what the call holds (idempotent)."""
+
+
+class _HTTPStream(ProviderStream):
+    """A :class:`ProviderStream` over one HTTP response (with retries before the first delta)."""
 
     def __init__(
         self,
@@ -184,15 +217,8 @@ class ProviderStream:
         self._deadline = math.inf
         self._idle_deadline = math.inf
 
-    async def __aenter__(self) -> ProviderStream:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        with trio.CancelScope(shield=True):
-            await self._close_response()
-
-    def __aiter__(self) -> ProviderStream:
-        return self
+    async def aclose(self) -> None:
+        await self._close_response()
 
     @property
     def result(self) -> ProviderResult:
@@ -550,7 +576,7 @@ class HTTPProvider(ABC):
         options: ProviderOptions | None = None,
     ) -> ProviderStream:
         """Stream a completion (see :class:`ProviderStream`). Encoding errors raise here."""
-        return ProviderStream(self, messages, tools, options)
+        return _HTTPStream(self, messages, tools, options)
 
     async def generate(
         self,
