@@ -22,6 +22,7 @@ from protocols.messages import Delta, Message, ProviderOptions, ProviderResult, 
 from protocols.ndjson import NDJSONDecoder
 from protocols.sse import SSEDecoder, SSEEvent
 from protocols.wire import Increment, StreamAssembler, classify_status
+from protocols.wire.schema import Vendor, project
 
 __all__ = [
     "HTTPProvider",
@@ -430,6 +431,8 @@ class WireFormat:
 
     path: str
     framing: Literal["sse", "ndjson"]
+    #: Whose tool-schema rules apply (see ``protocols.wire.schema.project``).
+    schema_vendor: Vendor
     encode_request: Callable[..., dict[str, Any]]
     new_reader: Callable[[], Any]
     error_details: Callable[[str], tuple[str | None, str | None, str]]
@@ -522,8 +525,32 @@ class HTTPProvider(ABC):
         tools: Sequence[ToolDefinition],
         options: ProviderOptions | None,
     ) -> dict[str, Any]:
-        """The vendor's request body."""
-        return self.wire.encode_request(messages, model=self.model, tools=tools, options=options)
+        """The vendor's request body, with each tool's schema projected onto what the vendor
+        accepts. A schema the vendor cannot take raises :class:`~protocols.errors.ConfigError`
+        here, before any request is sent. (Arguments are still validated against the original
+        schema by whoever runs the tool.)"""
+        return self.wire.encode_request(
+            messages, model=self.model, tools=self.project_tools(tools), options=options
+        )
+
+    def project_tools(self, tools: Sequence[ToolDefinition]) -> list[ToolDefinition]:
+        """``tools`` with their parameter schemas adapted to this vendor (unchanged objects
+        when nothing needed adapting); ``ConfigError`` naming the tool when one is rejected."""
+        projected: list[ToolDefinition] = []
+        for tool in tools:
+            projection = project(tool.parameters, self.wire.schema_vendor)
+            if projection.outcome == "rejected":
+                raise ConfigError(
+                    f"{self.name}: the schema of tool {tool.name!r} cannot be sent: "
+                    f"{projection.reason}"
+                )
+            if projection.outcome == "adapted":
+                assert projection.schema is not None
+                log.debug("%s: tool %r adapted: %s", self.name, tool.name, projection.changes)
+                projected.append(attrs.evolve(tool, parameters=projection.schema))
+            else:
+                projected.append(tool)
+        return projected
 
     def new_reader(self) -> Any:
         """A fresh record reader for one stream (its ``read(record)`` returns an Increment)."""

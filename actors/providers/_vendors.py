@@ -26,6 +26,7 @@ class OpenAIChat(HTTPProvider):
     wire = WireFormat(
         path=openai_chat.PATH,
         framing="sse",
+        schema_vendor="openai",
         encode_request=openai_chat.encode_request,
         new_reader=openai_chat.OpenAIChatReader,
         error_details=openai_chat.error_details,
@@ -54,6 +55,7 @@ class AnthropicMessages(HTTPProvider):
     wire = WireFormat(
         path=anthropic.PATH,
         framing="sse",
+        schema_vendor="anthropic",
         encode_request=anthropic.encode_request,
         new_reader=anthropic.AnthropicReader,
         error_details=anthropic.error_details,
@@ -88,6 +90,7 @@ class OllamaChat(HTTPProvider):
     wire = WireFormat(
         path=ollama.PATH,
         framing="ndjson",
+        schema_vendor="ollama",
         encode_request=ollama.encode_request,
         new_reader=ollama.OllamaReader,
         error_details=ollama.error_details,

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from .._json import dumps, loads
-from ..errors import ConfigError, ProtocolError, ProviderError
+from ..errors import ConfigError, ProtocolError, ProviderError, ValidationError
 from ..messages import (
     FinishReason,
     Message,
@@ -263,7 +263,12 @@ class OllamaReader:
         elif isinstance(arguments, str):
             text = arguments
         elif isinstance(arguments, dict):
-            text = dumps(arguments)
+            try:
+                text = dumps(arguments)
+            except ValidationError as error:
+                raise ProtocolError(
+                    f"Ollama tool call {index} arguments are not strict JSON: {error.message}"
+                ) from None
         else:
             raise ProtocolError(
                 f"Ollama tool call {index} arguments are not a JSON object (got {_kind(arguments)})"
@@ -337,7 +342,13 @@ def _error_text(error: Any) -> str:
     anything else as compact JSON."""
     if isinstance(error, dict) and isinstance(error.get("message"), str):
         error = error["message"]
-    text = error if isinstance(error, str) else dumps(error)
+    if isinstance(error, str):
+        text = error
+    else:
+        try:
+            text = dumps(error)
+        except ValidationError:  # not strict JSON (only possible from a hand-built record)
+            text = repr(error)
     return text.strip()[:_ERROR_TEXT_LIMIT]
 
 

@@ -272,6 +272,14 @@ def _first_choice(record: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def _argument_text(arguments: dict[str, Any]) -> str:
+    """Arguments sent as an object (some servers do) as JSON text; ProtocolError if not JSON."""
+    try:
+        return dumps(arguments)
+    except ValidationError as error:
+        raise ProtocolError(f"tool call arguments are not strict JSON: {error.message}") from None
+
+
 def _bounded(text: str) -> str:
     return text.strip()[:_MESSAGE_LIMIT]
 
@@ -424,7 +432,7 @@ class OpenAIChatReader:
             function, "arguments", (str, dict), "tool call function"
         )
         if isinstance(arguments, dict):
-            arguments = dumps(arguments)
+            arguments = _argument_text(arguments)
         slot = self._slot(wire_index, call_id)
         return CallFragment(index=slot, id=call_id, name=name, arguments=arguments or "")
 
@@ -502,7 +510,9 @@ def read_response(body: Any, *, split: bool = True) -> ProviderResult:
                 index=index,
                 id=_field(item, "id", str, "tool call") or None,
                 name=_field(function, "name", str, "tool call function") or None,
-                arguments=dumps(arguments) if isinstance(arguments, dict) else arguments or "",
+                arguments=(
+                    _argument_text(arguments) if isinstance(arguments, dict) else arguments or ""
+                ),
             )
         )
     assembler = StreamAssembler(split=split)

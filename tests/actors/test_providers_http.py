@@ -29,7 +29,15 @@ from actors.providers import (
     Timeouts,
 )
 from actors.testing import FaultProviderServer
-from protocols import ConfigError, Delta, Message, ProviderError, ProviderResult, from_json
+from protocols import (
+    ConfigError,
+    Delta,
+    Message,
+    ProviderError,
+    ProviderResult,
+    ToolDefinition,
+    from_json,
+)
 from protocols.faults import text_event
 
 FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures"
@@ -398,6 +406,25 @@ def test_configuration_errors_are_clear() -> None:
         HTTPProvider(model="m", base_url="http://127.0.0.1:1")
     assert OllamaChat(model="m").framing == "ndjson"
     assert OpenAIChat(model="m", base_url="http://h/v1/").url == "http://h/v1/chat/completions"
+
+
+def test_tool_schemas_are_projected_per_vendor_and_refused_before_any_request() -> None:
+    loose = ToolDefinition(
+        "search", parameters={"type": "object", "properties": {"tags": {"type": "array"}}}
+    )
+    openai = OpenAIChat(model="m", base_url="http://127.0.0.1:1/v1")
+    body = openai.encode(MESSAGES, [loose], None)
+    parameters = body["tools"][0]["function"]["parameters"]
+    assert parameters["properties"]["tags"] == {"type": "array", "items": {}}  # adapted
+    assert loose.parameters["properties"]["tags"] == {"type": "array"}  # input untouched
+    anthropic = AnthropicMessages(model="m", api_key="k")
+    body = anthropic.encode(MESSAGES, [loose], None)
+    assert body["tools"][0]["input_schema"] is loose.parameters  # adopted as it is
+    polluting = ToolDefinition(
+        "merge", parameters={"type": "object", "properties": {"__proto__": {"type": "object"}}}
+    )
+    with pytest.raises(ConfigError, match="schema of tool 'merge' cannot be sent"):
+        openai.stream(MESSAGES, tools=[polluting])
 
 
 # --------------------------------------------------------------------------- vendor transcripts

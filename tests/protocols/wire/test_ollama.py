@@ -814,3 +814,12 @@ def test_any_record_is_read_or_refused_with_a_typed_error(
         return
     assert isinstance(increment, Increment)
     assert increment.terminal == (record.get("done") is True)
+
+
+def test_values_that_are_not_strict_json_are_typed_errors() -> None:
+    # Readers are public: a hand-built record must still fail with the documented error types.
+    with pytest.raises(ProviderError, match="inf"):
+        OllamaReader().read({"error": float("inf")})
+    call = {"function": {"name": "f", "arguments": {"x": float("nan")}}}
+    with pytest.raises(ProtocolError, match="not strict JSON"):
+        OllamaReader().read({"message": {"tool_calls": [call]}})

@@ -951,3 +951,11 @@ def test_transcripts_are_well_formed(path: pathlib.Path) -> None:
         record = json.loads(block[6:])
         assert record["object"] == "chat.completion.chunk"
         assert record["id"]
+
+
+def test_object_arguments_that_are_not_strict_json_are_a_protocol_error() -> None:
+    # A parsed body handed to read_response can hold what strict JSON text never could.
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"x": 1e999}}}
+    body = {"choices": [{"index": 0, "message": {"tool_calls": [call]}, "finish_reason": "stop"}]}
+    with pytest.raises(ProtocolError, match="not strict JSON"):
+        read_response(body)
