@@ -139,6 +139,7 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "ProviderStream",
         "RetryEvent",
         "RetryPolicy",
+        "StreamingProvider",
         "Timeouts",
         "WireFormat",
     ]

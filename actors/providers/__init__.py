@@ -5,6 +5,7 @@ from ._http import ProviderInterface as ProviderInterface
 from ._http import ProviderStream as ProviderStream
 from ._http import RetryEvent as RetryEvent
 from ._http import RetryPolicy as RetryPolicy
+from ._http import StreamingProvider as StreamingProvider
 from ._http import Timeouts as Timeouts
 from ._http import WireFormat as WireFormat
 from ._vendors import AnthropicMessages as AnthropicMessages
@@ -20,6 +21,7 @@ __all__ = [
     "ProviderStream",
     "RetryEvent",
     "RetryPolicy",
+    "StreamingProvider",
     "Timeouts",
     "WireFormat",
 ]

@@ -30,6 +30,7 @@ __all__ = [
     "ProviderStream",
     "RetryEvent",
     "RetryPolicy",
+    "StreamingProvider",
     "Timeouts",
     "WireFormat",
 ]
@@ -65,6 +66,36 @@ class ProviderInterface(Protocol):
         tools: Sequence[ToolDefinition] | None = None,
         options: ProviderOptions | None = None,
     ) -> ProviderResult: ...
+
+
+class StreamingProvider(ABC):
+    """Base for providers: implement :meth:`stream`, and :meth:`generate` is that stream,
+    drained (the guarantee that both assemble the same result)."""
+
+    name: ClassVar[str] = "provider"
+
+    @abstractmethod
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolDefinition] | None = None,
+        options: ProviderOptions | None = None,
+    ) -> ProviderStream:
+        """Stream one completion (see :class:`ProviderStream`)."""
+
+    async def generate(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolDefinition] | None = None,
+        options: ProviderOptions | None = None,
+    ) -> ProviderResult:
+        """The whole result at once: :meth:`stream`, drained."""
+        async with self.stream(messages, tools=tools, options=options) as stream:
+            async for _ in stream:
+                pass
+        return stream.result
 
 
 def _positive(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
@@ -438,7 +469,7 @@ class WireFormat:
     error_details: Callable[[str], tuple[str | None, str | None, str]]
 
 
-class HTTPProvider(ABC):
+class HTTPProvider(StreamingProvider):
     """Base class of the HTTP providers: a vendor subclass supplies only its wire format.
 
     Guarantees: every call is bounded by :class:`Timeouts`; failures before the first delta are
@@ -604,19 +635,6 @@ class HTTPProvider(ABC):
     ) -> ProviderStream:
         """Stream a completion (see :class:`ProviderStream`). Encoding errors raise here."""
         return _HTTPStream(self, messages, tools, options)
-
-    async def generate(
-        self,
-        messages: Sequence[Message],
-        *,
-        tools: Sequence[ToolDefinition] | None = None,
-        options: ProviderOptions | None = None,
-    ) -> ProviderResult:
-        """The whole result at once: :meth:`stream`, drained."""
-        async with self.stream(messages, tools=tools, options=options) as stream:
-            async for _ in stream:
-                pass
-        return stream.result
 
     async def aclose(self) -> None:
         """Close the HTTP client, if this provider created it."""

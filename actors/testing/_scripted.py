@@ -20,7 +20,7 @@ from protocols.messages import (
     Usage,
 )
 
-from ..providers import ProviderStream
+from ..providers import ProviderStream, StreamingProvider
 
 __all__ = ["Fail", "Hang", "Reply", "ScriptExhausted", "ScriptedCall", "ScriptedProvider"]
 
@@ -172,7 +172,7 @@ class _ScriptedStream(ProviderStream):
         await trio.lowlevel.checkpoint()
 
 
-class ScriptedProvider:
+class ScriptedProvider(StreamingProvider):
     """A provider that answers from a script, one step per call, for tests and examples.
 
     Steps are :class:`Reply`, :class:`Fail`, :class:`Hang`, or a plain string (a :class:`Reply`
@@ -211,16 +211,3 @@ class ScriptedProvider:
     ) -> ProviderStream:
         """Stream the next step of the script (see :class:`ProviderStream`)."""
         return _ScriptedStream(self, ScriptedCall(tuple(messages), tuple(tools or ()), options))
-
-    async def generate(
-        self,
-        messages: Sequence[Message],
-        *,
-        tools: Sequence[ToolDefinition] | None = None,
-        options: ProviderOptions | None = None,
-    ) -> ProviderResult:
-        """The next step's whole result: :meth:`stream`, drained."""
-        async with self.stream(messages, tools=tools, options=options) as stream:
-            async for _ in stream:
-                pass
-        return stream.result
