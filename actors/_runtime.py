@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 
 import trio
 
+from protocols.breaker import CircuitBreaker
+
 from ._actor import Actor, ActorRef, _Cell, _leaves, run_incarnation
 from ._supervisor import (
     Backoff,
@@ -19,6 +21,7 @@ from ._supervisor import (
     Supervisor,
     SupervisorStatistics,
 )
+from .providers import ProviderConnection, StreamingProvider
 
 __all__ = ["Runtime", "open_runtime"]
 
@@ -66,6 +69,21 @@ class Runtime:
             mailbox_size=mailbox_size,
         )
         return await self.root.start_child(spec)
+
+    async def connect(
+        self,
+        provider: StreamingProvider | Callable[[], StreamingProvider],
+        *,
+        name: str | None = None,
+        limit: int = 16,
+        breaker: CircuitBreaker | None = None,
+    ) -> ProviderConnection:
+        """Run ``provider`` as a supervised :class:`~actors.providers.ProviderConnection`
+        (a concurrency limit, a circuit breaker, a fresh HTTP client on restart) and return it;
+        it is itself a provider."""
+        return await ProviderConnection.start(
+            self, provider, name=name, limit=limit, breaker=breaker
+        )
 
     async def start(self, spec: ChildSpec) -> ActorRef[Any, Any]:
         """Start a child of the root from a full :class:`ChildSpec` (a supervisor, say)."""

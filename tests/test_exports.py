@@ -132,9 +132,11 @@ def test_subpackage_export_lists_are_pinned() -> None:
     ]
     assert sorted(actors.providers.__all__) == [
         "AnthropicMessages",
+        "ConnectionStatistics",
         "HTTPProvider",
         "OllamaChat",
         "OpenAIChat",
+        "ProviderConnection",
         "ProviderInterface",
         "ProviderStream",
         "RetryEvent",

@@ -1,5 +1,7 @@
 """Providers: the inference boundary and the HTTP engine with its vendor adapters."""
 
+from ._connection import ConnectionStatistics as ConnectionStatistics
+from ._connection import ProviderConnection as ProviderConnection
 from ._http import HTTPProvider as HTTPProvider
 from ._http import ProviderInterface as ProviderInterface
 from ._http import ProviderStream as ProviderStream
@@ -14,9 +16,11 @@ from ._vendors import OpenAIChat as OpenAIChat
 
 __all__ = [
     "AnthropicMessages",
+    "ConnectionStatistics",
     "HTTPProvider",
     "OllamaChat",
     "OpenAIChat",
+    "ProviderConnection",
     "ProviderInterface",
     "ProviderStream",
     "RetryEvent",

@@ -72,7 +72,7 @@ class StreamingProvider(ABC):
     """Base for providers: implement :meth:`stream`, and :meth:`generate` is that stream,
     drained (the guarantee that both assemble the same result)."""
 
-    name: ClassVar[str] = "provider"
+    name: str = "provider"
 
     @abstractmethod
     def stream(
@@ -400,10 +400,13 @@ class _HTTPStream(ProviderStream):
     # -- errors --------------------------------------------------------------------------------
 
     def _transport_error(self, error: httpx.TransportError) -> ProviderError:
+        # A pool timeout says the client's pool is stuck (not the server): a connection actor
+        # renews the client when it sees one.
+        code = "pool_timeout" if isinstance(error, httpx.PoolTimeout) else "transport"
         return ProviderError(
             f"{self._provider.name}: {type(error).__name__}: "
             f"{self._provider.redact(str(error))[:300]}",
-            code="transport",
+            code=code,
             retryable=True,
         )
 
@@ -479,7 +482,7 @@ class HTTPProvider(StreamingProvider):
     (the API key, auth header values) never appear in an error message or ``repr``.
     """
 
-    name: ClassVar[str] = "provider"
+    name: str = "provider"
     #: The vendor's wire format; a subclass sets this (and its constructor's defaults) only.
     wire: ClassVar[WireFormat]
 
@@ -635,6 +638,12 @@ class HTTPProvider(StreamingProvider):
     ) -> ProviderStream:
         """Stream a completion (see :class:`ProviderStream`). Encoding errors raise here."""
         return _HTTPStream(self, messages, tools, options)
+
+    def renew_client(self) -> None:
+        """Replace a closed client of this provider's own with a fresh one (a new pool).
+        A client passed in by the caller is never replaced."""
+        if self._owns_client and self.client.is_closed:
+            self.client = self._make_client()
 
     async def aclose(self) -> None:
         """Close the HTTP client, if this provider created it."""
