@@ -88,7 +88,11 @@ _ERROR_CODES: dict[str, tuple[str, bool]] = {
     "overloaded_error": ("overloaded", True),
     "rate_limit_error": ("rate_limit", True),
     "api_error": ("server_error", True),
+    # The vendor timed out on its side: as transient as an overload.
+    "timeout_error": ("timeout", True),
     "authentication_error": ("auth", False),
+    "permission_error": ("auth", False),
+    "not_found_error": ("model_not_found", False),
 }
 
 #: Phrases (lowercase) of Anthropic messages that say the prompt does not fit the context window.
@@ -639,10 +643,12 @@ def error_details(body: str) -> tuple[str | None, str | None, str]:
     ``error.message``. Anything else gives ``(None, None, text)``. The message is on one line and
     at most 300 characters. Never raises.
 
-    The codes the engine and :class:`AnthropicReader` give these types: ``overloaded_error`` ->
-    ``overloaded`` and ``rate_limit_error`` -> ``rate_limit`` and ``api_error`` -> ``server_error``
-    (all retryable); ``invalid_request_error`` whose message :func:`is_context_overflow` ->
-    ``context_overflow``; ``authentication_error`` -> ``auth``; others -> ``provider_error``.
+    The codes :class:`AnthropicReader` gives these types: ``overloaded_error`` -> ``overloaded``,
+    ``rate_limit_error`` -> ``rate_limit``, ``api_error`` -> ``server_error`` and
+    ``timeout_error`` -> ``timeout`` (all retryable); ``invalid_request_error`` whose message
+    :func:`is_context_overflow` -> ``context_overflow``; ``authentication_error`` and
+    ``permission_error`` -> ``auth``; ``not_found_error`` -> ``model_not_found``; others ->
+    ``provider_error``.
     """
     try:
         text = body if isinstance(body, str) else str(body)

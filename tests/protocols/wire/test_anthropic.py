@@ -653,8 +653,9 @@ def test_known_fields_of_the_wrong_shape_raise_protocol_error(data: Any) -> None
         ),
         ("invalid_request_error", "messages: roles must alternate", "provider_error", False),
         ("authentication_error", "invalid x-api-key", "auth", False),
-        ("permission_error", "no access", "provider_error", False),
-        ("not_found_error", "model: claude-x", "provider_error", False),
+        ("permission_error", "no access", "auth", False),
+        ("not_found_error", "model: claude-x", "model_not_found", False),
+        ("timeout_error", "Request timed out", "timeout", True),
         ("brand_new_error", "?", "provider_error", False),
     ],
 )
