@@ -67,34 +67,6 @@ def _repair_str(text: str) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
-def _repair(value: Any) -> Any:
-    """Return ``value`` with every lone surrogate in keys and strings replaced by U+FFFD.
-
-    Raises ``ValueError`` when two keys of one object become equal by the repair: keeping one of
-    them would silently lose a value, so they count as duplicate keys.
-    """
-    if isinstance(value, str):
-        return _repair_str(value)
-    if isinstance(value, dict):
-        repaired = {_repair_str(k): _repair(v) for k, v in value.items()}
-        if len(repaired) != len(value):
-            raise ValueError(f"duplicate object key {_first_collision(value)!r} after repair")
-        return repaired
-    if isinstance(value, list):
-        return [_repair(v) for v in value]
-    return value
-
-
-def _first_collision(value: Mapping[str, Any]) -> str:
-    seen: set[str] = set()
-    for key in value:
-        repaired = _repair_str(key)
-        if repaired in seen:
-            return repaired[:80]
-        seen.add(repaired)
-    return ""  # pragma: no cover - only called when a collision exists
-
-
 def _int_too_long(value: int) -> bool:
     # Below ~13,000 bits an int has fewer than 4,000 digits: under any sane int-string limit, so
     # the (costly) exact check runs only for enormous values.
@@ -162,10 +134,13 @@ def loads(
             f"invalid JSON: nested deeper than {MAX_DEPTH}", code="json", category=category
         )
     if _SURROGATE_ESCAPE.search(text) or _SURROGATE.search(text):
+        # The same walk dumps() uses: repairs strings and keys, refuses keys the repair merges.
         try:
-            value = _repair(value)
-        except ValueError as exc:
-            raise ProtocolError(f"invalid JSON: {exc}", code="json", category=category) from None
+            value = check_json(value)
+        except ValidationError as exc:
+            raise ProtocolError(
+                f"invalid JSON: {exc.message}", code="json", category=category
+            ) from None
     return value
 
 
@@ -210,7 +185,7 @@ def _check(value: Any, path: str, depth: int, active: set[int]) -> Any:
             new_item = _check(item, f"{path}.{new_key}", depth + 1, active)
             changed = changed or new_key is not key or new_item is not item
             if new_key in out:
-                raise ValidationError(f"{path}: object keys collide after repair: {new_key!r}")
+                raise ValidationError(f"{path}: duplicate object key {new_key!r} after repair")
             out[new_key] = new_item
         active.discard(id(value))
         if changed or not isinstance(value, dict):

@@ -163,12 +163,7 @@ class StreamAssembler:
 
     def result(self) -> ProviderResult:
         """The complete result. Call after the stream ended (and after :meth:`flush`)."""
-        calls = tuple(self._build(index, call) for index, call in sorted(self._calls.items()))
-        seen: set[str] = set()
-        for call in calls:
-            if call.id in seen:
-                raise ProtocolError(f"two tool calls of one response share the id {call.id!r}")
-            seen.add(call.id)
+        calls = self._built_calls(strict=True)
         finish = self.finish
         if finish is None:
             finish = FinishReason.TOOL_CALLS if calls else FinishReason.STOP
@@ -183,16 +178,7 @@ class StreamAssembler:
 
     def partial(self) -> ProviderResult:
         """What the stream produced before it was cut short; never raises."""
-        calls: list[ToolCall] = []
-        seen: set[str] = set()
-        for index, call in sorted(self._calls.items()):
-            try:
-                built = self._build(index, call)
-            except ProtocolError:
-                continue  # its arguments never finished arriving
-            if built.id not in seen:  # a duplicate id cannot be answered unambiguously: drop it
-                seen.add(built.id)
-                calls.append(built)
+        calls = self._built_calls(strict=False)
         return ProviderResult(
             content=self.content,
             thinking=self.thinking,
@@ -201,6 +187,26 @@ class StreamAssembler:
             finish=FinishReason.CANCELLED,
             continuation=self.continuation,
         )
+
+    def _built_calls(self, *, strict: bool) -> tuple[ToolCall, ...]:
+        """The calls in index order. ``strict``: a malformed call or a repeated id is a
+        ProtocolError; otherwise incomplete calls and repeated ids are left out."""
+        calls: list[ToolCall] = []
+        seen: set[str] = set()
+        for index, call in sorted(self._calls.items()):
+            try:
+                built = self._build(index, call)
+            except ProtocolError:
+                if strict:
+                    raise
+                continue  # its arguments never finished arriving
+            if built.id in seen:
+                if strict:
+                    raise ProtocolError(f"two tool calls of one response share the id {built.id!r}")
+                continue  # a duplicate id cannot be answered unambiguously: drop it
+            seen.add(built.id)
+            calls.append(built)
+        return tuple(calls)
 
     def _build(self, index: int, call: _PartialCall) -> ToolCall:
         if not call.name:

@@ -527,10 +527,7 @@ def read_response(body: Any, *, split: bool = True) -> ProviderResult:
         )
     )
     assembler.flush()
-    try:
-        return assembler.result()
-    except ValidationError as error:  # e.g. two calls with the same id
-        raise ProtocolError(f"OpenAI chat response is inconsistent: {error.message}") from None
+    return assembler.result()
 
 
 # ---------------------------------------------------------------------------------------------
