@@ -119,6 +119,7 @@ def test_subpackage_export_lists_are_pinned() -> None:
     import actors.providers
     import actors.testing
     import protocols.faults
+    import protocols.simulator
     import protocols.wire
 
     assert sorted(actors.testing.__all__) == [
@@ -129,6 +130,24 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "ScriptExhausted",
         "ScriptedCall",
         "ScriptedProvider",
+        "Simulator",
+        "SimulatorStatistics",
+    ]
+    assert sorted(protocols.simulator.__all__) == [
+        "MAX_COUNT_TO",
+        "MEDIA_TYPES",
+        "ROUTES",
+        "SimAnswer",
+        "SimCall",
+        "SimRequest",
+        "SimTurn",
+        "ThinkStyle",
+        "Vendor",
+        "answer",
+        "error_body",
+        "parse_request",
+        "response_body",
+        "stream_frames",
     ]
     assert sorted(actors.providers.__all__) == [
         "AnthropicMessages",
@@ -166,6 +185,12 @@ def test_subpackage_export_lists_are_pinned() -> None:
             "usage_event",
         ]
     )
-    for module in (actors.providers, actors.testing, protocols.faults, protocols.wire):
+    for module in (
+        actors.providers,
+        actors.testing,
+        protocols.faults,
+        protocols.simulator,
+        protocols.wire,
+    ):
         for name in module.__all__:
             assert hasattr(module, name), f"{module.__name__}.{name}"

@@ -10,6 +10,8 @@ from ._scripted import Reply as Reply
 from ._scripted import ScriptedCall as ScriptedCall
 from ._scripted import ScriptedProvider as ScriptedProvider
 from ._scripted import ScriptExhausted as ScriptExhausted
+from ._simulator import Simulator as Simulator
+from ._simulator import SimulatorStatistics as SimulatorStatistics
 
 __all__ = [
     "Fail",
@@ -19,4 +21,6 @@ __all__ = [
     "ScriptExhausted",
     "ScriptedCall",
     "ScriptedProvider",
+    "Simulator",
+    "SimulatorStatistics",
 ]

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
-from contextlib import AsyncExitStack
 from typing import Any
 
 import h11
@@ -28,9 +26,11 @@ from protocols.faults import (
     usage_event,
 )
 
+from ._loopback import Exchange, LoopbackServer, RequestTooLarge
+
 __all__ = ["FaultProviderServer"]
 
-#: The most request bytes read before the body is ignored (the server never needs the body).
+#: The most request bytes read (the server never needs the body; a bigger request is dropped).
 MAX_REQUEST_BYTES = 1024 * 1024
 
 _SSE_HEADERS = [
@@ -40,7 +40,7 @@ _SSE_HEADERS = [
 ]
 
 
-class FaultProviderServer:
+class FaultProviderServer(LoopbackServer):
     """A loopback HTTP server speaking OpenAI chat-completions SSE, failing as its plan says.
 
     Use it as an async context manager::
@@ -57,23 +57,17 @@ class FaultProviderServer:
     :mod:`protocols.faults`.
     """
 
+    kind = "fault server"
+
     def __init__(self, plan: Sequence[FaultStep | Mapping[str, Any]]) -> None:
+        super().__init__()
         self.plan = parse_plan(plan)
         self._calls = 0
-        self._port: int | None = None
-        self._stack: AsyncExitStack | None = None
-
-    @property
-    def port(self) -> int:
-        """The TCP port it listens on (once started)."""
-        if self._port is None:
-            raise RuntimeError("the fault server is not running")
-        return self._port
 
     @property
     def base_url(self) -> str:
         """``http://127.0.0.1:<port>/v1``: what an OpenAI-compatible client takes as base URL."""
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"{self.origin}/v1"
 
     @property
     def url(self) -> str:
@@ -85,30 +79,8 @@ class FaultProviderServer:
         return self._calls
 
     async def __aenter__(self) -> FaultProviderServer:
-        if self._stack is not None:
-            raise RuntimeError("the fault server is already running")
-        stack = AsyncExitStack()
-        nursery = await stack.enter_async_context(trio.open_nursery())
-        try:
-            serve = functools.partial(trio.serve_tcp, self._handle, 0, host="127.0.0.1")
-            listeners: list[trio.SocketListener] = await nursery.start(serve)
-        except BaseException:
-            await stack.aclose()
-            raise
-        self._port = listeners[0].socket.getsockname()[1]
-        stack.callback(nursery.cancel_scope.cancel)
-        self._stack = stack
+        await super().__aenter__()
         return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Stop listening and end every connection handler (idempotent)."""
-        stack, self._stack = self._stack, None
-        self._port = None
-        if stack is not None:
-            await stack.aclose()
 
     # -- one connection ------------------------------------------------------------------------
 
@@ -118,29 +90,13 @@ class FaultProviderServer:
         async with stream:
             if isinstance(step, ConnectionRefused):
                 return  # accepted and closed at once: no status line
-            connection = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
-            if not await self._read_request(stream, connection):
-                return
-            await self._respond(stream, connection, step)
-
-    async def _read_request(self, stream: trio.SocketStream, connection: h11.Connection) -> bool:
-        """Read (and discard) one whole request; False if the client went away first."""
-        received = 0
-        while True:
+            exchange = Exchange(stream, MAX_REQUEST_BYTES)
             try:
-                event = connection.next_event()
-            except h11.RemoteProtocolError:
-                return False
-            if isinstance(event, h11.EndOfMessage):
-                return True
-            if event is h11.NEED_DATA:
-                data = await stream.receive_some(65536)
-                received += len(data)
-                if not data or received > MAX_REQUEST_BYTES:
-                    return False
-                connection.receive_data(data)
-            elif isinstance(event, h11.ConnectionClosed):
-                return False
+                if await exchange.read_request() is None:
+                    return
+            except RequestTooLarge:
+                return
+            await self._respond(stream, exchange.connection, step)
 
     async def _respond(
         self, stream: trio.SocketStream, connection: h11.Connection, step: FaultStep
