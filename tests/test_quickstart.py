@@ -5,6 +5,7 @@ from __future__ import annotations
 import pathlib
 import runpy
 import subprocess
+import sysconfig
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 quickstart = runpy.run_path(str(ROOT / ".ci" / "quickstart.py"))
@@ -16,10 +17,30 @@ def readme() -> str:
 
 def test_quick_start_block_holds_only_the_command_lines() -> None:
     lines = quickstart["quickstart_lines"](readme())
-    assert 1 <= len(lines) <= 2
     assert all(not line.lstrip().startswith("#") for line in lines), "no comments in the block"
+    demo_line = quickstart["command"]("demo", readme())
     test_line = quickstart["command"]("test", readme())
-    assert test_line in lines
+    assert lines == [demo_line, test_line], "exactly two lines: the demo first, then the tests"
+
+
+def test_demo_line_installs_the_package_then_runs_the_demo() -> None:
+    line = quickstart["command"]("demo", readme())
+    install, sep, run = line.partition("&&")
+    assert sep, "the demo line must install first, then run the demo"
+    assert install.split() == ["python", "-m", "pip", "install", "-e", "."]
+    assert run.split() == ["trio-agents", "demo"]
+    # The command part, as installed for this interpreter (PATH may miss the scripts dir here).
+    script = pathlib.Path(sysconfig.get_path("scripts")) / "trio-agents"
+    result = subprocess.run(
+        [str(script), "demo", "--interval", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "1 2 3 4 5 6 7 8 9 10 11 12" in result.stdout
+    assert "-- finish: stop" in result.stdout
 
 
 def test_test_line_installs_the_test_extras_then_runs_pytest() -> None:
