@@ -45,7 +45,7 @@ import attrs
 
 from ._json import dumpb, dumps, loads
 from .budget import estimate_tokens
-from .errors import ValidationError
+from .errors import ProtocolError, ValidationError
 from .messages import FinishReason, Usage
 
 __all__ = [
@@ -94,10 +94,12 @@ _ARGUMENT_FRAGMENT = 7
 _CREATED_AT = "2026-01-01T00:00:00Z"
 
 _CALL = re.compile(
-    r"\bcall\s+(?:the\s+)?([A-Za-z_][\w.-]*)(?:\s+tool)?(?:\s+with\s+(\{[^{}]*\}))?", re.IGNORECASE
+    r"\bcall\s+(?:the\s+)?([A-Za-z_][\w-]*(?:\.[\w-]+)*)(?:\s+tool)?(?:\s+with\s+(\{[^{}]*\}))?",
+    re.IGNORECASE,
 )
-_SUM = re.compile(r"(?<![\w.])(-?\d{1,15})\s*\+\s*(-?\d{1,15})(?![\w.])")
-_COUNT = re.compile(r"\bcount\s+to\s+(\d{1,12})\b", re.IGNORECASE)
+# Integers only: a decimal point before or a decimal part after a number is not a sum.
+_SUM = re.compile(r"(?<![\w.])(-?\d{1,15})\s*\+\s*(-?\d{1,15})(?!\w|\.\d)")
+_COUNT = re.compile(r"\bcount\s+to\s+(\d+)\b", re.IGNORECASE)
 _WORDS = re.compile(r"\s*\S+")
 
 
@@ -168,8 +170,8 @@ def parse_request(vendor: Vendor, body: bytes | str) -> SimRequest:
     """
     try:
         data = loads(body)
-    except ValueError as error:
-        raise ValidationError(f"the request body is not valid JSON: {error}") from None
+    except ProtocolError as error:
+        raise ValidationError(f"the request body is not valid JSON: {error.message}") from None
     if not isinstance(data, dict):
         raise ValidationError("the request body must be a JSON object")
     model = data.get("model")
@@ -198,6 +200,26 @@ def _optional_int(data: Mapping[str, Any], key: str, where: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValidationError(f"{where}{key} must be an integer >= 1")
     return value
+
+
+def _optional_object(data: Mapping[str, Any], key: str) -> dict[str, Any] | None:
+    value = data.get(key)
+    if value is not None and not isinstance(value, dict):
+        raise ValidationError(f"'{key}' must be an object")
+    return value
+
+
+def _stream_flag(data: Mapping[str, Any], *, default: bool) -> bool:
+    value = data.get("stream", default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ValidationError("'stream' must be true or false")
+    return value
+
+
+def _first_cap(*caps: int | None) -> int | None:
+    return next((cap for cap in caps if cap is not None), None)
 
 
 def _role(value: Any, where: str) -> Literal["system", "user", "assistant", "tool"]:
@@ -233,7 +255,7 @@ def _arguments(value: Any, where: str) -> dict[str, Any]:
     if isinstance(value, str):
         try:
             value = loads(value) if value else {}
-        except ValueError:
+        except ProtocolError:
             raise ValidationError(f"{where} is not valid JSON") from None
     if not isinstance(value, dict):
         raise ValidationError(f"{where} must be a JSON object")
@@ -262,8 +284,11 @@ def _chat_turns(messages: list[Any]) -> tuple[SimTurn, ...]:
     for index, item in enumerate(messages):
         where = f"messages[{index}]"
         message = _object(item, where)
+        raw_calls = message.get("tool_calls")
+        if raw_calls is not None and not isinstance(raw_calls, list):
+            raise ValidationError(f"{where}.tool_calls must be a list")
         calls = []
-        for number, call in enumerate(message.get("tool_calls") or ()):
+        for number, call in enumerate(raw_calls or ()):
             call_where = f"{where}.tool_calls[{number}]"
             function = _object(_object(call, call_where).get("function"), f"{call_where}.function")
             name = str(function.get("name", ""))
@@ -284,12 +309,12 @@ def _parse_openai(data: dict[str, Any], model: str, messages: list[Any]) -> SimR
     if choice is not None and not isinstance(choice, str):
         raise ValidationError("'tool_choice' must be a string or a function choice")
     effort = data.get("reasoning_effort")
-    template = data.get("chat_template_kwargs")
+    template = _optional_object(data, "chat_template_kwargs")
     think = (isinstance(effort, str) and effort not in ("none", "minimal")) or (
         isinstance(template, dict) and template.get("enable_thinking") is True
     )
-    options = data.get("stream_options")
-    stream = data.get("stream") is True
+    options = _optional_object(data, "stream_options")
+    stream = _stream_flag(data, default=False)
     return SimRequest(
         vendor="openai",
         model=model,
@@ -299,8 +324,9 @@ def _parse_openai(data: dict[str, Any], model: str, messages: list[Any]) -> SimR
         think=think,
         include_usage=stream and isinstance(options, dict) and options.get("include_usage") is True,
         tool_choice=choice,
-        max_tokens=_optional_int(data, "max_completion_tokens", "")
-        or _optional_int(data, "max_tokens", ""),
+        max_tokens=_first_cap(
+            _optional_int(data, "max_completion_tokens", ""), _optional_int(data, "max_tokens", "")
+        ),
     )
 
 
@@ -355,7 +381,7 @@ def _parse_anthropic(data: dict[str, Any], model: str, messages: list[Any]) -> S
         model=model,
         turns=tuple(turns),
         tools=_tool_names(data.get("tools"), nested=False),
-        stream=data.get("stream") is True,
+        stream=_stream_flag(data, default=False),
         think=isinstance(thinking, dict) and thinking.get("type") == "enabled",
         include_usage=True,
         tool_choice=choice,
@@ -364,14 +390,14 @@ def _parse_anthropic(data: dict[str, Any], model: str, messages: list[Any]) -> S
 
 
 def _parse_ollama(data: dict[str, Any], model: str, messages: list[Any]) -> SimRequest:
-    options = data.get("options")
-    cap = _optional_int(options, "num_predict", "options.") if isinstance(options, dict) else None
+    options = _optional_object(data, "options")
+    cap = _optional_int(options, "num_predict", "options.") if options is not None else None
     return SimRequest(
         vendor="ollama",
         model=model,
         turns=_chat_turns(messages),
         tools=_tool_names(data.get("tools"), nested=True),
-        stream=data.get("stream") is not False,  # Ollama streams unless told not to
+        stream=_stream_flag(data, default=True),  # Ollama streams unless told not to
         think=data.get("think") is True,
         include_usage=True,
         tool_choice=None,
@@ -413,7 +439,9 @@ def answer(request: SimRequest) -> SimAnswer:
             text = ""
             plan = "I will call " + ", ".join(_describe(call) for call in calls) + "."
         elif count:
-            n = min(int(count.group(1)), MAX_COUNT_TO)
+            digits = count.group(1).lstrip("0") or "0"
+            n = MAX_COUNT_TO if len(digits) > len(str(MAX_COUNT_TO)) else int(digits)
+            n = min(n, MAX_COUNT_TO)
             text = " ".join(str(i) for i in range(1, n + 1))
             plan = f"The user wants me to count to {n}, one number at a time."
         elif sums:
@@ -471,7 +499,7 @@ def _calls_for(question: str, tools: tuple[str, ...], choice: str | None) -> lis
         if match.group(2):
             try:
                 parsed = loads(match.group(2))
-            except ValueError:
+            except ProtocolError:
                 parsed = None
             if isinstance(parsed, dict):
                 arguments = parsed
@@ -797,7 +825,10 @@ def error_body(vendor: Vendor, status: int, message: str) -> dict[str, Any]:
         401: "authentication_error",
         404: "not_found_error",
         405: "invalid_request_error",
+        403: "permission_error",
         413: "request_too_large",
+        429: "rate_limit_error",
+        529: "overloaded_error",
     }.get(status, "api_error")
     if vendor == "anthropic":
         return {"type": "error", "error": {"type": kind, "message": message}}

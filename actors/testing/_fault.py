@@ -78,10 +78,6 @@ class FaultProviderServer(LoopbackServer):
         """How many requests (connections) it has received so far."""
         return self._calls
 
-    async def __aenter__(self) -> FaultProviderServer:
-        await super().__aenter__()
-        return self
-
     # -- one connection ------------------------------------------------------------------------
 
     async def _handle(self, stream: trio.SocketStream) -> None:

@@ -4,8 +4,9 @@ HTTP/1.1 exchange on h11 (the HTTP state machine httpx itself uses) with a bound
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import Any, Self
 
 import attrs
 import h11
@@ -44,6 +45,7 @@ class Exchange:
         Raises :class:`RequestTooLarge` once more than the limit has arrived for one request.
         """
         head: h11.Request | None = None
+        head_size = 0
         body = bytearray()
         while True:
             try:
@@ -54,12 +56,18 @@ class Exchange:
                 return None
             if isinstance(event, h11.Request):
                 head = event
+                # The head as sent, near enough: request line plus "name: value\r\n" lines.
+                head_size = len(event.method) + len(event.target) + 12
+                head_size += sum(len(name) + len(value) + 4 for name, value in event.headers)
+                declared = 0
                 for name, value in event.headers:
-                    if name == b"content-length" and int(value) > self._limit:
-                        raise RequestTooLarge  # refused before the body is read
+                    if name == b"content-length":
+                        declared = int(value)
+                if head_size + declared > self._limit:
+                    raise RequestTooLarge  # refused before the body is read
             elif isinstance(event, h11.Data):
                 body += event.data
-                if len(body) > self._limit:
+                if head_size + len(body) > self._limit:
                     raise RequestTooLarge
             elif isinstance(event, h11.EndOfMessage):
                 assert head is not None
@@ -84,9 +92,20 @@ class Exchange:
         if data:
             await self.stream.send_all(data)
 
-    async def send_json(self, status: int, body: bytes, *, close: bool = False) -> None:
+    async def send_json(
+        self,
+        status: int,
+        body: bytes,
+        *,
+        close: bool = False,
+        headers: Sequence[tuple[str, str]] = (),
+    ) -> None:
         """A complete JSON response (``close`` also ends the connection after it)."""
-        headers = [("content-type", "application/json"), ("content-length", str(len(body)))]
+        headers = [
+            ("content-type", "application/json"),
+            ("content-length", str(len(body))),
+            *headers,
+        ]
         if close:
             headers.append(("connection", "close"))
         await self.send(h11.Response(status_code=status, headers=headers))
@@ -128,7 +147,7 @@ class LoopbackServer:
         host = f"[{self._host}]" if ":" in self._host else self._host
         return f"http://{host}:{self.port}"
 
-    async def __aenter__(self) -> Any:
+    async def __aenter__(self) -> Self:
         if self._stack is not None:
             raise RuntimeError(f"the {self.kind} is already running")
         stack = AsyncExitStack()

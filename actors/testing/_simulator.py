@@ -137,20 +137,23 @@ class Simulator(LoopbackServer):
         return f"{self.origin}/v1"
 
     def openai(self, *, model: str = "simulator", **kwargs: Any) -> OpenAIChat:
-        """An :class:`~actors.providers.OpenAIChat` aimed at this simulator (and its key)."""
-        return OpenAIChat(
-            model=model, base_url=self.openai_base_url, api_key=self._api_key or "", **kwargs
-        )
+        """An :class:`~actors.providers.OpenAIChat` aimed at this simulator, with its key
+        (``kwargs`` go to the provider and may override both)."""
+        kwargs.setdefault("base_url", self.openai_base_url)
+        kwargs.setdefault("api_key", self._api_key or "")
+        return OpenAIChat(model=model, **kwargs)
 
     def anthropic(self, *, model: str = "simulator", **kwargs: Any) -> AnthropicMessages:
         """An :class:`~actors.providers.AnthropicMessages` aimed at this simulator."""
-        return AnthropicMessages(
-            model=model, base_url=self.base_url, api_key=self._api_key or "", **kwargs
-        )
+        kwargs.setdefault("base_url", self.base_url)
+        kwargs.setdefault("api_key", self._api_key or "")
+        return AnthropicMessages(model=model, **kwargs)
 
     def ollama(self, *, model: str = "simulator", **kwargs: Any) -> OllamaChat:
         """An :class:`~actors.providers.OllamaChat` aimed at this simulator."""
-        return OllamaChat(model=model, base_url=self.base_url, api_key=self._api_key, **kwargs)
+        kwargs.setdefault("base_url", self.base_url)
+        kwargs.setdefault("api_key", self._api_key)
+        return OllamaChat(model=model, **kwargs)
 
     # -- what it saw ----------------------------------------------------------------------------
 
@@ -205,7 +208,8 @@ class Simulator(LoopbackServer):
         close: bool = False,
     ) -> None:
         body = dumpb(error_body(vendor or "openai", status, message))
-        await exchange.send_json(status, body, close=close)
+        headers = [("allow", "POST")] if status == 405 else []
+        await exchange.send_json(status, body, close=close, headers=headers)
 
     def _authorised(self, headers: dict[str, str]) -> bool:
         if self._api_key is None:
