@@ -14,7 +14,7 @@ import json
 import math
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
 from .errors import Category, ProtocolError, ValidationError
@@ -61,6 +61,77 @@ _DECODER = json.JSONDecoder(
     object_pairs_hook=_pairs,
     strict=True,
 )
+
+
+# The same decoder without the duplicate-key hook, for callers that prove key uniqueness another
+# way (see loads_object_unchecked); NaN/Infinity and overflowing numbers are still refused.
+_PLAIN_DECODER = json.JSONDecoder(
+    parse_constant=_refuse_constant, parse_float=_parse_float, strict=True
+)
+
+
+_scanstring: Callable[[str, int, bool], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+# The decoder's C scanner, called directly: decode() adds two regex matches and two Python calls.
+_scan_once: Callable[[str, int], tuple[Any, int]] = _PLAIN_DECODER.scan_once  # type: ignore[attr-defined]
+
+
+def loads_object_unchecked(text: str) -> dict[str, Any] | None:
+    """A fast path of :func:`loads` for short stream records: the JSON object ``text`` holds,
+    or ``None`` when the caller must use :func:`loads` instead (not an object, not JSON, or
+    text the checks below cannot vouch for).
+
+    The object is parsed without the duplicate-key hook, so the caller MUST confirm that the
+    total number of keys of all objects in it equals ``text.count(":")`` (colons inside strings
+    accounted for, when ``text`` has no ``\\u`` escape) before trusting it, and fall back to
+    :func:`loads` otherwise. That is sound: every key in the text is followed by exactly one
+    structural colon and every other colon sits inside a string, so when the colons equal the
+    keys that survived parsing (plus their strings' colons), no key was collapsed into a
+    duplicate. NaN, Infinity and overflowing numbers are refused as by :func:`loads`; text that
+    holds (an escape of) a surrogate or more than :data:`MAX_DEPTH` brackets goes to
+    :func:`loads` (surrogate repair and the depth check live there).
+    """
+    if text[:1] != "{" or _may_hold_surrogates(text):
+        return None
+    if len(text) > MAX_DEPTH and text.count("[") + text.count("{") > MAX_DEPTH:
+        return None
+    try:
+        value, end = _scan_once(text, 0)
+    except (StopIteration, ValueError, RecursionError):
+        return None
+    if end != len(text) and text[end:].strip(" \t\n\r"):
+        return None
+    return value if type(value) is dict else None
+
+
+def scan_string(text: str, start: int) -> tuple[str, int] | None:
+    """``(value, end)`` of the JSON string token that starts at ``text[start]`` and ends just
+    before ``text[end]``; ``None`` when no valid string token starts there."""
+    if text[start : start + 1] != '"':
+        return None
+    try:
+        return _scanstring(text, start + 1, True)
+    except ValueError:
+        return None
+
+
+def string_token(text: str, start: int, stop: int) -> str | None:
+    """The value of the JSON string token that spans exactly ``text[start:stop]``, or ``None``
+    when that span is not one whole, valid string token, or its value holds a lone surrogate
+    (which :func:`loads` would repair; the caller should use it instead)."""
+    scanned = scan_string(text, start)
+    if scanned is None or scanned[1] != stop:
+        return None
+    value = scanned[0]
+    if not value.isascii() and _SURROGATE.search(value):
+        return None
+    return value
+
+
+def _may_hold_surrogates(text: str) -> bool:
+    # Cheapest first: stream records are mostly ASCII without escapes (both checks O(1)/C-speed).
+    return ("\\u" in text and _SURROGATE_ESCAPE.search(text) is not None) or (
+        not text.isascii() and _SURROGATE.search(text) is not None
+    )
 
 
 def _repair_str(text: str) -> str:
@@ -129,11 +200,15 @@ def loads(
         detail = str(exc)
         raise ProtocolError(f"invalid JSON: {detail}", code="json", category=category) from None
     # Only text with more brackets than the limit can nest that deep; skip the walk otherwise.
-    if text.count("[") + text.count("{") > MAX_DEPTH and not _depth_ok(value, MAX_DEPTH):
+    if (
+        len(text) > MAX_DEPTH
+        and text.count("[") + text.count("{") > MAX_DEPTH
+        and not _depth_ok(value, MAX_DEPTH)
+    ):
         raise ProtocolError(
             f"invalid JSON: nested deeper than {MAX_DEPTH}", code="json", category=category
         )
-    if _SURROGATE_ESCAPE.search(text) or _SURROGATE.search(text):
+    if _may_hold_surrogates(text):
         # The same walk dumps() uses: repairs strings and keys, refuses keys the repair merges.
         try:
             value = check_json(value)

@@ -674,6 +674,22 @@ class Delta:
     text: str = attrs.field(validator=_check_delta_text)
 
 
+_new_object = object.__new__
+_set_attribute = object.__setattr__
+
+
+def trusted_delta(channel: Channel, text: str) -> Delta:
+    """A :class:`Delta` built without running its validators, for the streaming hot loop.
+
+    The caller guarantees what the validators would check: ``channel`` is ``"content"`` or
+    ``"thinking"`` and ``text`` is a non-empty ``str``. Not part of the public API.
+    """
+    delta = _new_object(Delta)
+    _set_attribute(delta, "channel", channel)
+    _set_attribute(delta, "text", text)
+    return delta
+
+
 def _default_finish(result: ProviderResult) -> FinishReason:
     return FinishReason.TOOL_CALLS if result.calls else FinishReason.STOP
 

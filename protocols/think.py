@@ -34,7 +34,7 @@ import operator
 from typing import Final
 
 from .errors import ValidationError
-from .messages import Channel, Delta
+from .messages import Channel, Delta, trusted_delta
 
 __all__ = ["THINK_CLOSE", "THINK_OPEN", "ThinkSplitter"]
 
@@ -135,9 +135,9 @@ class ThinkSplitter:
                 return []
             if self._inside:
                 self._thinking_parts.append(text)
-                return [Delta("thinking", text)]
+                return [trusted_delta("thinking", text)]
             self._content_parts.append(text)
-            return [Delta("content", text)]
+            return [trusted_delta("content", text)]
         buf = self._held + text
         self._held = ""
         return self._scan(buf)

@@ -20,8 +20,8 @@ from protocols._json import dumpb
 from protocols.errors import ConfigError, ProtocolError, ProviderError
 from protocols.messages import Delta, Message, ProviderOptions, ProviderResult, ToolDefinition
 from protocols.ndjson import NDJSONDecoder
-from protocols.sse import SSEDecoder, SSEEvent
-from protocols.wire import Increment, StreamAssembler, classify_status
+from protocols.sse import SSEComment, SSEDecoder
+from protocols.wire import StreamAssembler, classify_status
 from protocols.wire.schema import Vendor, project
 
 __all__ = [
@@ -265,6 +265,10 @@ class _HTTPStream(ProviderStream):
         return self._result if self._result is not None else self._assembler.partial()
 
     async def __anext__(self) -> Delta:
+        pending = self._pending
+        if pending:  # the hot path: deltas already decoded from the last chunk
+            self._shown = True
+            return pending.popleft()
         if not self._started:
             self._started = True
             self._deadline = trio.current_time() + self._provider.timeouts.deadline
@@ -372,8 +376,8 @@ class _HTTPStream(ProviderStream):
             )
         try:
             items = self._decoder.close() if chunk is None else self._decoder.feed(chunk)
-            for item in items:
-                self._add(item)
+            if items:
+                self._add(items)
             if chunk is None:
                 self._pending.extend(self._assembler.flush())
                 if not self._assembler.terminal:
@@ -390,12 +394,21 @@ class _HTTPStream(ProviderStream):
                 ProviderError(error.message, code=error.code, retryable=error.code == "truncated")
             ) from None
 
-    def _add(self, item: Any) -> None:
-        if isinstance(item, SSEEvent) or not isinstance(self._decoder, SSEDecoder):
+    def _add(self, items: list[Any]) -> None:
+        """Fold the records of one chunk (the hot loop: one pass, no per-record clock read)."""
+        read = self._reader.read
+        add = self._assembler.add
+        pending = self._pending
+        events = 0
+        for item in items:
+            # An SSEComment is a keep-alive: it proves nothing and does not reset the idle timer.
+            if type(item) is not SSEComment:
+                events += 1
+                pending.extend(add(read(item)))
+        if events:
+            # Every record of a chunk arrived at once, so one reset after them is the same as
+            # one per record.
             self._idle_deadline = trio.current_time() + self._provider.timeouts.idle
-            increment: Increment = self._reader.read(item)
-            self._pending.extend(self._assembler.add(increment))
-        # An SSEComment is a keep-alive: it proves nothing and does not reset the idle timer.
 
     # -- errors --------------------------------------------------------------------------------
 
@@ -587,7 +600,8 @@ class HTTPProvider(StreamingProvider):
         return projected
 
     def new_reader(self) -> Any:
-        """A fresh record reader for one stream (its ``read(record)`` returns an Increment)."""
+        """A fresh record reader for one stream: its ``read(record)`` returns an Increment, or
+        a ``str`` for a record of content only."""
         return self.wire.new_reader()
 
     def error_details(self, body: str) -> tuple[str | None, str | None, str]:

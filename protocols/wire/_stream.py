@@ -3,9 +3,13 @@ that turns a stream of records into deltas and a :class:`~protocols.messages.Pro
 
 A vendor reader turns each wire record (an SSE event, an NDJSON line) into an :class:`Increment`:
 the text, reasoning and tool-call fragments that record contributed, plus usage, the finish reason
-and whether it was the vendor's terminal record. :class:`StreamAssembler` folds increments in
-order. It is the hot loop of every streamed completion, so it is linear in the stream: text and
-argument fragments are collected in lists and joined once.
+and whether it was the vendor's terminal record. For the commonest record, one that carries only
+answer text, a reader may return that text as a plain ``str``: it means exactly
+``Increment(content=text)`` and spares the hot loop an object per delta.
+
+:class:`StreamAssembler` folds increments in order. It is the hot loop of every streamed
+completion, so it is linear in the stream: text and argument fragments are collected in lists and
+joined once.
 """
 
 from __future__ import annotations
@@ -17,7 +21,15 @@ import attrs
 
 from .._json import loads
 from ..errors import ProtocolError
-from ..messages import Delta, FinishReason, ProviderResult, ToolCall, Usage, new_id
+from ..messages import (
+    Delta,
+    FinishReason,
+    ProviderResult,
+    ToolCall,
+    Usage,
+    new_id,
+    trusted_delta,
+)
 from ..think import ThinkSplitter
 
 __all__ = ["NOTHING", "CallFragment", "Increment", "StreamAssembler"]
@@ -105,18 +117,26 @@ class StreamAssembler:
         self.continuation: dict[str, Any] = {}
         self._flushed = False
 
-    def add(self, increment: Increment) -> list[Delta]:
-        """Fold one increment; return the deltas it produces."""
+    def add(self, increment: Increment | str) -> list[Delta]:
+        """Fold one increment (a ``str`` is content only); return the deltas it produces."""
+        if type(increment) is str:
+            if not increment:
+                return []
+            if self._splitter is not None:
+                return self._splitter.feed(increment)
+            self._content.append(increment)
+            return [trusted_delta("content", increment)]
+        assert isinstance(increment, Increment)
         deltas: list[Delta] = []
         if increment.content:
             if self._splitter is not None:
                 deltas.extend(self._splitter.feed(increment.content))
             else:
                 self._content.append(increment.content)
-                deltas.append(Delta("content", increment.content))
+                deltas.append(trusted_delta("content", increment.content))
         if increment.thinking:
             self._thinking.append(increment.thinking)
-            deltas.append(Delta("thinking", increment.thinking))
+            deltas.append(trusted_delta("thinking", increment.thinking))
         for fragment in increment.calls:
             call = self._calls.get(fragment.index)
             if call is None:

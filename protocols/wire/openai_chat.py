@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, NoReturn
 
-from .._json import dumps, loads
+from .._json import dumps, loads, loads_object_unchecked, scan_string, string_token
 from ..errors import ConfigError, ProtocolError, ProviderError, ValidationError
 from ..messages import (
     FinishReason,
@@ -334,6 +334,66 @@ def _raise_error(details: tuple[str | None, str | None, str], where: str) -> NoR
 # Streamed response
 
 
+#: Templates learned freely per stream; after that, only once the last one served this many.
+_TEMPLATES = 3
+_HITS_TO_RELEARN = 32
+_BLANKS = " \t\n\r"
+
+
+def _plain_content(data: str) -> str | None:
+    """The text of the commonest stream record, or ``None`` when the general reader must judge.
+
+    The commonest record is one choice (index 0) whose delta holds non-empty ``content`` and at
+    most a ``role``, with no finish reason, usage or error. For every record this accepts, the
+    general path would give ``Increment(content=text)``; strictness is kept by proving, cheaply,
+    that the record has no duplicate keys (see :func:`protocols._json.loads_object_unchecked`):
+    with exactly three objects (record, choice, delta) and one array (choices), all keys are
+    known, and the colons of the text must equal those keys plus the colons inside the strings
+    (escapes excluded, so a string's colons in the text are its colons once parsed).
+    """
+    if data.count("{") != 3 or data.count("[") != 1 or "\\u" in data:
+        return None
+    record = loads_object_unchecked(data)
+    if record is None:
+        return None
+    choices = record.get("choices")
+    if type(choices) is not list or len(choices) != 1:
+        return None
+    choice = choices[0]
+    if (
+        type(choice) is not dict
+        or choice.get("finish_reason") is not None
+        or choice.get("index") not in (0, None)
+    ):
+        return None
+    delta = choice.get("delta")
+    if type(delta) is not dict:
+        return None
+    content = delta.get("content")
+    if type(content) is not str or not content:
+        return None
+    if len(delta) != 1 and not (len(delta) == 2 and "role" in delta):
+        return None
+    if "error" in record or record.get("usage") is not None or record.get("object") == "error":
+        return None
+    keys = len(record) + len(choice) + len(delta)
+    colons = data.count(":")
+    if colons != keys and colons != keys + _string_colons(record, choice, delta):
+        return None
+    return content
+
+
+def _string_colons(*objects: dict[str, Any]) -> int:
+    """Colons inside the keys and string values of ``objects``."""
+    total = 0
+    for item in objects:
+        for key, value in item.items():
+            total += key.count(":")
+            if type(value) is str:
+                total += value.count(":")
+    return total
+
+
 class OpenAIChatReader:
     """Reads the server-sent events of one streamed response (use one reader per stream).
 
@@ -366,9 +426,25 @@ class OpenAIChatReader:
     known field of the wrong shape.
     """
 
-    __slots__ = ("_id_of_slot", "_last_slot", "_slot_of_id", "_slot_of_wire", "_slots")
+    __slots__ = (
+        "_hits",
+        "_id_of_slot",
+        "_last_slot",
+        "_learned",
+        "_prefix",
+        "_slot_of_id",
+        "_slot_of_wire",
+        "_slots",
+        "_suffix",
+    )
 
     def __init__(self) -> None:
+        # The plain-text record template (see _template_content): text before and after the
+        # content string, how many templates were learned and how many records matched the last.
+        self._prefix: str | None = None
+        self._suffix = ""
+        self._learned = 0
+        self._hits = 0
         # Calls are numbered 0, 1, ... in order of first appearance ("slots").
         self._slots = 0
         self._slot_of_wire: dict[int, int] = {}
@@ -376,8 +452,60 @@ class OpenAIChatReader:
         self._slot_of_id: dict[str, int] = {}
         self._last_slot: int | None = None
 
-    def read(self, event: SSEEvent) -> Increment:
-        """What ``event`` contributes to the response; see the class docstring."""
+    def read(self, event: SSEEvent) -> Increment | str:
+        """What ``event`` contributes to the response; see the class docstring. A record that
+        carries only answer text gives that text as a ``str`` (``Increment(content=text)``)."""
+        data = event.data
+        if event.event == "message":
+            prefix = self._prefix
+            if prefix is not None and data.startswith(prefix) and data.endswith(self._suffix):
+                content = string_token(data, len(prefix), len(data) - len(self._suffix))
+                if content:
+                    self._hits += 1
+                    return content
+            content = _plain_content(data)
+            if content is not None:
+                if self._learned < _TEMPLATES or self._hits >= _HITS_TO_RELEARN:
+                    self._learn(data, content)
+                return content
+        return self._read_general(event)
+
+    def _learn(self, data: str, content: str) -> None:
+        """Take ``data``, a plain text record with ``content``, as the template of the records
+        that follow: most servers send every text record of a stream as the same text around
+        a different content string.
+
+        Sound by construction: a JSON string token is self-delimiting, so a record that is the
+        template's prefix, then one whole valid string token, then its suffix, parses to the
+        template's structure with that string as the content. The template is taken only when a
+        probe -- the prefix, a different string, the suffix -- is itself accepted by
+        :func:`_plain_content` (so it has no duplicate keys) with the probe string as its
+        content (so the slot is the delta's content).
+        """
+        self._learned += 1
+        self._hits = 0
+        start = data.rfind('"content"')
+        if start < 0:
+            return
+        at = start + len('"content"')
+        while at < len(data) and data[at] in _BLANKS:
+            at += 1
+        if data[at : at + 1] != ":":
+            return
+        at += 1
+        while at < len(data) and data[at] in _BLANKS:
+            at += 1
+        scanned = scan_string(data, at)
+        if scanned is None or scanned[0] != content:
+            return
+        prefix, suffix = data[:at], data[scanned[1] :]
+        probe = "#" if content != "#" else "%"
+        if _plain_content(f'{prefix}"{probe}"{suffix}') != probe:
+            return
+        self._prefix, self._suffix = prefix, suffix
+
+    def _read_general(self, event: SSEEvent) -> Increment:
+        """:meth:`read` without the fast path for plain text records."""
         data = event.data
         if data.strip() == "[DONE]":
             return Increment(terminal=True)

@@ -16,7 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocols import codec
-from protocols._json import MAX_DEPTH, check_json, dumpb, dumps, loads
+from protocols._json import (
+    MAX_DEPTH,
+    check_json,
+    dumpb,
+    dumps,
+    loads,
+    loads_object_unchecked,
+)
 from protocols.errors import Category, ProtocolError, ValidationError
 
 SETTINGS = settings(max_examples=80, deadline=None)
@@ -725,3 +732,49 @@ def test_property_loads_on_corrupted_json(value: Any, position: int, junk: str) 
     else:
         # Where both accept the text they agree, up to the repair of lone surrogates.
         assert same_structure(result, repaired(json.loads(corrupted)))
+
+
+# --------------------------------------------------------------------------- the fast path
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[1, 2]",  # not an object
+        '"text"',
+        " {}",  # the fast path wants the object first
+        '{"a": 1} x',  # trailing data
+        '{"a": 1',  # not JSON
+        '{"a": NaN}',
+        '{"a": 1e999}',
+        '{"a": "\\ud800"}',  # a surrogate escape: loads repairs it
+        '{"a": "\ud800"}',  # a lone surrogate in the text itself
+        "{" * (MAX_DEPTH + 1) + "}" * (MAX_DEPTH + 1),
+    ],
+)
+def test_the_fast_path_declines_what_loads_must_judge(text: str) -> None:
+    assert loads_object_unchecked(text) is None
+
+
+@pytest.mark.parametrize(
+    "text", ['{"a": [1, {"b": null}]}', '{"a": 1} \n', '{"caf\u00e9": "ok"}', "{}"]
+)
+def test_the_fast_path_parses_plain_objects_like_loads(text: str) -> None:
+    assert loads_object_unchecked(text) == loads(text)
+
+
+def test_the_fast_path_leaves_duplicate_keys_to_its_caller() -> None:
+    # Documented: keys are not checked here; the caller proves uniqueness by counting colons.
+    text = '{"a": 1, "a": 2}'
+    assert loads_object_unchecked(text) == {"a": 2}
+    assert text.count(":") == 2 != len({"a": 2})
+    with pytest.raises(ProtocolError, match="duplicate"):
+        loads(text)
+
+
+@given(JSON_VALUES, st.booleans())
+def test_the_fast_path_agrees_with_loads_on_any_object(value: Any, ascii_only: bool) -> None:
+    text = json.dumps({"v": value}, ensure_ascii=ascii_only)
+    fast = loads_object_unchecked(text)
+    if fast is not None:
+        assert fast == loads(text)

@@ -304,9 +304,14 @@ def chunk(delta: dict[str, Any] | None = None, finish: str | None = None, **extr
     return json.dumps(record)
 
 
+def as_increment(item: Increment | str) -> Increment:
+    """A reader's answer as an Increment (a plain str is shorthand for content only)."""
+    return Increment(content=item) if isinstance(item, str) else item
+
+
 def read(*datas: str) -> list[Increment]:
     reader = OpenAIChatReader()
-    return [reader.read(SSEEvent(data)) for data in datas]
+    return [as_increment(reader.read(SSEEvent(data))) for data in datas]
 
 
 def read_one(data: str) -> Increment:
@@ -959,3 +964,152 @@ def test_object_arguments_that_are_not_strict_json_are_a_protocol_error() -> Non
     body = {"choices": [{"index": 0, "message": {"tool_calls": [call]}, "finish_reason": "stop"}]}
     with pytest.raises(ProtocolError, match="not strict JSON"):
         read_response(body)
+
+
+# --------------------------------------------------------------------------- the fast path
+
+
+def test_a_plain_text_record_is_read_as_its_text() -> None:
+    reader = OpenAIChatReader()
+    assert reader.read(SSEEvent(chunk({"content": "Hel"}))) == "Hel"
+    assert reader.read(SSEEvent(chunk({"role": "assistant", "content": "lo"}))) == "lo"
+    # Anything more than plain text takes the general path and gives an Increment.
+    assert isinstance(reader.read(SSEEvent(chunk({"content": "x"}, "stop"))), Increment)
+    assert isinstance(reader.read(SSEEvent(chunk({"content": ""}))), Increment)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        # Duplicate keys hidden in every object of a plain record: strictness is kept.
+        '{"choices":[{"index":0,"delta":{"content":"a","content":"b"}}]}',
+        '{"choices":[{"index":0,"index":0,"delta":{"content":"a"}}]}',
+        '{"choices":[{"index":0,"delta":{"content":"a"}}],"choices":[]}',
+        # ... also when a string's colons or whitespace could balance the colon count.
+        '{"model":"x:y","choices":[{"delta":{"content":"a","content" :"b"}}]}',
+        '{"model" :"m","model":"n","choices":[{"delta":{"content":"a:b"}}]}',
+        # An escaped colon (\u003a) cannot stand in for a missing key either.
+        '{"a":1,"a":2,"choices":[{"delta":{"content":"\\u003a"}}]}',
+    ],
+)
+def test_duplicate_keys_are_refused_on_the_fast_path_too(data: str) -> None:
+    with pytest.raises(ProtocolError, match="duplicate object key"):
+        OpenAIChatReader().read(SSEEvent(data))
+
+
+_KEYS = st.sampled_from(["content", "role", "index", "model", "id", "a:b", "usage", "error"])
+_SCALARS = st.one_of(
+    st.none(),
+    st.integers(-2, 2),
+    st.sampled_from(["", "x", "a:b", ":", "[", "{", "\\u003a", "caf\u00e9", "\ud800"]),
+)
+
+
+@st.composite
+def near_plain_records(draw: st.DrawFn) -> str:
+    """Records shaped like (or almost like) a plain text chunk, written with duplicate keys,
+    odd spacing and colons in strings, to find any record the fast path misjudges."""
+
+    def obj(pairs: list[tuple[str, str]]) -> str:
+        space = draw(st.sampled_from(["", " "]))
+        return "{" + ",".join(f"{json.dumps(k)}{space}:{v}" for k, v in pairs) + "}"
+
+    def scalar() -> str:
+        return json.dumps(draw(_SCALARS))
+
+    delta = [("content", json.dumps(draw(st.sampled_from(["hi", "a:b", "", "x"]))))]
+    delta_keys = st.sampled_from(["role", "refusal", "reasoning_content", "reasoning", "content"])
+    delta += [(draw(delta_keys), scalar()) for _ in range(draw(st.integers(0, 2)))]
+    choice = [("delta", obj(delta))]
+    choice += [(draw(st.sampled_from(["index", "finish_reason", "logprobs"])), scalar())]
+    choices = "[" + obj(choice) + "]"
+    record = [("choices", choices)]
+    record += [(draw(_KEYS), scalar()) for _ in range(draw(st.integers(0, 3)))]
+    return obj(draw(st.permutations(record)))
+
+
+@given(near_plain_records())
+def test_the_fast_path_agrees_with_the_general_reader(data: str) -> None:
+    def outcome(read_event: Any) -> object:
+        try:
+            return as_increment(read_event(SSEEvent(data)))
+        except (ProtocolError, ProviderError) as error:
+            return (type(error), error.code)
+
+    assert outcome(OpenAIChatReader().read) == outcome(OpenAIChatReader()._read_general)
+
+
+_MIDDLES = st.one_of(
+    st.text().map(json.dumps),  # any valid string token, also with escapes and surrogates
+    st.text().map(lambda text: json.dumps(text, ensure_ascii=False)),
+    st.sampled_from(
+        [
+            '""',
+            '"a","content":"b"',  # two tokens: a second content key smuggled in
+            '"a"},"x":{"y":"z"',
+            '"unterminated',
+            '"a" ',
+            '"\\u0000"',
+            '"\\ud83d"',
+            '"tab\there"',  # a raw control character: invalid in strict JSON
+            "123",
+            "null",
+            '"x":1',
+        ]
+    ),
+)
+
+
+@st.composite
+def template_streams(draw: st.DrawFn) -> list[str]:
+    """A stream of text records around one content slot, some of them broken inside the slot,
+    mixed with records of other shapes: the learned template must never change an outcome."""
+    keys = st.sampled_from(["id", "model", "x:y", "content"])
+    before = draw(st.dictionaries(keys, st.text(max_size=5)))
+    after = draw(st.dictionaries(keys, st.sampled_from(["", "a", "slot"]), max_size=2))
+    compact = draw(st.booleans())
+    separators = (",", ":") if compact else (", ", ": ")
+    marker = "\x00slot\x00"
+    record = {**before, "choices": [{"index": 0, "delta": {"content": marker}}]}
+    record.update((key, value) for key, value in after.items() if key not in before)
+    base = json.dumps(record, separators=separators)
+    prefix, suffix = base.split(json.dumps(marker))
+    slot = draw(st.sampled_from(["", "a", "slot"]))  # sometimes equal to a decoy "content"
+    first = prefix + json.dumps(slot) + suffix
+    others = st.sampled_from(
+        [chunk({"content": "other"}), chunk({"content": "x"}, "stop"), "[DONE]", chunk({})]
+    )
+    records = st.one_of(_MIDDLES.map(lambda middle: prefix + middle + suffix), others)
+    return [first, *draw(st.lists(records, min_size=1, max_size=12))]
+
+
+@given(template_streams())
+def test_the_learned_template_agrees_with_the_general_reader(datas: list[str]) -> None:
+    reader = OpenAIChatReader()
+    for data in datas:
+        try:
+            fast: object = as_increment(reader.read(SSEEvent(data)))
+        except (ProtocolError, ProviderError) as error:
+            fast = (type(error), error.code)
+        try:
+            general: object = OpenAIChatReader()._read_general(SSEEvent(data))
+        except (ProtocolError, ProviderError) as error:
+            general = (type(error), error.code)
+        assert fast == general, data
+
+
+def test_a_stream_of_text_records_is_read_through_its_template() -> None:
+    reader = OpenAIChatReader()
+    texts = ["Hel", "lo", ' "quoted"', " caf\u00e9", " a:b"]
+    assert [reader.read(SSEEvent(chunk({"content": text}))) for text in texts] == texts
+    assert reader._prefix is not None
+    assert reader._hits == len(texts) - 1
+
+
+def test_a_decoy_content_field_never_becomes_the_template_slot() -> None:
+    # The last '"content"' of the first record is a top-level decoy equal to the delta's text;
+    # the probe shows the slot is not the delta's content, so no template is learned from it.
+    reader = OpenAIChatReader()
+    decoy = '{"choices":[{"index":0,"delta":{"content":"a"}}],"content":"%s"}'
+    assert reader.read(SSEEvent(decoy % "a")) == "a"
+    assert reader.read(SSEEvent(decoy % "b")) == "a"

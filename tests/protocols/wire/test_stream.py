@@ -195,3 +195,14 @@ def test_any_fragmentation_of_call_arguments_assembles_the_same(
         assembler.add(Increment(calls=(queues[index].pop(0),)))
     result = assembler.result()
     assert [call.arguments for call in result.calls] == calls
+
+
+@pytest.mark.parametrize("split", [True, False])
+def test_a_plain_string_is_content_only(split: bool) -> None:
+    # Readers may hand over a record of content only as its text: Increment(content=text).
+    assembler = StreamAssembler(split=split)
+    assert assembler.add("") == []
+    assert assembler.add("Hel") == [Delta("content", "Hel")]
+    assert assembler.add(Increment(content="lo")) == [Delta("content", "lo")]
+    assembler.flush()
+    assert assembler.result().content == "Hello"
