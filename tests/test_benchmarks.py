@@ -17,6 +17,11 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 BENCHMARKS = sorted((ROOT / "benchmarks").glob("*.py"))
 PROMISED_RATIOS = {
     "actors.py": {"call_time_vs_raw"},
+    "provider_stream.py": {
+        "deltas_per_s_vs_raw_httpx",
+        "concurrent_time_vs_raw_httpx",
+        "deltas_per_s_vs_openai_sdk",
+    },
     "sse_decode.py": {"events_per_s_vs_httpx_sse", "mib8_over_mib4_time"},
 }
 
