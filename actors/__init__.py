@@ -1,8 +1,9 @@
 """trio-agents' trio runtime: everything that waits, owns a task, or talks to a socket or disk.
 
 The actor core lives here: cancel tokens (:class:`Abort`), actors and their refs, supervisors and
-the runtime root (:func:`open_runtime`). Providers, conversations, agents and the relay arrive on
-top of it; the data model they all speak lives in :mod:`protocols`.
+the runtime root (:func:`open_runtime`); conversations (:class:`Conversation`, their manager and
+stores) run on it, and providers live in :mod:`actors.providers`. Agents and the relay arrive on
+top of them; the data model they all speak lives in :mod:`protocols`.
 """
 
 from ._abort import Abort as Abort
@@ -28,6 +29,14 @@ from ._supervisor import SupervisorStatistics as SupervisorStatistics
 from ._supervisor import TerminateChild as TerminateChild
 from ._version import __version__ as __version__
 from .cli import main as main
+from .conversation import CompactionError as CompactionError
+from .conversation import Conversation as Conversation
+from .conversation import ConversationManager as ConversationManager
+from .conversation import summarizer_for as summarizer_for
+from .store import ConversationStore as ConversationStore
+from .store import MemoryConversationStore as MemoryConversationStore
+from .store import SQLiteConversationStore as SQLiteConversationStore
+from .store import StoreError as StoreError
 
 __all__ = [
     "Abort",
@@ -40,11 +49,18 @@ __all__ = [
     "AutoShutdown",
     "Backoff",
     "ChildSpec",
+    "CompactionError",
+    "Conversation",
+    "ConversationManager",
+    "ConversationStore",
     "ExitKind",
+    "MemoryConversationStore",
     "ReplyStream",
     "Restart",
     "Runtime",
+    "SQLiteConversationStore",
     "StartChild",
+    "StoreError",
     "Strategy",
     "Supervisor",
     "SupervisorGaveUp",
@@ -53,4 +69,5 @@ __all__ = [
     "__version__",
     "main",
     "open_runtime",
+    "summarizer_for",
 ]

@@ -69,11 +69,18 @@ ACTORS_API = [
     "AutoShutdown",
     "Backoff",
     "ChildSpec",
+    "CompactionError",
+    "Conversation",
+    "ConversationManager",
+    "ConversationStore",
     "ExitKind",
+    "MemoryConversationStore",
     "ReplyStream",
     "Restart",
     "Runtime",
+    "SQLiteConversationStore",
     "StartChild",
+    "StoreError",
     "Strategy",
     "Supervisor",
     "SupervisorGaveUp",
@@ -82,6 +89,7 @@ ACTORS_API = [
     "__version__",
     "main",
     "open_runtime",
+    "summarizer_for",
 ]
 
 
@@ -116,9 +124,12 @@ def test_every_public_callable_and_class_is_documented() -> None:
 
 
 def test_subpackage_export_lists_are_pinned() -> None:
+    import actors.conversation
     import actors.providers
+    import actors.store
     import actors.testing
     import protocols.faults
+    import protocols.history
     import protocols.simulator
     import protocols.wire
 
@@ -185,7 +196,46 @@ def test_subpackage_export_lists_are_pinned() -> None:
             "usage_event",
         ]
     )
+    assert sorted(actors.conversation.__all__) == [
+        "CompactionError",
+        "Conversation",
+        "ConversationEvent",
+        "ConversationManager",
+        "DEFAULT_SUMMARY_INSTRUCTION",
+        "Summarizer",
+        "WindowCheck",
+        "summarizer_for",
+    ]
+    assert sorted(actors.store.__all__) == [
+        "ConversationStore",
+        "DEFAULT_BUSY_TIMEOUT",
+        "DEFAULT_MAX_BYTES",
+        "MAX_LIST_LIMIT",
+        "MemoryConversationStore",
+        "SCHEMA_VERSION",
+        "SQLiteConversationStore",
+        "StoreError",
+    ]
+    assert sorted(protocols.history.__all__) == [
+        "ConversationSnapshot",
+        "History",
+        "IMAGE_TOKEN_ESTIMATE",
+        "INTERRUPTED_NOTE",
+        "MESSAGE_TOKEN_OVERHEAD",
+        "RECAP_PREFIX",
+        "Section",
+        "estimate_messages",
+        "plan_collapse",
+        "plan_fold",
+        "recap",
+        "reference_text",
+        "render_for_provider",
+        "summary_inputs",
+    ]
     for module in (
+        actors.conversation,
+        actors.store,
+        protocols.history,
         actors.providers,
         actors.testing,
         protocols.faults,
