@@ -37,6 +37,8 @@ from .store import ConversationStore as ConversationStore
 from .store import MemoryConversationStore as MemoryConversationStore
 from .store import SQLiteConversationStore as SQLiteConversationStore
 from .store import StoreError as StoreError
+from .workspace import FileSystemWorkspace as FileSystemWorkspace
+from .workspace import workspace_tools as workspace_tools
 
 __all__ = [
     "Abort",
@@ -54,6 +56,7 @@ __all__ = [
     "ConversationManager",
     "ConversationStore",
     "ExitKind",
+    "FileSystemWorkspace",
     "MemoryConversationStore",
     "ReplyStream",
     "Restart",
@@ -70,4 +73,5 @@ __all__ = [
     "main",
     "open_runtime",
     "summarizer_for",
+    "workspace_tools",
 ]

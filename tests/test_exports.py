@@ -74,6 +74,7 @@ ACTORS_API = [
     "ConversationManager",
     "ConversationStore",
     "ExitKind",
+    "FileSystemWorkspace",
     "MemoryConversationStore",
     "ReplyStream",
     "Restart",
@@ -90,6 +91,7 @@ ACTORS_API = [
     "main",
     "open_runtime",
     "summarizer_for",
+    "workspace_tools",
 ]
 
 
@@ -128,10 +130,13 @@ def test_subpackage_export_lists_are_pinned() -> None:
     import actors.providers
     import actors.store
     import actors.testing
+    import actors.workspace
+    import protocols.context
     import protocols.faults
     import protocols.history
     import protocols.simulator
     import protocols.wire
+    import protocols.workspace
 
     assert sorted(actors.testing.__all__) == [
         "Fail",
@@ -232,7 +237,82 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "render_for_provider",
         "summary_inputs",
     ]
+    assert sorted(protocols.workspace.__all__) == [
+        "BINARY_MIMES",
+        "BinaryContent",
+        "BinaryMime",
+        "ClearEvent",
+        "Content",
+        "DEFAULT_MAX_BINARY_SIZE",
+        "DEFAULT_MAX_FILES",
+        "DEFAULT_MAX_FILE_SIZE",
+        "EXTENSION_TO_LANGUAGE",
+        "File",
+        "FileInfo",
+        "FileState",
+        "Listing",
+        "MAX_PATH_LENGTH",
+        "MAX_QUERY_LENGTH",
+        "MoveEvent",
+        "Position",
+        "Range",
+        "ReadResult",
+        "RemoveEvent",
+        "ReplaceResult",
+        "SearchMatch",
+        "SpliceResult",
+        "TextContent",
+        "Workspace",
+        "WorkspaceError",
+        "WorkspaceErrorCode",
+        "WorkspaceEvent",
+        "WorkspaceListener",
+        "WorkspaceManager",
+        "WorkspaceSnapshot",
+        "WriteEvent",
+        "advance",
+        "clamp_position",
+        "clamp_range",
+        "compile_query",
+        "end_position",
+        "full_range",
+        "infer_language",
+        "normalize_path",
+        "offset_at",
+        "position_at",
+        "render_fenced",
+        "replace_text",
+        "search_text",
+        "slice_range",
+        "splice_range",
+    ]
+    assert sorted(actors.workspace.__all__) == [
+        "DEFAULT_IGNORE",
+        "DEFAULT_MAX_DISK_FILES",
+        "DEFAULT_MAX_READ_BYTES",
+        "DEFAULT_MAX_WRITE_BYTES",
+        "FileSystemWorkspace",
+        "MemoryBackend",
+        "TEMP_PREFIX",
+        "WorkspaceBackend",
+        "WorkspaceTool",
+        "workspace_tools",
+    ]
+    assert sorted(protocols.context.__all__) == [
+        "ContextFormat",
+        "DEFAULT_INSTRUCTIONS_OPEN",
+        "Instruction",
+        "Instructions",
+        "Scope",
+        "SectionFormat",
+        "WORKSPACE_HEADING",
+        "build",
+        "render_instructions",
+    ]
     for module in (
+        actors.workspace,
+        protocols.context,
+        protocols.workspace,
         actors.conversation,
         actors.store,
         protocols.history,
