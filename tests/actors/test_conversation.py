@@ -4,12 +4,13 @@ injected summarizer, events, the window check, and the store seam."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
 
-from actors import ActorStopped, open_runtime
+from actors import ActorStopped, SQLiteConversationStore, open_runtime
 from actors.conversation import (
     CompactionError,
     Conversation,
@@ -376,3 +377,27 @@ async def test_manager_save_and_open_through_a_store() -> None:
         no_store = ConversationManager(runtime)
         assert await no_store.save() is False
         assert await no_store.open("kept") is None
+
+
+async def test_a_conversation_survives_a_fresh_runtime_through_sqlite(tmp_path: Path) -> None:
+    path = tmp_path / "conversations.db"
+    async with open_runtime() as runtime:
+        store = await SQLiteConversationStore.open(path)
+        manager = ConversationManager(runtime, store=store, summarize=Recorder())
+        conversation = await manager.add(id="long")
+        await conversation.add(turns(6))
+        await conversation.compact(keep=2)
+        saved = await conversation.snapshot()
+        assert await manager.save("long") is True
+        await store.aclose()
+    async with open_runtime() as runtime:
+        store = await SQLiteConversationStore.open(path)
+        manager = ConversationManager(runtime, store=store, summarize=Recorder())
+        opened = await manager.open("long")
+        assert opened is not None
+        assert await opened.snapshot() == saved
+        # It can keep compacting after the restore.
+        await opened.add(turns(4, start=6))
+        assert await opened.compact(keep=1) is not None
+        assert len((await opened.history()).sections) == 2
+        await store.aclose()
