@@ -142,6 +142,9 @@ class History:
     messages: tuple[Message, ...] = attrs.field(default=(), converter=_messages)
     sections: tuple[Section, ...] = attrs.field(default=(), converter=_sections)
     summary: str | None = attrs.field(default=None, validator=_optional_text)
+    # Every id in the conversation (sections, their originals, the tail), kept so that add()
+    # checks only the new messages instead of walking the whole history again.
+    _ids: frozenset[str] = attrs.field(init=False, eq=False, repr=False, hash=False)
 
     def __attrs_post_init__(self) -> None:
         # Ids identify messages (and recaps, which take their section's id) in views and
@@ -155,6 +158,7 @@ class History:
             if message.id in seen:
                 raise ValidationError(f"the conversation holds two messages with id {message.id!r}")
             seen.add(message.id)
+        object.__setattr__(self, "_ids", frozenset(seen))
 
     def _all_messages(self) -> Iterable[Message]:
         for section in self.sections:
@@ -220,8 +224,29 @@ class History:
 
     def add(self, messages: Iterable[Message]) -> History:
         """Append ``messages`` to the live tail. A message id already in the conversation raises
-        :class:`ValidationError` (ids identify messages for removal and search)."""
-        return attrs.evolve(self, messages=(*self.messages, *messages))
+        :class:`ValidationError` (ids identify messages for removal and search).
+
+        Only the new messages are checked, so appending costs little more than copying the tail
+        (this is the hot path of a long-lived conversation)."""
+        new = _messages(messages)
+        if not new:
+            return self
+        known = self._ids
+        fresh: set[str] = set()
+        for message in new:
+            if message.id in known or message.id in fresh:
+                raise ValidationError(f"the conversation holds two messages with id {message.id!r}")
+            fresh.add(message.id)
+        grown: History = object.__new__(History)
+        for name, value in (
+            ("id", self.id),
+            ("messages", self.messages + new),
+            ("sections", self.sections),
+            ("summary", self.summary),
+            ("_ids", known | fresh),
+        ):
+            object.__setattr__(grown, name, value)
+        return grown
 
     def remove(self, message_ids: Iterable[str]) -> tuple[History, bool]:
         """Remove live messages by id; the flag is true only when every id was found."""

@@ -998,3 +998,17 @@ def test_section_ids_are_unique_across_the_conversation() -> None:
         History("c", sections=[Section("s", "x", [a]), Section("s", "y", [b])])
     with pytest.raises(ValidationError, match="two messages"):
         History("c", messages=[b], sections=[Section(b.id, "x", [a])])
+
+
+def test_add_builds_the_same_value_as_the_constructor() -> None:
+    # add() takes a fast path (it checks only the new ids): the value must not differ from one
+    # validated whole, and must go on refusing duplicates across sections and the tail.
+    first, second, third = Message.user("a"), Message.user("b"), Message.user("c")
+    history = History("c").add([first, second]).fold(1, "s").add([third])
+    assert history == History("c", messages=[second, third], sections=history.sections)
+    assert history.add([]) is history
+    for clash in (first, third):
+        with pytest.raises(ValidationError, match="two messages"):
+            history.add([clash])
+    with pytest.raises(ValidationError, match="two messages"):
+        history.add([Message.user("d", id="x"), Message.user("e", id="x")])
