@@ -19,9 +19,11 @@ import math
 from collections.abc import Callable
 from typing import Any, TypeVar, get_args, get_origin, overload
 
+import attrs
 import cattrs
 from cattrs.cols import homogenous_tuple_structure_factory
 from cattrs.errors import ForbiddenExtraKeysError
+from cattrs.gen import make_dict_unstructure_fn, override
 
 from ._json import JSON, MAX_DEPTH, check_json, dumpb, dumps, loads
 from .errors import Category, ProtocolError
@@ -116,8 +118,44 @@ def _structure_enum(value: object, cls: type[enum.StrEnum]) -> enum.StrEnum:
         ) from None
 
 
+def _unstructure_factory(cls: type, conv: cattrs.Converter) -> Callable[[Any], dict[str, Any]]:
+    """The unstructure hook of an attrs class, omitting defaults without calling factories.
+
+    cattrs' own ``omit_if_default`` calls a field's default factory (and its converter) on every
+    object to compare against it: for a message that is a fresh uuid, a clock read and a JSON
+    check each time. Here a deterministic factory's value is computed once; a factory that mints
+    a new value per call (an id, a timestamp) can never equal the field, so the field is always
+    written, as before. The output is the same dict, in the same key order.
+    """
+    constants: list[tuple[str, Any]] = []
+    overrides: dict[str, Any] = {}
+    for field in attrs.fields(cls):
+        default = field.default
+        if isinstance(default, attrs.Factory) and not default.takes_self:  # type: ignore[arg-type]
+            convert = field.converter if callable(field.converter) else (lambda value: value)
+            first, second = convert(default.factory()), convert(default.factory())
+            overrides[field.name] = override(omit_if_default=False)
+            if first == second:
+                constants.append((field.name, first))
+    base: Callable[[Any], dict[str, Any]] = make_dict_unstructure_fn(
+        cls, conv, _cattrs_omit_if_default=True, **overrides
+    )
+    if not constants:
+        return base
+
+    def unstructure(obj: Any) -> dict[str, Any]:
+        data = base(obj)
+        for name, empty in constants:
+            if getattr(obj, name) == empty:
+                del data[name]
+        return data
+
+    return unstructure
+
+
 def _make_converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True, omit_if_default=True)
+    conv.register_unstructure_hook_factory(attrs.has, _unstructure_factory)
     conv.register_structure_hook(str, _structure_str)
     conv.register_structure_hook(int, _structure_int)
     conv.register_structure_hook(float, _structure_float)

@@ -101,6 +101,12 @@ class Section:
     id: str = attrs.field(validator=_nonempty)
     summary: str = attrs.field(validator=_text)
     messages: tuple[Message, ...] = attrs.field(converter=_messages)
+    # The ids of the originals, computed once: a change to a long history checks new ids
+    # against a few section sets instead of every message.
+    _ids: frozenset[str] = attrs.field(init=False, eq=False, repr=False, hash=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "_ids", frozenset(message.id for message in self.messages))
 
 
 @attrs.frozen
@@ -142,9 +148,9 @@ class History:
     messages: tuple[Message, ...] = attrs.field(default=(), converter=_messages)
     sections: tuple[Section, ...] = attrs.field(default=(), converter=_sections)
     summary: str | None = attrs.field(default=None, validator=_optional_text)
-    # Every id in the conversation (sections, their originals, the tail), kept so that add()
-    # checks only the new messages instead of walking the whole history again.
-    _ids: frozenset[str] = attrs.field(init=False, eq=False, repr=False, hash=False)
+    # The ids of the live tail, kept so that add() checks only the new messages (against these
+    # and the sections' own sets) instead of walking the whole history again.
+    _tail_ids: frozenset[str] = attrs.field(init=False, eq=False, repr=False, hash=False)
 
     def __attrs_post_init__(self) -> None:
         # Ids identify messages (and recaps, which take their section's id) in views and
@@ -158,7 +164,12 @@ class History:
             if message.id in seen:
                 raise ValidationError(f"the conversation holds two messages with id {message.id!r}")
             seen.add(message.id)
-        object.__setattr__(self, "_ids", frozenset(seen))
+        object.__setattr__(self, "_tail_ids", frozenset(m.id for m in self.messages))
+
+    def _holds(self, message_id: str) -> bool:
+        if message_id in self._tail_ids:
+            return True
+        return any(message_id == s.id or message_id in s._ids for s in self.sections)
 
     def _all_messages(self) -> Iterable[Message]:
         for section in self.sections:
@@ -231,10 +242,9 @@ class History:
         new = _messages(messages)
         if not new:
             return self
-        known = self._ids
         fresh: set[str] = set()
         for message in new:
-            if message.id in known or message.id in fresh:
+            if message.id in fresh or self._holds(message.id):
                 raise ValidationError(f"the conversation holds two messages with id {message.id!r}")
             fresh.add(message.id)
         grown: History = object.__new__(History)
@@ -243,7 +253,7 @@ class History:
             ("messages", self.messages + new),
             ("sections", self.sections),
             ("summary", self.summary),
-            ("_ids", known | fresh),
+            ("_tail_ids", self._tail_ids | fresh),
         ):
             object.__setattr__(grown, name, value)
         return grown

@@ -778,3 +778,33 @@ def test_the_fast_path_agrees_with_loads_on_any_object(value: Any, ascii_only: b
     fast = loads_object_unchecked(text)
     if fast is not None:
         assert fast == loads(text)
+
+
+@given(JSON_VALUES)
+def test_the_fast_check_agrees_with_the_full_walk(value: Any) -> None:
+    from protocols._json import _check, _check_fast, _Unusual
+
+    try:
+        fast = _check_fast(value, 0, set())
+    except _Unusual:
+        return  # left to the full walk, which check_json then runs
+    full = _check(value, "value", 0, set())
+    assert fast == full
+    assert type(fast) is type(full)
+    assert (fast is value) == (full is value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {chr(0xD800): 1, chr(0xFFFD): 2},  # a repaired key meets an original one
+        {chr(0xFFFD): 2, chr(0xD800): 1},
+        {chr(0xD800): 1, chr(0xDC00): 2},  # two keys repaired to the same one
+        {1: "x"},
+        [float("nan")],
+        {"a": float("inf")},
+    ],
+)
+def test_what_the_fast_check_refuses_still_gets_the_full_error(value: Any) -> None:
+    with pytest.raises(ValidationError, match=r"value"):
+        check_json(value)
