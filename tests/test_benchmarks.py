@@ -17,6 +17,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 BENCHMARKS = sorted((ROOT / "benchmarks").glob("*.py"))
 PROMISED_RATIOS = {
     "actors.py": {"call_time_vs_raw"},
+    "conversation.py": {"build_us_at_10k_over_at_1k", "save_time_vs_plain_file"},
     "provider_stream.py": {
         "deltas_per_s_vs_raw_httpx",
         "concurrent_time_vs_raw_httpx",
