@@ -37,6 +37,9 @@ from .store import ConversationStore as ConversationStore
 from .store import MemoryConversationStore as MemoryConversationStore
 from .store import SQLiteConversationStore as SQLiteConversationStore
 from .store import StoreError as StoreError
+from .tools import Tool as Tool
+from .tools import ToolRegistry as ToolRegistry
+from .tools import tool as tool
 from .workspace import FileSystemWorkspace as FileSystemWorkspace
 from .workspace import workspace_tools as workspace_tools
 
@@ -69,9 +72,12 @@ __all__ = [
     "SupervisorGaveUp",
     "SupervisorStatistics",
     "TerminateChild",
+    "Tool",
+    "ToolRegistry",
     "__version__",
     "main",
     "open_runtime",
     "summarizer_for",
+    "tool",
     "workspace_tools",
 ]

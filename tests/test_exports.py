@@ -87,10 +87,13 @@ ACTORS_API = [
     "SupervisorGaveUp",
     "SupervisorStatistics",
     "TerminateChild",
+    "Tool",
+    "ToolRegistry",
     "__version__",
     "main",
     "open_runtime",
     "summarizer_for",
+    "tool",
     "workspace_tools",
 ]
 
@@ -130,11 +133,14 @@ def test_subpackage_export_lists_are_pinned() -> None:
     import actors.providers
     import actors.store
     import actors.testing
+    import actors.tools
     import actors.workspace
+    import protocols.authority
     import protocols.context
     import protocols.faults
     import protocols.history
     import protocols.simulator
+    import protocols.toolschema
     import protocols.wire
     import protocols.workspace
 
@@ -309,7 +315,38 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "build",
         "render_instructions",
     ]
+    assert sorted(actors.tools.__all__) == [
+        "Approver",
+        "INTERRUPTED",
+        "NOT_EXECUTED",
+        "Tool",
+        "ToolBatch",
+        "ToolRegistry",
+        "tool",
+    ]
+    assert sorted(protocols.authority.__all__) == [
+        "Authority",
+        "DEFAULT_DENY_REASON",
+        "DEFAULT_ZONE",
+        "Decision",
+        "NO_APPROVER_REASON",
+        "REJECTED_REASON",
+        "Rule",
+        "Verdict",
+        "resolve_ask",
+    ]
+    assert sorted(protocols.toolschema.__all__) == [
+        "MAX_PROBLEMS",
+        "ToolSignature",
+        "schema_for",
+        "signature_of",
+        "structure_arguments",
+        "validate_arguments",
+    ]
     for module in (
+        actors.tools,
+        protocols.authority,
+        protocols.toolschema,
         actors.workspace,
         protocols.context,
         protocols.workspace,

@@ -1,0 +1,342 @@
+"""Tools: the ``@tool`` decorator, and a registry that runs a model's calls safely.
+
+A tool is a Python function (sync or async) the model may call. ``@tool`` derives its JSON Schema
+from the signature and docstring (:mod:`protocols.toolschema`), or takes an explicit one.
+Arguments a model sends are validated against that schema and structured into the typed
+parameters; every problem is a *result the model sees*, never an exception in your process.
+
+:meth:`ToolRegistry.execute` runs one batch of calls, the way an agent turn needs it:
+
+* results come back in call order, each call isolated -- a raise, a timeout, a bad argument or
+  a non-JSON return value becomes a :class:`~protocols.messages.ToolFailure`;
+* a call to a tool that is not registered (or out of scope) is skipped with a failure naming
+  the requested tool and the available ones -- never executed, never mapped to a similar name;
+* the :class:`~protocols.authority.Authority` decides each call first: a denied call never runs
+  and answers ``denied: <reason>``; an "ask" goes to the async ``approve`` callback (none
+  attached: denied);
+* at most ``limit`` calls run at once, all inside the caller's nursery scope: ``trio.Cancelled``
+  always propagates and no tool task outlives the batch. :class:`ToolBatch` tells afterwards
+  which calls finished, which were interrupted and which never started.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import math
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, overload
+
+import attrs
+import cattrs
+import trio
+
+from protocols._json import check_json
+from protocols.authority import Authority, Verdict, resolve_ask
+from protocols.context import Scope
+from protocols.errors import ConfigError, ValidationError
+from protocols.messages import ToolCall, ToolDefinition, ToolFailure, ToolResult, ToolSuccess
+from protocols.toolschema import (
+    ToolSignature,
+    signature_of,
+    structure_arguments,
+    validate_arguments,
+)
+
+__all__ = [
+    "INTERRUPTED",
+    "NOT_EXECUTED",
+    "Approver",
+    "Tool",
+    "ToolBatch",
+    "ToolRegistry",
+    "tool",
+]
+
+log = logging.getLogger("trio_agents.tools")
+
+#: The error text of a call that was running when its batch was cancelled.
+INTERRUPTED = "interrupted: the run was cancelled while this tool was running"
+#: The error text of a call that never started because its batch was cancelled first.
+NOT_EXECUTED = "not executed: the run ended before this call started"
+
+#: How much of an exception's message a failure result carries.
+_ERROR_LIMIT = 2000
+
+#: Answers an "ask": ``(call, verdict) -> approved`` or ``(approved, reason)``.
+Approver = Callable[[ToolCall, Verdict], Awaitable[bool | tuple[bool, str]]]
+
+_results = cattrs.Converter()
+
+
+def _bounded(text: str) -> str:
+    text = text.strip() or "(no message)"
+    return text if len(text) <= _ERROR_LIMIT else text[: _ERROR_LIMIT - 3] + "..."
+
+
+@attrs.frozen
+class Tool:
+    """A callable the model may use: its :class:`~protocols.messages.ToolDefinition` and the
+    function behind it.
+
+    ``blocking``: a sync function that blocks (disk, CPU, a sync client) runs in a worker thread;
+    a cancel then waits for it to return (threads cannot be interrupted). Other sync functions run
+    on the event loop and must be quick. ``timeout``: seconds one call may take (its failure tells
+    the model so).
+    """
+
+    definition: ToolDefinition
+    function: Callable[..., Any] = attrs.field(repr=False)
+    signature: ToolSignature | None = attrs.field(default=None, repr=False)
+    blocking: bool = False
+    timeout: float | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.timeout is not None and not (
+            isinstance(self.timeout, int | float)
+            and self.timeout > 0
+            and math.isfinite(self.timeout)
+        ):
+            raise ConfigError(
+                f"a tool timeout must be a number of seconds > 0, not {self.timeout!r}"
+            )
+        if self.blocking and inspect.iscoroutinefunction(self.function):
+            raise ConfigError(f"tool {self.name!r} is async: blocking=True is for sync functions")
+
+    @property
+    def name(self) -> str:
+        """The name the model calls it by."""
+        return self.definition.name
+
+    async def __call__(self, **arguments: Any) -> Any:
+        """Call the function directly (for tests and reuse), bypassing validation."""
+        return await self._invoke(arguments)
+
+    async def _invoke(self, arguments: Mapping[str, Any]) -> Any:
+        function = self.function
+        if inspect.iscoroutinefunction(function):
+            return await function(**arguments)
+        if self.blocking:
+            return await trio.to_thread.run_sync(functools.partial(function, **arguments))
+        await trio.lowlevel.checkpoint()
+        return function(**arguments)
+
+    async def call(self, call: ToolCall) -> ToolResult:
+        """Run ``call`` and return its result; every failure is a result, ``trio.Cancelled``
+        propagates."""
+        problems = validate_arguments(self.definition.parameters, call.arguments)
+        if problems:
+            return ToolFailure(call.id, call.name, "invalid arguments: " + "; ".join(problems))
+        try:
+            if self.signature is not None:
+                arguments = structure_arguments(self.signature, dict(call.arguments))
+            else:
+                arguments = dict(call.arguments)
+        except ValidationError as error:
+            return ToolFailure(call.id, call.name, f"invalid arguments: {error.message}")
+        try:
+            if self.timeout is None:
+                value = await self._invoke(arguments)
+            else:
+                with trio.fail_after(self.timeout):
+                    value = await self._invoke(arguments)
+        except trio.TooSlowError:
+            return ToolFailure(call.id, call.name, f"timed out after {self.timeout:g} s")
+        except Exception as error:
+            log.debug("tool %r raised", call.name, exc_info=True)
+            return ToolFailure(call.id, call.name, _bounded(f"{type(error).__name__}: {error}"))
+        try:
+            plain = check_json(_results.unstructure(value))
+        except (ValidationError, TypeError, ValueError) as error:
+            message = error.message if isinstance(error, ValidationError) else str(error)
+            return ToolFailure(
+                call.id, call.name, _bounded(f"the tool returned a non-JSON value: {message}")
+            )
+        return ToolSuccess(call.id, call.name, plain)
+
+
+@overload
+def tool(function: Callable[..., Any], /) -> Tool: ...
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    schema: Mapping[str, Any] | None = None,
+    blocking: bool = False,
+    timeout: float | None = None,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+def tool(
+    function: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    schema: Mapping[str, Any] | None = None,
+    blocking: bool = False,
+    timeout: float | None = None,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Make a :class:`Tool` of a typed function, as ``@tool`` or ``@tool(...)``.
+
+    The schema comes from the signature and the docstring (summary as the description, a
+    Google-style ``Args:`` section for parameter descriptions), or from ``schema`` -- then the
+    arguments reach the function as plain JSON values. Raises
+    :class:`~protocols.errors.ValidationError` when the signature cannot be described (a
+    parameter without an annotation, ``*args``, an unsupported type).
+    """
+
+    def make(target: Callable[..., Any]) -> Tool:
+        if schema is not None:
+            doc = inspect.getdoc(target) or ""
+            definition = ToolDefinition(
+                name or target.__name__, description or doc.split("\n\n")[0], dict(schema)
+            )
+            return Tool(definition, target, None, blocking, timeout)
+        signature = signature_of(target, name=name, description=description)
+        definition = ToolDefinition(signature.name, signature.description, signature.parameters)
+        return Tool(definition, target, signature, blocking, timeout)
+
+    return make(function) if function is not None else make
+
+
+class ToolBatch:
+    """One batch of calls being executed (see :meth:`ToolRegistry.execute`).
+
+    ``results[i]`` is the result of ``calls[i]`` once known. After a cancel, :meth:`settled`
+    gives a complete list: finished calls keep their results, a call that was running is
+    :data:`INTERRUPTED`, one that never started :data:`NOT_EXECUTED`.
+    """
+
+    def __init__(self, calls: Sequence[ToolCall]) -> None:
+        self.calls = tuple(calls)
+        self.results: list[ToolResult | None] = [None] * len(self.calls)
+        self.started: set[int] = set()
+        #: Indices of calls the authority refused (never run).
+        self.denied: set[int] = set()
+
+    @property
+    def done(self) -> bool:
+        """Every call has a result."""
+        return all(result is not None for result in self.results)
+
+    def settled(self) -> list[ToolResult]:
+        """A result for every call, filling the gaps a cancel left (see the class docstring)."""
+        out: list[ToolResult] = []
+        for index, (call, result) in enumerate(zip(self.calls, self.results, strict=True)):
+            if result is not None:
+                out.append(result)
+            else:
+                text = INTERRUPTED if index in self.started else NOT_EXECUTED
+                out.append(ToolFailure(call.id, call.name, text))
+        return out
+
+
+class ToolRegistry:
+    """The tools an agent may use, by name."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        self.add(*tools)
+
+    def add(self, *tools: Tool, replace: bool = False) -> None:
+        """Register tools; a name already registered raises ConfigError unless ``replace``."""
+        for item in tools:
+            if not isinstance(item, Tool):
+                raise ConfigError(
+                    f"ToolRegistry takes Tool values (use @tool), not {type(item).__name__}"
+                )
+            if item.name in self._tools and not replace:
+                raise ConfigError(f"a tool named {item.name!r} is already registered")
+        for item in tools:
+            self._tools[item.name] = item
+
+    def remove(self, *names: str) -> bool:
+        """Unregister tools; true only when every name was registered."""
+        found = True
+        for name in names:
+            found = self._tools.pop(name, None) is not None and found
+        return found
+
+    def get(self, name: str) -> Tool | None:
+        """The tool called ``name``, if registered."""
+        return self._tools.get(name)
+
+    def tools(self, scope: Scope | None = None) -> tuple[Tool, ...]:
+        """The registered tools (in scope), in the order they were added."""
+        return tuple(t for t in self._tools.values() if scope is None or scope.allows_tool(t.name))
+
+    def definitions(self, scope: Scope | None = None) -> tuple[ToolDefinition, ...]:
+        """What to advertise to the model: the definitions of the tools in scope."""
+        return tuple(t.definition for t in self.tools(scope))
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    async def execute(
+        self,
+        calls: Sequence[ToolCall],
+        *,
+        scope: Scope | None = None,
+        authority: Authority | None = None,
+        approve: Approver | None = None,
+        limit: int = 8,
+        batch: ToolBatch | None = None,
+    ) -> list[ToolResult]:
+        """Run ``calls`` and return their results in call order (see the module docstring).
+
+        ``batch`` (made from the same calls) lets the caller see progress and, after a
+        cancel, :meth:`ToolBatch.settled`. ``trio.Cancelled`` propagates; when this returns,
+        nothing it started is still running.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValidationError(f"limit must be an integer >= 1, not {limit!r}")
+        state = batch if batch is not None else ToolBatch(calls)
+        if state.calls != tuple(calls):
+            raise ValidationError("the batch was made for other calls")
+        available = [t.name for t in self.tools(scope)]
+        limiter = trio.CapacityLimiter(limit)
+
+        async def run(index: int, call: ToolCall) -> None:
+            target = self._tools.get(call.name)
+            if target is None or (scope is not None and not scope.allows_tool(call.name)):
+                names = ", ".join(available) or "none"
+                state.results[index] = ToolFailure(
+                    call.id,
+                    call.name,
+                    f"skipped: there is no tool named {call.name!r}; available tools: {names}",
+                )
+                return
+            if authority is not None:
+                verdict = authority.decide(call)
+                if verdict.decision == "ask":
+                    verdict = await _ask(approve, call, verdict)
+                if verdict.decision == "deny":
+                    state.denied.add(index)
+                    state.results[index] = ToolFailure(call.id, call.name, verdict.model_text())
+                    return
+            async with limiter:
+                state.started.add(index)
+                state.results[index] = await target.call(call)
+
+        async with trio.open_nursery() as nursery:
+            for index, call in enumerate(state.calls):
+                nursery.start_soon(run, index, call)
+        return state.settled()
+
+
+async def _ask(approve: Approver | None, call: ToolCall, verdict: Verdict) -> Verdict:
+    if approve is None:
+        return resolve_ask(verdict, None, None)
+    try:
+        answer = await approve(call, verdict)
+    except Exception as error:
+        log.warning("the approver raised for tool %r; denying", call.name, exc_info=True)
+        return resolve_ask(verdict, False, f"the approver failed ({type(error).__name__})")
+    if isinstance(answer, tuple):
+        approved, reason = answer
+        return resolve_ask(verdict, bool(approved), reason)
+    return resolve_ask(verdict, bool(answer), None)

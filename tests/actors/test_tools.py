@@ -1,0 +1,301 @@
+"""@tool and ToolRegistry.execute: isolation, order, scope, authority, cancellation."""
+
+from __future__ import annotations
+
+import enum
+import math
+import threading
+
+import attrs
+import pytest
+import trio
+import trio.testing
+
+from actors.tools import INTERRUPTED, NOT_EXECUTED, Tool, ToolBatch, ToolRegistry, tool
+from protocols.authority import Authority, Rule, Verdict
+from protocols.context import Scope
+from protocols.errors import ConfigError, ValidationError
+from protocols.messages import ToolCall, ToolFailure, ToolSuccess
+
+
+class Unit(enum.Enum):
+    CELSIUS = "celsius"
+    FAHRENHEIT = "fahrenheit"
+
+
+@attrs.frozen
+class Point:
+    x: int
+    y: int = 0
+
+
+@tool
+async def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: The first.
+        b: The second.
+    """
+    return a + b
+
+
+@tool
+def convert(value: float, unit: Unit = Unit.CELSIUS) -> dict[str, object]:
+    """Convert a temperature."""
+    return {"value": value * 9 / 5 + 32 if unit is Unit.CELSIUS else value, "unit": unit.value}
+
+
+@tool
+def shift(point: Point, by: int = 1) -> Point:
+    """Move a point right."""
+    return Point(point.x + by, point.y)
+
+
+@tool
+def boom() -> None:
+    """Always fails."""
+    raise RuntimeError("the disk is on fire")
+
+
+@tool
+def not_json() -> object:
+    """Returns something JSON cannot hold."""
+    return {"x": math.nan}
+
+
+@tool(timeout=1.0)
+async def slow(seconds: float) -> str:
+    """Sleeps."""
+    await trio.sleep(seconds)
+    return "done"
+
+
+def call(name: str, arguments: dict[str, object] | None = None, id: str = "c1") -> ToolCall:
+    return ToolCall(id, name, arguments or {})
+
+
+async def test_the_decorator_describes_the_function() -> None:
+    assert isinstance(add, Tool)
+    assert add.definition.name == "add"
+    assert add.definition.description == "Add two integers."
+    assert add.definition.parameters["required"] == ["a", "b"]
+    assert add.definition.parameters["properties"]["a"]["description"] == "The first."
+    assert await add(a=1, b=2) == 3  # still callable directly
+
+
+async def test_arguments_are_validated_and_structured() -> None:
+    assert await convert.call(call("convert", {"value": 100})) == ToolSuccess(
+        "c1", "convert", {"value": 212.0, "unit": "celsius"}
+    )
+    moved = await shift.call(call("shift", {"point": {"x": 1, "y": 2}}))
+    assert moved == ToolSuccess("c1", "shift", {"x": 2, "y": 2})  # attrs results are unstructured
+    bad = await add.call(call("add", {"a": 1, "b": "2", "c": 3}))
+    assert isinstance(bad, ToolFailure)
+    assert bad.error.startswith("invalid arguments: ")
+    assert "'c'" in bad.error
+    assert "allowed: a, b" in bad.error
+
+
+async def test_failures_are_results_the_model_sees(autojump_clock: trio.testing.MockClock) -> None:
+    raised = await boom.call(call("boom"))
+    assert raised == ToolFailure("c1", "boom", "RuntimeError: the disk is on fire")
+    nan = await not_json.call(call("not_json"))
+    assert isinstance(nan, ToolFailure)
+    assert nan.error.startswith("the tool returned a non-JSON value")
+    late = await slow.call(call("slow", {"seconds": 5}))
+    assert late == ToolFailure("c1", "slow", "timed out after 1 s")
+    quick = await slow.call(call("slow", {"seconds": 0.5}))
+    assert quick == ToolSuccess("c1", "slow", "done")
+
+
+async def test_an_explicit_schema_passes_plain_json() -> None:
+    seen: list[object] = []
+
+    @tool(name="echo", schema={"type": "object", "properties": {"v": {"type": "array"}}})
+    def echo(**arguments: object) -> object:
+        """Echo."""
+        seen.append(arguments)
+        return arguments
+
+    result = await echo.call(call("echo", {"v": [1, "x"]}))
+    assert result == ToolSuccess("c1", "echo", {"v": [1, "x"]})
+    assert seen == [{"v": [1, "x"]}]
+    assert echo.definition.description == "Echo."
+
+
+def test_bad_tools_are_refused_when_made() -> None:
+    def idle() -> None:
+        """Nothing."""
+
+    with pytest.raises(ConfigError, match="timeout"):
+        tool(timeout=0)(idle)
+    with pytest.raises(ConfigError, match="blocking=True is for sync"):
+        tool(blocking=True)(add.function)
+    registry = ToolRegistry([add])
+    with pytest.raises(ConfigError, match="already registered"):
+        registry.add(add)
+    with pytest.raises(ConfigError, match="use @tool"):
+        registry.add(add.function)  # type: ignore[arg-type]
+
+
+async def test_execute_keeps_call_order_and_isolates_each_call(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    registry = ToolRegistry([add, boom, slow])
+    calls = [
+        call("slow", {"seconds": 0.9}, id="c1"),
+        call("boom", id="c2"),
+        call("add", {"a": 2, "b": 3}, id="c3"),
+        call("ad", {"a": 2, "b": 3}, id="c4"),
+    ]
+    results = await registry.execute(calls)
+    assert [r.id for r in results] == ["c1", "c2", "c3", "c4"]
+    assert results[0] == ToolSuccess("c1", "slow", "done")
+    assert isinstance(results[1], ToolFailure)
+    assert results[2] == ToolSuccess("c3", "add", 5)
+    # An unknown name is skipped, named, never aliased to the similar 'add'.
+    assert results[3] == ToolFailure(
+        "c4", "ad", "skipped: there is no tool named 'ad'; available tools: add, boom, slow"
+    )
+
+
+async def test_the_concurrency_limit_holds(autojump_clock: trio.testing.MockClock) -> None:
+    running = peak = 0
+
+    @tool
+    async def work(n: int) -> int:
+        """Work."""
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await trio.sleep(1)
+        running -= 1
+        return n
+
+    registry = ToolRegistry([work])
+    results = await registry.execute(
+        [call("work", {"n": i}, id=f"c{i}") for i in range(7)], limit=3
+    )
+    assert [r.value for r in results if isinstance(r, ToolSuccess)] == list(range(7))
+    assert peak == 3
+
+
+async def test_scope_hides_and_refuses_tools() -> None:
+    registry = ToolRegistry([add, boom])
+    scope = Scope(tools=["add"])
+    assert [d.name for d in registry.definitions(scope)] == ["add"]
+    (result,) = await registry.execute([call("boom")], scope=scope)
+    assert result == ToolFailure(
+        "c1", "boom", "skipped: there is no tool named 'boom'; available tools: add"
+    )
+
+
+async def test_the_authority_decides_before_anything_runs() -> None:
+    runs: list[str] = []
+
+    @tool
+    def remove(path: str) -> str:
+        """Delete a file."""
+        runs.append(path)
+        return "removed"
+
+    registry = ToolRegistry([remove])
+    authority = Authority(
+        (
+            Rule("deny", tools=("remove",), arguments={"path": "/etc/*"}, reason="system files"),
+            Rule("ask", tools=("remove",)),
+        )
+    )
+    asked: list[tuple[str, str]] = []
+
+    async def approve(request: ToolCall, verdict: Verdict) -> tuple[bool, str]:
+        asked.append((request.arguments["path"], verdict.decision))
+        return request.arguments["path"] == "tmp/a", "only tmp/a"
+
+    calls = [
+        call("remove", {"path": "/etc/passwd"}, id="c1"),
+        call("remove", {"path": "tmp/a"}, id="c2"),
+        call("remove", {"path": "home/b"}, id="c3"),
+    ]
+    results = await registry.execute(calls, authority=authority, approve=approve)
+    assert results[0] == ToolFailure("c1", "remove", "denied: system files")
+    assert results[1] == ToolSuccess("c2", "remove", "removed")
+    assert isinstance(results[2], ToolFailure)
+    assert results[2].error.startswith("denied: ")
+    assert runs == ["tmp/a"]  # a denied call never runs
+    assert sorted(asked) == [("home/b", "ask"), ("tmp/a", "ask")]
+    # With no approver attached an "ask" is a deny.
+    (unasked,) = await registry.execute([calls[1]], authority=authority)
+    assert isinstance(unasked, ToolFailure)
+    assert unasked.error.startswith("denied: ")
+    assert runs == ["tmp/a"]
+
+
+async def test_a_cancel_interrupts_running_calls_and_skips_queued_ones(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    @tool
+    async def wait(seconds: float) -> str:
+        """Wait."""
+        await trio.sleep(seconds)
+        return "ok"
+
+    registry = ToolRegistry([wait])
+    # Two slots, four long calls: whichever two start first are running at the cancel.
+    calls = [call("wait", {"seconds": 10}, id=f"c{i}") for i in range(4)]
+    batch = ToolBatch(calls)
+    with trio.move_on_after(5):
+        await registry.execute(calls, limit=2, batch=batch)
+    assert not batch.done
+    settled = batch.settled()
+    assert len(batch.started) == 2
+    for index, result in enumerate(settled):
+        expected = INTERRUPTED if index in batch.started else NOT_EXECUTED
+        assert result == ToolFailure(f"c{index}", "wait", expected)
+    # A call that finished before the cancel keeps its result.
+    quick_first = [call("wait", {"seconds": s}, id=f"c{i}") for i, s in enumerate([1, 10])]
+    batch = ToolBatch(quick_first)
+    with trio.move_on_after(5):
+        await registry.execute(quick_first, batch=batch)
+    assert batch.settled() == [
+        ToolSuccess("c0", "wait", "ok"),
+        ToolFailure("c1", "wait", INTERRUPTED),
+    ]
+
+
+async def test_blocking_tools_run_in_a_thread_and_others_on_the_loop() -> None:
+    threads: dict[str, int] = {}
+
+    @tool(blocking=True)
+    def disk() -> str:
+        """Blocking."""
+        threads["disk"] = threading.get_ident()
+        return "read"
+
+    @tool
+    def quick() -> str:
+        """Not blocking."""
+        threads["quick"] = threading.get_ident()
+        return "fast"
+
+    results = await ToolRegistry([disk, quick]).execute([call("disk"), call("quick", id="c2")])
+    assert [r.value for r in results if isinstance(r, ToolSuccess)] == ["read", "fast"]
+    assert threads["quick"] == threading.get_ident()
+    assert threads["disk"] != threading.get_ident()
+
+
+async def test_registry_bookkeeping() -> None:
+    registry = ToolRegistry()
+    registry.add(add, boom)
+    assert len(registry) == 2
+    assert "add" in registry
+    assert registry.get("add") is add
+    assert registry.remove("boom", "nope") is False
+    assert [t.name for t in registry.tools()] == ["add"]
+    registry.add(tool(name="add")(add.function), replace=True)
+    assert registry.get("add") is not add
+    with pytest.raises(ValidationError, match="limit"):
+        await registry.execute([], limit=0)
+    with pytest.raises(ValidationError, match="other calls"):
+        await registry.execute([call("add")], batch=ToolBatch([]))
