@@ -38,8 +38,9 @@ def test_document_code_blocks_run(document: pathlib.Path) -> None:
     # Blocks of one document share a namespace, in order, like a reader following along.
     namespace: dict[str, object] = {"__name__": f"docs_{document.stem}"}
     for line, code in python_blocks(document.read_text(encoding="utf-8")):
-        # Pad with newlines so tracebacks point at the right line of the Markdown file.
-        compiled = compile("\n" * (line - 1) + code, str(document), "exec")
+        # Pad with newlines so tracebacks point at the right line of the Markdown file. The
+        # blocks run as a reader's script would: without this module's __future__ imports.
+        compiled = compile("\n" * (line - 1) + code, str(document), "exec", dont_inherit=True)
         exec(compiled, namespace)
 
 
