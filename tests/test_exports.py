@@ -135,6 +135,7 @@ def test_subpackage_export_lists_are_pinned() -> None:
     import actors.testing
     import actors.tools
     import actors.workspace
+    import protocols.accounting
     import protocols.authority
     import protocols.context
     import protocols.faults
@@ -343,7 +344,9 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "structure_arguments",
         "validate_arguments",
     ]
+    assert sorted(protocols.accounting.__all__) == ["BudgetMeter", "BudgetScope", "TokenBudget"]
     for module in (
+        protocols.accounting,
         actors.tools,
         protocols.authority,
         protocols.toolschema,

@@ -1,0 +1,101 @@
+"""Token budgets and the meter: mid-stream estimates, reconciled to reported usage."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from protocols.accounting import BudgetMeter, TokenBudget
+from protocols.budget import estimate_tokens
+from protocols.errors import ValidationError
+from protocols.messages import Usage
+
+
+def test_content_is_charged_by_estimate_as_it_streams() -> None:
+    meter = BudgetMeter(TokenBudget(max=3, scope="completion"))
+    assert not meter.charge_content("abcd")  # 4 chars: 1 token
+    assert meter.consumed == Usage(completion=1, total=1)
+    assert not meter.charge_content("e")  # 5 chars: 2 tokens, only the increase is charged
+    assert meter.consumed == Usage(completion=2, total=2)
+    assert meter.remaining == 1
+    assert meter.charge_content("fghij")  # 10 chars: 3 tokens -- the budget is reached
+    assert meter.exhausted
+    assert meter.remaining == 0
+
+
+def test_reconcile_replaces_the_estimate_with_the_reported_usage() -> None:
+    meter = BudgetMeter(TokenBudget(max=1000))
+    meter.charge_content("x" * 400)  # estimated 100
+    reported = Usage(prompt=50, completion=30, total=80)  # the estimate overshot
+    assert meter.reconcile(reported, thinking="ignored when usage is reported") == reported
+    assert meter.consumed == reported  # the overshoot is given back: draw == reported
+    meter.charge_content("y" * 8)
+    assert meter.consumed == reported + Usage(completion=2, total=2)
+    second = Usage(prompt=60, completion=5, total=65)
+    meter.reconcile(second)
+    assert meter.consumed == reported + second
+
+
+def test_without_reported_usage_thinking_is_charged_at_reconcile() -> None:
+    meter = BudgetMeter(TokenBudget(max=100))
+    meter.charge_content("abcdefgh")  # 2 tokens
+    draw = meter.reconcile(None, thinking="t" * 12)  # 3 more
+    assert draw == Usage(completion=5, total=5)
+    assert meter.consumed == draw
+
+
+def test_prompt_scope_is_charged_at_reconcile_only() -> None:
+    meter = BudgetMeter(TokenBudget(max=100, scope="prompt"))
+    assert not meter.charge_content("x" * 1000)
+    assert meter.used == 0
+    meter.reconcile(Usage(prompt=100, completion=1))
+    assert meter.exhausted
+
+
+def test_a_zero_budget_is_exhausted_before_anything() -> None:
+    assert BudgetMeter(TokenBudget(max=0)).exhausted
+
+
+@pytest.mark.parametrize(
+    ("maximum", "scope", "match"),
+    [(-1, "total", "max"), (True, "total", "max"), (1.5, "total", "max"), (10, "tokens", "scope")],
+)
+def test_bad_budgets_are_refused(maximum: object, scope: object, match: str) -> None:
+    with pytest.raises(ValidationError, match=match):
+        TokenBudget(max=maximum, scope=scope)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="TokenBudget"):
+        BudgetMeter(100)  # type: ignore[arg-type]
+
+
+_TURN = st.tuples(
+    st.lists(st.text(min_size=1, max_size=30), max_size=8),
+    st.none() | st.builds(Usage, st.integers(0, 500), st.integers(0, 500)),
+    st.text(max_size=40),
+)
+
+
+@given(st.lists(_TURN, max_size=6))
+def test_the_draw_is_what_was_reported_and_never_double_counts(
+    turns: list[tuple[list[str], Usage | None, str]],
+) -> None:
+    meter = BudgetMeter(TokenBudget(max=10**9))
+    expected = Usage()
+    for deltas, usage, thinking in turns:
+        for delta in deltas:
+            before = meter.used
+            meter.charge_content(delta)
+            assert meter.used >= before  # charging only ever grows during a turn
+        text = "".join(deltas)
+        # Mid-stream the turn costs exactly the estimate of its content so far.
+        assert meter.consumed == expected + Usage(
+            completion=estimate_tokens(text), total=estimate_tokens(text)
+        )
+        draw = meter.reconcile(usage, thinking=thinking)
+        if usage is not None:
+            assert draw == usage
+        else:
+            tokens = estimate_tokens(text) + estimate_tokens(thinking)
+            assert draw == Usage(completion=tokens, total=tokens)
+        expected = expected + draw
+        assert meter.consumed == expected
