@@ -26,7 +26,7 @@ import inspect
 import logging
 import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, overload
+from typing import Any, Protocol, overload, runtime_checkable
 
 import attrs
 import cattrs
@@ -48,6 +48,7 @@ __all__ = [
     "INTERRUPTED",
     "NOT_EXECUTED",
     "Approver",
+    "CallableTool",
     "Tool",
     "ToolBatch",
     "ToolRegistry",
@@ -68,6 +69,22 @@ _ERROR_LIMIT = 2000
 Approver = Callable[[ToolCall, Verdict], Awaitable[bool | tuple[bool, str]]]
 
 _results = cattrs.Converter()
+
+
+@runtime_checkable
+class CallableTool(Protocol):
+    """What a registry runs: a definition, and ``call`` turning a model's call into a result
+    without raising (``trio.Cancelled`` aside). :class:`Tool` is one; so are the workspace
+    tools of :func:`actors.workspace_tools`."""
+
+    @property
+    def definition(self) -> ToolDefinition:
+        """What the model is told about the tool."""
+        ...
+
+    async def call(self, call: ToolCall) -> ToolResult:
+        """Run ``call``; every failure is a result."""
+        ...
 
 
 def _bounded(text: str) -> str:
@@ -235,21 +252,24 @@ class ToolBatch:
 class ToolRegistry:
     """The tools an agent may use, by name."""
 
-    def __init__(self, tools: Iterable[Tool] = ()) -> None:
-        self._tools: dict[str, Tool] = {}
+    def __init__(self, tools: Iterable[CallableTool] = ()) -> None:
+        self._tools: dict[str, CallableTool] = {}
         self.add(*tools)
 
-    def add(self, *tools: Tool, replace: bool = False) -> None:
-        """Register tools; a name already registered raises ConfigError unless ``replace``."""
+    def add(self, *tools: CallableTool, replace: bool = False) -> None:
+        """Register tools (made with ``@tool``, or any :class:`CallableTool`); a name already
+        registered raises ConfigError unless ``replace``."""
         for item in tools:
-            if not isinstance(item, Tool):
+            if not isinstance(item, CallableTool) or not isinstance(
+                getattr(item, "definition", None), ToolDefinition
+            ):
                 raise ConfigError(
-                    f"ToolRegistry takes Tool values (use @tool), not {type(item).__name__}"
+                    f"ToolRegistry takes tools (use @tool), not {type(item).__name__}"
                 )
-            if item.name in self._tools and not replace:
-                raise ConfigError(f"a tool named {item.name!r} is already registered")
+            if item.definition.name in self._tools and not replace:
+                raise ConfigError(f"a tool named {item.definition.name!r} is already registered")
         for item in tools:
-            self._tools[item.name] = item
+            self._tools[item.definition.name] = item
 
     def remove(self, *names: str) -> bool:
         """Unregister tools; true only when every name was registered."""
@@ -258,13 +278,15 @@ class ToolRegistry:
             found = self._tools.pop(name, None) is not None and found
         return found
 
-    def get(self, name: str) -> Tool | None:
+    def get(self, name: str) -> CallableTool | None:
         """The tool called ``name``, if registered."""
         return self._tools.get(name)
 
-    def tools(self, scope: Scope | None = None) -> tuple[Tool, ...]:
+    def tools(self, scope: Scope | None = None) -> tuple[CallableTool, ...]:
         """The registered tools (in scope), in the order they were added."""
-        return tuple(t for t in self._tools.values() if scope is None or scope.allows_tool(t.name))
+        return tuple(
+            t for t in self._tools.values() if scope is None or scope.allows_tool(t.definition.name)
+        )
 
     def definitions(self, scope: Scope | None = None) -> tuple[ToolDefinition, ...]:
         """What to advertise to the model: the definitions of the tools in scope."""
@@ -297,7 +319,7 @@ class ToolRegistry:
         state = batch if batch is not None else ToolBatch(calls)
         if state.calls != tuple(calls):
             raise ValidationError("the batch was made for other calls")
-        available = [t.name for t in self.tools(scope)]
+        available = [t.definition.name for t in self.tools(scope)]
         limiter = trio.CapacityLimiter(limit)
 
         async def run(index: int, call: ToolCall) -> None:

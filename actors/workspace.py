@@ -69,7 +69,6 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 import attrs
 import trio
-from jsonschema import Draft202012Validator
 
 from protocols._json import JSON
 from protocols.errors import Category
@@ -81,6 +80,7 @@ from protocols.messages import (
     ToolSuccess,
     new_id,
 )
+from protocols.toolschema import validate_arguments
 from protocols.workspace import (
     MAX_PATH_LENGTH,
     MAX_QUERY_LENGTH,
@@ -902,7 +902,7 @@ class WorkspaceTool:
     error. ``trio.Cancelled`` (like every ``BaseException``) propagates.
     """
 
-    __slots__ = ("_backend", "_handler", "_validator", "definition")
+    __slots__ = ("_backend", "_handler", "definition")
 
     def __init__(
         self, definition: ToolDefinition, handler: _Handler, backend: WorkspaceBackend
@@ -910,7 +910,6 @@ class WorkspaceTool:
         self.definition = definition
         self._handler = handler
         self._backend = backend
-        self._validator = Draft202012Validator(definition.parameters)
 
     def __repr__(self) -> str:
         return f"<WorkspaceTool {self.definition.name}>"
@@ -921,15 +920,9 @@ class WorkspaceTool:
         return self.definition.name
 
     def problems(self, arguments: object) -> list[str]:
-        """What is wrong with ``arguments`` for this tool (empty when they are valid)."""
-        found = []
-        for error in sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path)):
-            where = "$" + "".join(
-                f"[{part}]" if isinstance(part, int) else f".{part}" for part in error.path
-            )
-            message = error.message if len(error.message) <= 200 else error.message[:200] + "..."
-            found.append(f"{where}: {message}")
-        return found
+        """What is wrong with ``arguments`` for this tool (empty when they are valid), in the
+        same words as every tool's validation (:func:`~protocols.toolschema.validate_arguments`)."""
+        return validate_arguments(self.definition.parameters, arguments)
 
     async def run(self, arguments: Mapping[str, Any], *, call_id: str | None = None) -> ToolResult:
         """Run the tool with ``arguments``; the result carries ``call_id`` (minted if absent)."""

@@ -318,6 +318,7 @@ def test_subpackage_export_lists_are_pinned() -> None:
     ]
     assert sorted(actors.tools.__all__) == [
         "Approver",
+        "CallableTool",
         "INTERRUPTED",
         "NOT_EXECUTED",
         "Tool",

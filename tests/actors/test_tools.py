@@ -292,10 +292,24 @@ async def test_registry_bookkeeping() -> None:
     assert "add" in registry
     assert registry.get("add") is add
     assert registry.remove("boom", "nope") is False
-    assert [t.name for t in registry.tools()] == ["add"]
+    assert [t.definition.name for t in registry.tools()] == ["add"]
     registry.add(tool(name="add")(add.function), replace=True)
     assert registry.get("add") is not add
     with pytest.raises(ValidationError, match="limit"):
         await registry.execute([], limit=0)
     with pytest.raises(ValidationError, match="other calls"):
         await registry.execute([call("add")], batch=ToolBatch([]))
+
+
+async def test_workspace_tools_register_like_any_other() -> None:
+    from actors import workspace_tools
+    from protocols.workspace import Workspace
+
+    workspace = Workspace()
+    registry = ToolRegistry(workspace_tools(workspace))
+    assert "workspace_write" in registry
+    (result,) = await registry.execute(
+        [call("workspace_write", {"path": "a.md", "content": "# A"})]
+    )
+    assert result.ok
+    assert workspace.read("a.md") == "# A"
