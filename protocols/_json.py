@@ -19,7 +19,7 @@ from typing import Any, TypeAlias
 
 from .errors import Category, ProtocolError, ValidationError
 
-__all__ = ["JSON", "MAX_DEPTH", "check_json", "dumpb", "dumps", "loads"]
+__all__ = ["JSON", "MAX_DEPTH", "check_json", "dumpb", "dumps", "json_kind", "loads"]
 
 #: A JSON value as Python sees it: ``dict``/``list`` (``tuple`` accepted on input), ``str``,
 #: ``int``, ``float`` (finite), ``bool`` or ``None``.
@@ -353,3 +353,24 @@ def dumps(value: Any, *, canonical: bool = False) -> str:
 def dumpb(value: Any, *, canonical: bool = False) -> bytes:
     """:func:`dumps`, encoded as UTF-8 bytes."""
     return dumps(value, canonical=canonical).encode("utf-8")
+
+
+def json_kind(value: Any) -> str:
+    """A short description of a value's JSON type for error messages: ``"null"``,
+    ``"a boolean"``, ``"an integer"``, ``"a number"``, ``"a string"``, ``"an array"``,
+    ``"an object"``, or ``"a <type> (not JSON)"``. Bounded: it never includes the value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list | tuple):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return f"a {type(value).__name__} (not JSON)"

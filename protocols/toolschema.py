@@ -67,7 +67,7 @@ import attrs
 from jsonschema import Draft202012Validator, SchemaError
 from jsonschema import ValidationError as SchemaViolation
 
-from ._json import MAX_DEPTH
+from ._json import MAX_DEPTH, json_kind
 from .errors import ValidationError
 from .messages import ToolDefinition
 
@@ -555,24 +555,6 @@ def _path(parts: Iterable[str | int]) -> str:
     return path
 
 
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return f"a {type(value).__name__} (not JSON)"
-
-
 _TYPE_WORDS: Final = {
     "string": "a string",
     "integer": "an integer",
@@ -593,7 +575,7 @@ def _render(value: Any) -> str:
     try:
         return _excerpt(json.dumps(value, ensure_ascii=False), 60)
     except (TypeError, ValueError):
-        return _kind(value)
+        return json_kind(value)
 
 
 def _choices(values: Any) -> str:
@@ -626,7 +608,7 @@ def _json_problems(value: Any, path: str, depth: int, out: list[tuple[str, str, 
             else:
                 _json_problems(item, _join(path, key), depth + 1, out)
     elif not (value is None or isinstance(value, str | bool)):
-        out.append((path, f"{_kind(value)} is not a JSON value", True))
+        out.append((path, f"{json_kind(value)} is not a JSON value", True))
 
 
 _VALIDATORS: dict[int, tuple[dict[str, Any], Draft202012Validator]] = {}
@@ -717,7 +699,7 @@ def _messages(error: SchemaViolation, path: str, *, top: bool) -> Iterator[str]:
         if instance is None:
             yield f"{path}: null is not allowed here; expected {expected}"
         else:
-            yield f"{path}: expected {expected}, got {_kind(instance)}"
+            yield f"{path}: expected {expected}, got {json_kind(instance)}"
     elif kind == "additionalProperties" and value is False and isinstance(instance, dict):
         schema = error.schema if isinstance(error.schema, dict) else {}
         known = list(schema.get("properties", {}))
@@ -759,7 +741,7 @@ def _alternatives(error: SchemaViolation, path: str, *, top: bool) -> Iterator[s
         return
     options = error.validator_value if isinstance(error.validator_value, list) else []
     words = " or ".join(dict.fromkeys(_option(option) for option in options))
-    yield f"{path}: expected {_excerpt(words)}, got {_kind(error.instance)}"
+    yield f"{path}: expected {_excerpt(words)}, got {json_kind(error.instance)}"
 
 
 def _option(schema: Any) -> str:
@@ -800,7 +782,7 @@ def structure_arguments(signature: ToolSignature, arguments: dict[str, Any]) -> 
     if not isinstance(arguments, dict):
         raise ValidationError(
             f"invalid arguments for tool {signature.name!r}: $: expected an object, "
-            f"got {_kind(arguments)}"
+            f"got {json_kind(arguments)}"
         )
     problems = [
         f"{_join('$', key)}: unknown argument {_key(key)}"
@@ -849,7 +831,7 @@ def _scalar(kind: type, word: str) -> _Structure:
         if type(value) is bool and kind is not bool:
             raise _Mismatch(path, f"expected {word}, got a boolean")
         if not isinstance(value, kind):
-            raise _Mismatch(path, f"expected {word}, got {_kind(value)}")
+            raise _Mismatch(path, f"expected {word}, got {json_kind(value)}")
         return value
 
     return structure
@@ -857,7 +839,7 @@ def _scalar(kind: type, word: str) -> _Structure:
 
 def _float(value: Any, path: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _Mismatch(path, f"expected a number, got {_kind(value)}")
+        raise _Mismatch(path, f"expected a number, got {json_kind(value)}")
     if isinstance(value, float) and not math.isfinite(value):
         raise _Mismatch(path, "numbers must be finite")
     try:
@@ -925,7 +907,7 @@ def _union(arms: list[_Structure], annotation: Any) -> _Structure:
                 return arm(value, path)
             except _Mismatch:
                 continue
-        raise _Mismatch(path, f"fits none of {_describe(annotation)}, got {_kind(value)}")
+        raise _Mismatch(path, f"fits none of {_describe(annotation)}, got {json_kind(value)}")
 
     return structure
 
@@ -933,7 +915,7 @@ def _union(arms: list[_Structure], annotation: Any) -> _Structure:
 def _sequence(item: _Structure, result: type[list[Any]] | type[tuple[Any, ...]]) -> _Structure:
     def structure(value: Any, path: str) -> Any:
         if not isinstance(value, list | tuple):
-            raise _Mismatch(path, f"expected an array, got {_kind(value)}")
+            raise _Mismatch(path, f"expected an array, got {json_kind(value)}")
         return result(item(element, _join(path, index)) for index, element in enumerate(value))
 
     return structure
@@ -942,7 +924,7 @@ def _sequence(item: _Structure, result: type[list[Any]] | type[tuple[Any, ...]])
 def _fixed(items: list[_Structure]) -> _Structure:
     def structure(value: Any, path: str) -> Any:
         if not isinstance(value, list | tuple):
-            raise _Mismatch(path, f"expected an array, got {_kind(value)}")
+            raise _Mismatch(path, f"expected an array, got {json_kind(value)}")
         if len(value) != len(items):
             raise _Mismatch(path, f"expected {len(items)} items, got {len(value)}")
         return tuple(
@@ -956,7 +938,7 @@ def _fixed(items: list[_Structure]) -> _Structure:
 def _mapping(item: _Structure) -> _Structure:
     def structure(value: Any, path: str) -> Any:
         if not isinstance(value, dict):
-            raise _Mismatch(path, f"expected an object, got {_kind(value)}")
+            raise _Mismatch(path, f"expected an object, got {json_kind(value)}")
         out: dict[str, Any] = {}
         for key, element in value.items():
             if not isinstance(key, str):
@@ -978,7 +960,7 @@ def _attrs(cls: type, stack: tuple[type, ...]) -> _Structure:
 
     def structure(value: Any, path: str) -> Any:
         if not isinstance(value, dict):
-            raise _Mismatch(path, f"expected an object, got {_kind(value)}")
+            raise _Mismatch(path, f"expected an object, got {json_kind(value)}")
         for key in value:
             if key not in known:
                 where = _join(path, key) if isinstance(key, str) else path

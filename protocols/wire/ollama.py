@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from .._json import dumps, loads
+from .._json import json_kind as _kind
 from ..errors import ConfigError, ProtocolError, ProviderError, ValidationError
 from ..messages import (
     FinishReason,
@@ -359,20 +360,3 @@ def _text(message: dict[str, Any], field: str) -> str:
     if not isinstance(value, str):
         raise ProtocolError(f"Ollama 'message.{field}' is not a string (got {_kind(value)})")
     return value
-
-
-def _kind(value: Any) -> str:
-    """A short, bounded description of a JSON value's type for error messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__

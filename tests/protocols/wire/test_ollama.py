@@ -449,10 +449,10 @@ def test_malformed_tool_calls(tool_calls: Any, match: str) -> None:
     ("record", "match"),
     [
         ({"message": "hi"}, r"'message' is not a JSON object \(got a string\)"),
-        ({"message": {"content": 1}}, r"'message.content' is not a string \(got a number\)"),
+        ({"message": {"content": 1}}, r"'message.content' is not a string \(got an integer\)"),
         ({"message": {"thinking": []}}, r"'message.thinking' is not a string \(got an array\)"),
         ({"done": "true"}, r"'done' is not true or false \(got a string\)"),
-        ({"done": 1}, r"'done' is not true or false \(got a number\)"),
+        ({"done": 1}, r"'done' is not true or false \(got an integer\)"),
         ({"done": True, "done_reason": 1}, r"'done_reason' is not a string"),
     ],
 )
