@@ -28,6 +28,8 @@ from ._supervisor import SupervisorGaveUp as SupervisorGaveUp
 from ._supervisor import SupervisorStatistics as SupervisorStatistics
 from ._supervisor import TerminateChild as TerminateChild
 from ._version import __version__ as __version__
+from .agent import Agent as Agent
+from .agent import AgentRun as AgentRun
 from .cli import main as main
 from .conversation import CompactionError as CompactionError
 from .conversation import Conversation as Conversation
@@ -51,6 +53,8 @@ __all__ = [
     "ActorState",
     "ActorStatistics",
     "ActorStopped",
+    "Agent",
+    "AgentRun",
     "AutoShutdown",
     "Backoff",
     "ChildSpec",

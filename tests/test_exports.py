@@ -66,6 +66,8 @@ ACTORS_API = [
     "ActorState",
     "ActorStatistics",
     "ActorStopped",
+    "Agent",
+    "AgentRun",
     "AutoShutdown",
     "Backoff",
     "ChildSpec",
@@ -129,6 +131,7 @@ def test_every_public_callable_and_class_is_documented() -> None:
 
 
 def test_subpackage_export_lists_are_pinned() -> None:
+    import actors.agent
     import actors.conversation
     import actors.providers
     import actors.store
@@ -346,7 +349,16 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "validate_arguments",
     ]
     assert sorted(protocols.accounting.__all__) == ["BudgetMeter", "BudgetScope", "TokenBudget"]
+    assert sorted(actors.agent.__all__) == [
+        "Agent",
+        "AgentRun",
+        "AgentStatus",
+        "Chunk",
+        "EXHAUSTED",
+        "RunOptions",
+    ]
     for module in (
+        actors.agent,
         protocols.accounting,
         actors.tools,
         protocols.authority,

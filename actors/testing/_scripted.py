@@ -30,6 +30,10 @@ def _non_negative(instance: object, attribute: attrs.Attribute[float], value: fl
         raise ValueError(f"{attribute.name} must be >= 0, not {value!r}")
 
 
+def _calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    return tuple(value)
+
+
 @attrs.frozen
 class Reply:
     """One scripted answer.
@@ -43,7 +47,7 @@ class Reply:
 
     text: str = ""
     thinking: str = ""
-    calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=tuple)
+    calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_calls)
     usage: Usage | None = None
     finish: FinishReason | None = None
     chunk: int = 0

@@ -1,0 +1,578 @@
+"""``Agent``: a supervised actor running bounded turns of model calls and tool calls.
+
+One run is one trio cancel scope folding every bound: the caller's :class:`~actors.Abort`
+tokens, :meth:`Agent.abort`, the run's deadline and its token budget. Whatever trips first cuts
+the provider stream and the tool calls in flight at once, and the run still commits what it
+produced:
+
+* a cancel is not an error: the run resolves an :class:`~protocols.messages.AgentResult` with
+  ``partial=True`` and the stop reason (``cancelled``, ``timeout``, ``budget``); the partial
+  assistant text is committed to the conversation marked ``interrupted``;
+* tool calls running at the cancel are recorded as interrupted, queued ones as not executed --
+  every assistant tool call in the history always has a result;
+* a run cancelled before it starts makes no provider call and adds only the user's message;
+* at most ``limit`` provider turns; reaching it while the model still asks for tools ends the
+  run with ``stop="exhausted"`` and "not executed" results for those calls; ``limit=0`` makes no
+  call;
+* only genuine failures (a provider error after its retries, a bug) raise, after the partial
+  was committed;
+* a cancel of the *caller's* own scope aborts the run, waits (shielded, briefly) for it to
+  commit, then propagates as ``trio.Cancelled``.
+
+Runs on one agent are taken one at a time, in the order they were started (FIFO); separate
+agents run concurrently. A :meth:`Agent.stream` that is never iterated never takes the slot.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+import trio
+
+from protocols._json import dumps
+from protocols.accounting import BudgetMeter, TokenBudget
+from protocols.authority import Authority
+from protocols.context import Instructions, Scope, build
+from protocols.errors import AgentsError, ConfigError, ValidationError
+from protocols.messages import (
+    AgentResult,
+    Message,
+    ProviderOptions,
+    ProviderResult,
+    StopReason,
+    ToolCall,
+    ToolFailure,
+    ToolResult,
+    ToolSuccess,
+    Usage,
+)
+from protocols.workspace import File, Workspace, WorkspaceManager
+
+from ._abort import Abort
+from ._actor import Actor, ActorRef
+from ._supervisor import Restart
+from .conversation import Conversation
+from .tools import NOT_EXECUTED, Approver, CallableTool, ToolBatch, ToolRegistry
+
+if TYPE_CHECKING:
+    from ._runtime import Runtime
+    from .providers import ProviderInterface, ProviderStream
+
+__all__ = ["EXHAUSTED", "Agent", "AgentRun", "AgentStatus", "Chunk", "RunOptions"]
+
+log = logging.getLogger("trio_agents.agent")
+
+#: The result text of calls the model asked for on the last turn the limit allowed.
+EXHAUSTED = "not executed: the run reached its turn limit"
+
+#: How long a cancelled run may take to commit its partial (seconds, shielded).
+COMMIT_DEADLINE = 5.0
+
+
+class AgentStatus(enum.StrEnum):
+    """Where an agent is: ``idle`` (never ran), ``running``, ``done`` (the last run ended, also
+    partially) or ``error`` (the last run raised)."""
+
+    IDLE = "idle"
+    RUNNING = "running"
+    DONE = "done"
+    ERROR = "error"
+
+
+@attrs.frozen
+class Chunk:
+    """One piece of a run, in order: ``content`` or ``thinking`` text, a ``tool_call`` the model
+    made, a ``tool_result``, or the ``usage`` of a finished turn."""
+
+    kind: Literal["content", "thinking", "tool_call", "tool_result", "usage"]
+    text: str = ""
+    call: ToolCall | None = None
+    result: ToolResult | None = None
+    usage: Usage | None = None
+
+
+def _positive(name: str, value: object) -> None:
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
+    ):
+        raise ValidationError(f"{name} must be a number > 0 or None, not {value!r}")
+
+
+@attrs.frozen
+class RunOptions:
+    """Options of one run (``None``: the agent's own setting).
+
+    ``limit``: provider turns at most (>= 0); ``timeout``: seconds for the whole run; ``budget``:
+    a :class:`~protocols.accounting.TokenBudget`; ``abort``: caller tokens that cancel the run;
+    ``think`` and ``tool_choice``: passed to the provider.
+    """
+
+    limit: int | None = None
+    timeout: float | None = None
+    budget: TokenBudget | None = None
+    abort: tuple[Abort, ...] = attrs.field(default=(), converter=tuple)
+    think: bool | None = None
+    tool_choice: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.limit is not None and (
+            isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 0
+        ):
+            raise ValidationError(f"limit must be an integer >= 0, not {self.limit!r}")
+        _positive("timeout", self.timeout)
+        if self.budget is not None and not isinstance(self.budget, TokenBudget):
+            raise ValidationError("budget must be a TokenBudget")
+        for token in self.abort:
+            if not isinstance(token, Abort):
+                raise ValidationError(f"abort takes Abort tokens, not {type(token).__name__}")
+
+
+_END = object()
+
+
+@attrs.define
+class _Request:
+    """One run as queued in the agent's mailbox."""
+
+    input: tuple[Message, ...]
+    options: RunOptions
+    send: trio.MemorySendChannel[Any]
+    token: Abort = attrs.field(factory=Abort)
+    finished: trio.Event = attrs.field(factory=trio.Event)
+
+
+class AgentRun:
+    """A run being streamed: ``async with agent.stream(...) as run: async for chunk in run``,
+    then ``run.result``. Leaving the block early aborts the run (its partial is committed)."""
+
+    def __init__(self, agent: Agent, request: _Request, receive: trio.MemoryReceiveChannel[Any]):
+        self._agent = agent
+        self._request = request
+        self._receive = receive
+        self._submitted = False
+        self._result: AgentResult | None = None
+        self._error: BaseException | None = None
+        self._ended = False
+
+    @property
+    def result(self) -> AgentResult:
+        """The run's result, once the iteration has ended."""
+        if self._error is not None:
+            raise self._error
+        if self._result is None:
+            raise RuntimeError("the run has not finished: iterate it to the end first")
+        return self._result
+
+    def abort(self, reason: str = "cancelled") -> None:
+        """Cancel this run (a no-op once it has ended)."""
+        self._request.token.cancel(reason)
+
+    async def __aenter__(self) -> AgentRun:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._submitted and not self._ended:
+            self.abort("the stream was closed before the run ended")
+            # Let the run commit its partial, even when our own task is being cancelled.
+            with trio.CancelScope(shield=True) as shield:
+                shield.deadline = trio.current_time() + COMMIT_DEADLINE + 1
+                await self._request.finished.wait()
+        await self._receive.aclose()
+
+    def __aiter__(self) -> AgentRun:
+        return self
+
+    async def __anext__(self) -> Chunk:
+        if self._ended:
+            raise StopAsyncIteration
+        if not self._submitted:
+            self._submitted = True
+            await self._agent.ref.send(self._request)
+        item = await self._receive.receive()
+        if isinstance(item, Chunk):
+            return item
+        self._ended = True
+        kind, value = item
+        if kind == "error":
+            self._error = value
+            raise value
+        self._result = value
+        raise StopAsyncIteration
+
+
+class _AgentActor(Actor[_Request, None]):
+    """Takes runs from the mailbox one at a time."""
+
+    mailbox_size = 1024
+
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
+
+    async def handle(self, message: _Request) -> None:
+        agent = self._agent
+        agent._current = message
+        agent.status = AgentStatus.RUNNING
+        try:
+            result = await agent._run(message)
+        except Exception as error:
+            agent.status = AgentStatus.ERROR
+            agent._statistics["errors"] += 1
+            message.send.send_nowait(("error", error))
+        else:
+            agent.status = AgentStatus.DONE
+            agent._statistics["runs"] += 1
+            message.send.send_nowait(("result", result))
+        finally:
+            agent._current = None
+            message.finished.set()
+            message.send.close()
+
+
+class Agent:
+    """An agent: a provider, a conversation, context and tools, run as a supervised actor.
+
+    Start one with :meth:`start`. ``provider`` is any provider or
+    :class:`~actors.providers.ProviderConnection`; ``conversation`` an existing
+    :class:`~actors.conversation.Conversation` (default: a new one). Construction options --
+    ``limit`` (10), ``timeout``, ``budget``, ``think``, ``tool_choice`` -- apply to every run
+    unless the run overrides them.
+    """
+
+    def __init__(
+        self,
+        provider: ProviderInterface,
+        conversation: Conversation,
+        *,
+        system: str | None = None,
+        instructions: Instructions | None = None,
+        tools: Iterable[CallableTool] | ToolRegistry = (),
+        scope: Scope | None = None,
+        workspace: Workspace | WorkspaceManager | None = None,
+        authority: Authority | None = None,
+        approve: Approver | None = None,
+        defaults: RunOptions = RunOptions(),
+        tool_concurrency: int = 8,
+    ) -> None:
+        """Prefer :meth:`start`, which also starts the agent's actor (an agent built here runs
+        nothing until :meth:`attach` gives it one)."""
+        if isinstance(tool_concurrency, bool) or not isinstance(tool_concurrency, int):
+            raise ConfigError("tool_concurrency must be an integer >= 1")
+        if tool_concurrency < 1:
+            raise ConfigError("tool_concurrency must be an integer >= 1")
+        self.provider = provider
+        self.conversation = conversation
+        self.system = system
+        self.instructions = instructions or Instructions()
+        self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+        self.scope = scope
+        self.workspace = workspace
+        self.authority = authority
+        self.approve = approve
+        self.defaults = defaults
+        self.tool_concurrency = tool_concurrency
+        self.status = AgentStatus.IDLE
+        self._current: _Request | None = None
+        self._statistics = {"runs": 0, "errors": 0, "turns": 0}
+        self._ref: ActorRef[_Request, None] | None = None
+
+    @classmethod
+    async def start(
+        cls,
+        runtime: Runtime,
+        provider: ProviderInterface,
+        *,
+        conversation: Conversation | None = None,
+        limit: int = 10,
+        timeout: float | None = None,  # noqa: ASYNC109 - the runs' deadline, not start()'s
+        budget: TokenBudget | None = None,
+        think: bool | None = None,
+        tool_choice: str | None = None,
+        name: str | None = None,
+        **context: Any,
+    ) -> Agent:
+        """Start an agent under ``runtime``'s root supervisor and return it.
+
+        ``context`` holds the other constructor arguments (``system``, ``instructions``,
+        ``tools``, ``scope``, ``workspace``, ``authority``, ``approve``, ``tool_concurrency``).
+        """
+        defaults = RunOptions(
+            limit=limit, timeout=timeout, budget=budget, think=think, tool_choice=tool_choice
+        )
+        conversation = conversation or await Conversation.start(runtime)
+        self = cls(provider, conversation, defaults=defaults, **context)
+
+        def agent() -> _AgentActor:  # the factory's name names the actor
+            return _AgentActor(self)
+
+        self._ref = await runtime.spawn(agent, name=name, restart=Restart.TRANSIENT)
+        return self
+
+    @property
+    def ref(self) -> ActorRef[Any, Any]:
+        """The agent's actor."""
+        if self._ref is None:
+            raise RuntimeError("the agent has no actor: create it with 'await Agent.start(...)'")
+        return self._ref
+
+    def __repr__(self) -> str:
+        name = self._ref.name if self._ref is not None else "(not started)"
+        return f"<Agent {name} {self.status.value}>"
+
+    def statistics(self) -> dict[str, int]:
+        """Runs completed (partial ones included), runs that raised, provider turns made, and
+        runs waiting in the mailbox."""
+        return {**self._statistics, "queued": self.ref.statistics().mailbox_depth}
+
+    def abort(self, reason: str = "aborted") -> None:
+        """Cancel the run in progress, if any (queued runs are not affected)."""
+        if self._current is not None:
+            self._current.token.cancel(reason)
+
+    def stream(
+        self, input: str | Message | Sequence[Message] | None = None, **options: Any
+    ) -> AgentRun:
+        """Start a run and stream its chunks (see :class:`AgentRun`). ``options`` are
+        :class:`RunOptions` fields overriding the agent's for this run."""
+        messages: tuple[Message, ...]
+        if input is None:
+            messages = ()
+        elif isinstance(input, str):
+            messages = (Message.user(input),)
+        elif isinstance(input, Message):
+            messages = (input,)
+        else:
+            messages = tuple(input)
+        run_options = RunOptions(**options)
+        send, receive = trio.open_memory_channel[Any](float("inf"))
+        return AgentRun(self, _Request(messages, run_options, send), receive)
+
+    async def generate(
+        self, input: str | Message | Sequence[Message] | None = None, **options: Any
+    ) -> AgentResult:
+        """Run to the end and return the result: :meth:`stream`, drained."""
+        async with self.stream(input, **options) as run:
+            async for _ in run:
+                pass
+        return run.result
+
+    # -- the run -------------------------------------------------------------------------------
+
+    def _option(self, options: RunOptions, name: str) -> Any:
+        value = getattr(options, name)
+        return getattr(self.defaults, name) if value is None else value
+
+    async def _run(self, request: _Request) -> AgentResult:
+        options = request.options
+        limit: int = self._option(options, "limit")
+        timeout: float | None = self._option(options, "timeout")
+        budget: TokenBudget | None = self._option(options, "budget")
+        meter = BudgetMeter(budget) if budget is not None else None
+        run = _Run(self, request, meter)
+        token = Abort.any(request.token, *options.abort)
+        if request.input:
+            await self.conversation.add(request.input)
+            run.appended.extend(request.input)
+        if token.cancelled or (meter is not None and meter.exhausted):
+            stop = StopReason.CANCELLED if token.cancelled else StopReason.BUDGET
+            return run.result(stop)
+        with trio.CancelScope() as scope, token.bind(scope):
+            if timeout is not None:
+                scope.deadline = trio.current_time() + timeout
+            run.scope = scope
+            try:
+                stop = await run.turns(limit)
+            except AgentsError:
+                await run.commit_partial()  # a genuine failure still leaves history well formed
+                raise
+        if scope.cancelled_caught:
+            if run.budget_tripped:
+                stop = StopReason.BUDGET
+            elif not token.cancelled and trio.current_time() >= scope.deadline:
+                stop = StopReason.TIMEOUT
+            else:
+                stop = StopReason.CANCELLED
+            await run.commit_partial()
+        return run.result(stop)
+
+
+class _Run:
+    """The state of one run: what it appended, its usage, and what to commit on a cancel."""
+
+    def __init__(self, agent: Agent, request: _Request, meter: BudgetMeter | None) -> None:
+        self.agent = agent
+        self.request = request
+        self.meter = meter
+        self.scope: trio.CancelScope | None = None
+        self.appended: list[Message] = []
+        self.usage = Usage()
+        self.turns_made = 0
+        self.thinking: list[str] = []
+        self.budget_tripped = False
+        # What a cancel must commit: the stream of the turn in flight, or its tool batch.
+        self.stream: ProviderStream | None = None
+        self.batch: ToolBatch | None = None
+        # Calls of a committed assistant message whose results are not committed yet.
+        self.open_calls: tuple[ToolCall, ...] = ()
+
+    def emit(self, chunk: Chunk) -> None:
+        self.request.send.send_nowait(chunk)
+
+    def result(self, stop: StopReason) -> AgentResult:
+        content = next(
+            (m.content for m in reversed(self.appended) if m.role.value == "assistant"), ""
+        )
+        return AgentResult(
+            content=content,
+            thinking="\n\n".join(t for t in self.thinking if t),
+            messages=self.appended,
+            usage=self.usage,
+            stop=stop,
+            turns=self.turns_made,
+        )
+
+    async def add(self, *messages: Message) -> None:
+        # Shielded: a commit is quick (a local actor call) and must be known to have happened
+        # or not -- a cancel landing mid-call could otherwise commit a tool call unrecorded.
+        with trio.CancelScope(shield=True):
+            await self.agent.conversation.add(messages)
+        self.appended.extend(messages)
+
+    async def turns(self, limit: int) -> StopReason:
+        agent = self.agent
+        definitions = agent.registry.definitions(agent.scope) or None
+        options = ProviderOptions(
+            think=agent._option(self.request.options, "think"),
+            tool_choice=agent._option(self.request.options, "tool_choice") if definitions else None,
+        )
+        while self.turns_made < limit:
+            view = await agent.conversation.view()
+            files: tuple[File, ...] = ()
+            source = agent.workspace
+            active = source.active if isinstance(source, WorkspaceManager) else source
+            if active is not None:
+                files = active.files()
+            prompt = build(
+                view,
+                system=agent.system,
+                instructions=agent.instructions,
+                files=files,
+                scope=agent.scope,
+            )
+            self.turns_made += 1
+            agent._statistics["turns"] += 1
+            result = await self.provider_turn(prompt, definitions, options)
+            assistant = Message.assistant(
+                result.content,
+                calls=result.calls,
+                thinking=result.thinking,
+                continuation=result.continuation,
+            )
+            await self.add(assistant)
+            if not result.calls:
+                return StopReason.COMPLETE
+            self.open_calls = result.calls
+            for call in result.calls:
+                self.emit(Chunk("tool_call", call=call))
+            if self.turns_made >= limit:
+                await self.add(*(_tool_message(_failed(call, EXHAUSTED)) for call in result.calls))
+                self.open_calls = ()
+                return StopReason.EXHAUSTED
+            self.batch = batch = ToolBatch(result.calls)
+            results = await agent.registry.execute(
+                result.calls,
+                scope=agent.scope,
+                authority=agent.authority,
+                approve=agent.approve,
+                limit=agent.tool_concurrency,
+                batch=batch,
+            )
+            for tool_result in results:
+                self.emit(Chunk("tool_result", result=tool_result))
+            await self.add(*(_tool_message(r) for r in results))
+            self.batch = None
+            self.open_calls = ()
+        return StopReason.COMPLETE
+
+    async def provider_turn(
+        self, prompt: Sequence[Message], definitions: Any, options: ProviderOptions
+    ) -> ProviderResult:
+        meter = self.meter
+        if meter is not None:
+            meter.begin_turn()
+        self.stream = stream = self.agent.provider.stream(
+            prompt, tools=definitions, options=options
+        )
+        async with stream:
+            async for delta in stream:
+                self.emit(Chunk(delta.channel, text=delta.text))
+                if (
+                    delta.channel == "content"
+                    and meter is not None
+                    and meter.charge_content(delta.text)
+                ):
+                    self.budget_tripped = True
+                    assert self.scope is not None
+                    self.scope.cancel()
+        self.stream = None
+        result: ProviderResult = stream.result
+        self.settle_usage(result)
+        return result
+
+    def settle_usage(self, result: ProviderResult) -> None:
+        if self.meter is not None:
+            draw = self.meter.reconcile(result.usage, thinking=result.thinking)
+        else:
+            draw = result.usage or Usage()
+        self.usage = self.usage + draw
+        self.thinking.append(result.thinking)
+        self.emit(Chunk("usage", usage=draw))
+
+    async def commit_partial(self) -> None:
+        """After a cancel or a failure: commit what the cut turn produced, with a result for
+        every call (running ones interrupted, the others not executed)."""
+        with trio.CancelScope(shield=True) as shield:
+            shield.deadline = trio.current_time() + COMMIT_DEADLINE
+            stream, self.stream = self.stream, None
+            if stream is not None:
+                partial = stream.partial
+                self.settle_usage(partial)
+                if partial.content or partial.calls:
+                    await self.add(
+                        Message.assistant(
+                            partial.content,
+                            calls=partial.calls,
+                            thinking=partial.thinking,
+                            interrupted=True,
+                        )
+                    )
+                    self.open_calls = partial.calls
+            if self.open_calls:
+                batch = self.batch
+                if batch is not None:
+                    settled = batch.settled()
+                else:
+                    settled = [_failed(call, NOT_EXECUTED) for call in self.open_calls]
+                for tool_result in settled:
+                    self.emit(Chunk("tool_result", result=tool_result))
+                await self.add(*(_tool_message(r) for r in settled))
+                self.open_calls = ()
+                self.batch = None
+
+
+def _failed(call: ToolCall, text: str) -> ToolResult:
+    return ToolFailure(call.id, call.name, text)
+
+
+def _tool_message(result: ToolResult) -> Message:
+    """A tool result as the tool message the model reads: a success as JSON text (a string
+    value as it is), a failure as its error text."""
+    if isinstance(result, ToolSuccess):
+        value = result.value
+        content = value if isinstance(value, str) else dumps(value)
+    else:
+        content = result.error
+    return Message.tool(result.id, result.name, content)

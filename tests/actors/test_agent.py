@@ -1,0 +1,264 @@
+"""The agent's bounded turn: completion, tools, limit, cancel, timeout, budget, FIFO runs.
+
+Test names cite the guarantee of notes/000.md section 3 they port (G1..G17) where there is one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+import trio
+import trio.testing
+
+from actors import Abort, open_runtime, tool
+from actors.agent import EXHAUSTED, Agent, AgentStatus, Chunk
+from actors.testing import Fail, Hang, Reply, ScriptedProvider, Simulator
+from actors.tools import INTERRUPTED, NOT_EXECUTED
+from protocols.accounting import TokenBudget
+from protocols.errors import ProviderError
+from protocols.messages import AgentResult, Message, Role, StopReason, ToolCall, Usage
+
+
+@tool
+async def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@tool
+async def nap(seconds: float) -> str:
+    """Sleep a while."""
+    await trio.sleep(seconds)
+    return "rested"
+
+
+def well_formed(messages: Sequence[Message]) -> bool:
+    """Every assistant tool call has exactly one tool message answering it."""
+    calls = [call.id for m in messages if m.role is Role.ASSISTANT for call in m.calls]
+    answers = [m.tool_call_id for m in messages if m.role is Role.TOOL]
+    return sorted(calls) == sorted(answer for answer in answers if answer is not None)
+
+
+async def test_a_plain_answer_completes() -> None:
+    provider = ScriptedProvider(Reply("Hello!", usage=Usage(5, 2)))
+    async with open_runtime() as runtime:
+        agent = await Agent.start(runtime, provider, system="Be brief.")
+        result = await agent.generate("Hi")
+        assert result.content == "Hello!"
+        assert result.stop is StopReason.COMPLETE
+        assert not result.partial
+        assert result.turns == 1
+        assert result.usage == Usage(5, 2)
+        assert [m.role for m in result.messages] == [Role.USER, Role.ASSISTANT]
+        sent = provider.calls[0].messages
+        assert sent[0].role is Role.SYSTEM
+        assert sent[0].content == "Be brief."
+        assert agent.status is AgentStatus.DONE
+        assert await agent.conversation.messages() == result.messages
+
+
+async def test_a_tool_turn_then_an_answer() -> None:
+    call = ToolCall("c1", "add", {"a": 19, "b": 23})
+    provider = ScriptedProvider(Reply(calls=[call]), Reply("It is 42."))
+    async with open_runtime() as runtime:
+        agent = await Agent.start(runtime, provider, tools=[add])
+        result = await agent.generate("What is 19 + 23?")
+        assert result.content == "It is 42."
+        assert result.turns == 2
+        tool_message = result.messages[2]
+        assert (tool_message.role, tool_message.content, tool_message.tool_call_id) == (
+            Role.TOOL,
+            "42",
+            "c1",
+        )
+        assert provider.calls[0].tools[0].name == "add"  # advertised
+        assert well_formed(result.messages)
+
+
+async def test_generate_equals_a_drained_stream_g5() -> None:
+    def script() -> ScriptedProvider:
+        return ScriptedProvider(
+            Reply(calls=[ToolCall("c1", "add", {"a": 1, "b": 2})], thinking="plan"),
+            Reply("3", chunk=1),
+        )
+
+    async with open_runtime() as runtime:
+        first = await Agent.start(runtime, script(), tools=[add])
+        generated = await first.generate("1 + 2?")
+        second = await Agent.start(runtime, script(), tools=[add])
+        chunks: list[Chunk] = []
+        async with second.stream("1 + 2?") as run:
+            async for chunk in run:
+                chunks.append(chunk)
+        streamed = run.result
+
+        def shape(result: AgentResult) -> list[tuple[object, ...]]:
+            return [(m.role, m.content, m.calls, m.tool_call_id) for m in result.messages]
+
+        assert shape(streamed) == shape(generated)
+        assert (streamed.content, streamed.stop, streamed.usage) == (
+            generated.content,
+            generated.stop,
+            generated.usage,
+        )
+        kinds = [chunk.kind for chunk in chunks]
+        assert kinds == ["thinking", "usage", "tool_call", "tool_result", "content", "usage"]
+
+
+async def test_limit_zero_makes_no_call_g13() -> None:
+    provider = ScriptedProvider()
+    async with open_runtime() as runtime:
+        agent = await Agent.start(runtime, provider, limit=0)
+        result = await agent.generate("hi")
+        assert provider.calls == []
+        assert not result.partial
+        assert result.turns == 0
+
+
+async def test_the_limit_exhausts_with_not_executed_results_g13() -> None:
+    calls = [Reply(calls=[ToolCall(f"c{i}", "add", {"a": i, "b": 1})]) for i in range(3)]
+    provider = ScriptedProvider(*calls)
+    async with open_runtime() as runtime:
+        agent = await Agent.start(runtime, provider, tools=[add], limit=2)
+        result = await agent.generate("loop")
+        assert result.stop is StopReason.EXHAUSTED
+        assert result.partial
+        assert result.turns == 2
+        last = result.messages[-1]
+        assert (last.role, last.content) == (Role.TOOL, EXHAUSTED)
+        assert well_formed(result.messages)
+        # A natural answer on the last allowed turn completes.
+        done = await Agent.start(runtime, ScriptedProvider(calls[0], Reply("ok")), tools=[add])
+        assert (await done.generate("x", limit=2)).stop is StopReason.COMPLETE
+
+
+async def test_a_pre_cancelled_run_makes_no_provider_call_g3() -> None:
+    provider = ScriptedProvider(Reply("never"))
+    token = Abort()
+    token.cancel("changed my mind")
+    async with open_runtime() as runtime:
+        agent = await Agent.start(runtime, provider)
+        result = await agent.generate("hi", abort=[token])
+        assert result.stop is StopReason.CANCELLED
+        assert result.partial
+        assert provider.calls == []
+        assert [m.content for m in await agent.conversation.messages()] == ["hi"]
+
+
+async def test_a_cancel_mid_stream_commits_the_partial_as_interrupted_g2(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    provider = ScriptedProvider(Hang("Once upon a"))
+    token = Abort()
+    async with open_runtime() as runtime:
+        agent = await Agent.start(runtime, provider)
+        async with trio.open_nursery() as nursery:
+
+            async def later() -> None:
+                await trio.sleep(1)
+                token.cancel("user pressed stop")
+
+            nursery.start_soon(later)
+            result = await agent.generate("A story", abort=[token])
+        assert result.stop is StopReason.CANCELLED
+        assert result.content == "Once upon a"
+        stored = (await agent.conversation.messages())[-1]
+        assert stored.interrupted
+        assert stored.content == "Once upon a"
+        assert agent.status is AgentStatus.DONE
+
+
+async def test_timeout_cuts_running_tools_and_records_them_g1(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    calls = [ToolCall("c1", "nap", {"seconds": 1}), ToolCall("c2", "nap", {"seconds": 100})]
+    provider = ScriptedProvider(Reply(calls=calls), Reply("never reached"))
+    async with open_runtime() as runtime:
+        agent = await Agent.start(runtime, provider, tools=[nap], timeout=10)
+        result = await agent.generate("rest")
+        assert result.stop is StopReason.TIMEOUT
+        results = {m.tool_call_id: m.content for m in result.messages if m.role is Role.TOOL}
+        assert results == {"c1": "rested", "c2": INTERRUPTED}
+        assert well_formed(await agent.conversation.messages())
+        assert len(provider.calls) == 1
+
+
+async def test_queued_calls_are_not_executed_on_cancel(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    calls = [ToolCall(f"c{i}", "nap", {"seconds": 100}) for i in range(3)]
+    provider = ScriptedProvider(Reply(calls=calls))
+    async with open_runtime() as runtime:
+        agent = await Agent.start(runtime, provider, tools=[nap], tool_concurrency=1, timeout=5)
+        result = await agent.generate("rest")
+        contents = sorted(m.content for m in result.messages if m.role is Role.TOOL)
+        assert contents == sorted([INTERRUPTED, NOT_EXECUTED, NOT_EXECUTED])
+
+
+async def test_the_budget_cuts_a_runaway_answer_mid_stream_g16(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    provider = ScriptedProvider(Reply("word " * 200, chunk=5, delay=0.1))
+    async with open_runtime() as runtime:
+        agent = await Agent.start(runtime, provider)
+        result = await agent.generate("Write a lot", budget=TokenBudget(max=20))
+        assert result.stop is StopReason.BUDGET
+        assert result.partial
+        # Cut as soon as the estimate reached 20 tokens: 80 characters, not the whole answer.
+        assert 80 <= len(result.content) < 100
+        assert result.usage.completion == 20
+
+
+async def test_a_provider_failure_raises_after_committing_g2() -> None:
+    failure = ProviderError("upstream down", code="server_error", retryable=True)
+    provider = ScriptedProvider(Fail(failure))
+    async with open_runtime() as runtime:
+        agent = await Agent.start(runtime, provider)
+        with pytest.raises(ProviderError, match="upstream down"):
+            await agent.generate("hi")
+        assert agent.status is AgentStatus.ERROR
+        # The agent keeps working after a failed run.
+        agent.provider = ScriptedProvider(Reply("back"))
+        assert (await agent.generate("again")).content == "back"
+
+
+async def test_runs_on_one_agent_are_fifo(autojump_clock: trio.testing.MockClock) -> None:
+    provider = ScriptedProvider(Reply("first", delay=1), Reply("second"))
+    order: list[str] = []
+    async with open_runtime() as runtime:
+        agent = await Agent.start(runtime, provider)
+
+        async def ask(text: str) -> None:
+            order.append((await agent.generate(text)).content)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask, "one")
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(ask, "two")
+        assert order == ["first", "second"]
+        assert [m.content for m in provider.calls[1].messages][-3:] == ["one", "first", "two"]
+
+
+async def test_an_outer_cancel_commits_then_propagates(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    provider = ScriptedProvider(Hang("partial text"))
+    async with open_runtime() as runtime:
+        agent = await Agent.start(runtime, provider)
+        with trio.move_on_after(2) as outer:
+            await agent.generate("go")
+        assert outer.cancelled_caught
+        stored = (await agent.conversation.messages())[-1]
+        assert (stored.content, stored.interrupted) == ("partial text", True)
+
+
+async def test_an_agent_over_http_against_the_simulator() -> None:
+    async with Simulator() as simulator, open_runtime() as runtime:
+        provider = simulator.openai()
+        agent = await Agent.start(runtime, provider, tools=[add])
+        result = await agent.generate("What is 19 + 23?")
+        assert result.content == "The answer is 42."
+        assert result.turns == 2
+        assert result.usage.total > 0
+        await provider.aclose()
