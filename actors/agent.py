@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -62,7 +62,17 @@ if TYPE_CHECKING:
     from ._runtime import Runtime
     from .providers import ProviderInterface, ProviderStream
 
-__all__ = ["EXHAUSTED", "Agent", "AgentRun", "AgentStatus", "Chunk", "RunOptions"]
+__all__ = [
+    "EXHAUSTED",
+    "EXHAUST_INSTRUCTION",
+    "FALLBACK_SUMMARY",
+    "Agent",
+    "AgentEvent",
+    "AgentRun",
+    "AgentStatus",
+    "Chunk",
+    "RunOptions",
+]
 
 log = logging.getLogger("trio_agents.agent")
 
@@ -71,6 +81,19 @@ EXHAUSTED = "not executed: the run reached its turn limit"
 
 #: How long a cancelled run may take to commit its partial (seconds, shielded).
 COMMIT_DEADLINE = 5.0
+
+#: The instruction of the final tool-less call ``on_exhaust="summarize"`` makes (never stored).
+EXHAUST_INSTRUCTION = (
+    "You have reached the limit of tool-using turns for this request. Do not call any tools. "
+    "Answer now, as well as you can, from what you have found so far, and say what is left "
+    "undone."
+)
+
+#: The answer recorded when that final call answers with nothing.
+FALLBACK_SUMMARY = "I reached my turn limit before I could finish, and have nothing to add."
+
+#: Called with the error and the event when an event listener raises.
+ErrorHandler = Callable[[BaseException, "AgentEvent"], None]
 
 
 class AgentStatus(enum.StrEnum):
@@ -81,6 +104,31 @@ class AgentStatus(enum.StrEnum):
     RUNNING = "running"
     DONE = "done"
     ERROR = "error"
+
+
+@attrs.frozen
+class AgentEvent:
+    """Something that happened in a run, delivered to listeners after it happened.
+
+    ``kind``: ``start``; ``turn`` (a provider call begins; ``turn`` is its number); ``tool`` (a
+    call's ``result`` is in); ``deny`` (the authority refused ``call``; ``reason``); ``usage``
+    (a turn's ``usage``); ``guard`` (a guard refused a batch; ``reason``); ``abort`` (the run was
+    cut; ``reason``, ``stop``); ``exhaust`` (the turn limit was reached); ``finish`` (the run
+    ended; ``partial``, ``stop``); ``error`` (the run raised ``error``).
+    """
+
+    kind: Literal[
+        "start", "turn", "tool", "deny", "usage", "guard", "abort", "exhaust", "finish", "error"
+    ]
+    run: int
+    turn: int = 0
+    call: ToolCall | None = None
+    result: ToolResult | None = None
+    usage: Usage | None = None
+    reason: str | None = None
+    stop: StopReason | None = None
+    partial: bool | None = None
+    error: BaseException | None = None
 
 
 @attrs.frozen
@@ -108,7 +156,10 @@ class RunOptions:
 
     ``limit``: provider turns at most (>= 0); ``timeout``: seconds for the whole run; ``budget``:
     a :class:`~protocols.accounting.TokenBudget`; ``abort``: caller tokens that cancel the run;
-    ``think`` and ``tool_choice``: passed to the provider.
+    ``think`` and ``tool_choice``: passed to the provider; ``on_exhaust``: ``"stop"`` or
+    ``"summarize"`` (one final tool-less call when the limit is reached while the model still
+    wants tools); ``max_repeats``: how often one identical call (name and arguments) may run in
+    one run before a batch repeating it is refused.
     """
 
     limit: int | None = None
@@ -117,8 +168,20 @@ class RunOptions:
     abort: tuple[Abort, ...] = attrs.field(default=(), converter=tuple)
     think: bool | None = None
     tool_choice: str | None = None
+    on_exhaust: Literal["stop", "summarize"] | None = None
+    max_repeats: int | None = None
 
     def __attrs_post_init__(self) -> None:
+        if self.on_exhaust not in (None, "stop", "summarize"):
+            raise ValidationError(
+                f"on_exhaust must be 'stop' or 'summarize', not {self.on_exhaust!r}"
+            )
+        if self.max_repeats is not None and (
+            isinstance(self.max_repeats, bool)
+            or not isinstance(self.max_repeats, int)
+            or self.max_repeats < 1
+        ):
+            raise ValidationError(f"max_repeats must be an integer >= 1, not {self.max_repeats!r}")
         if self.limit is not None and (
             isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 0
         ):
@@ -216,16 +279,24 @@ class _AgentActor(Actor[_Request, None]):
         agent = self._agent
         agent._current = message
         agent.status = AgentStatus.RUNNING
+        agent._runs += 1
+        number = agent._runs
         try:
-            result = await agent._run(message)
+            result = await agent._run(message, number)
         except Exception as error:
             agent.status = AgentStatus.ERROR
             agent._statistics["errors"] += 1
             message.send.send_nowait(("error", error))
+            agent._emit(AgentEvent("error", number, error=error))
         else:
             agent.status = AgentStatus.DONE
             agent._statistics["runs"] += 1
             message.send.send_nowait(("result", result))
+            agent._emit(
+                AgentEvent(
+                    "finish", number, turn=result.turns, stop=result.stop, partial=result.partial
+                )
+            )
         finally:
             agent._current = None
             message.finished.set()
@@ -256,6 +327,8 @@ class Agent:
         approve: Approver | None = None,
         defaults: RunOptions = RunOptions(),
         tool_concurrency: int = 8,
+        on: Iterable[Callable[[AgentEvent], None]] = (),
+        error: ErrorHandler | None = None,
     ) -> None:
         """Prefer :meth:`start`, which also starts the agent's actor (an agent built here runs
         nothing until :meth:`attach` gives it one)."""
@@ -278,6 +351,35 @@ class Agent:
         self._current: _Request | None = None
         self._statistics = {"runs": 0, "errors": 0, "turns": 0}
         self._ref: ActorRef[_Request, None] | None = None
+        self._listeners: list[Callable[[AgentEvent], None]] = list(on)
+        self._error_handler = error
+        self._runs = 0
+
+    def subscribe(self, listener: Callable[[AgentEvent], None]) -> Callable[[], None]:
+        """Call ``listener`` with every event from now on; returns a function that
+        unsubscribes. A listener that raises never changes a run: the error goes to the
+        agent's ``error`` handler (or the log)."""
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def _emit(self, event: AgentEvent) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(event)
+            except Exception as error:
+                handler = self._error_handler
+                if handler is None:
+                    log.exception("an event listener raised on %s", event.kind)
+                    continue
+                try:
+                    handler(error, event)
+                except Exception:
+                    log.exception("the error handler raised on %s", event.kind)
 
     @classmethod
     async def start(
@@ -291,16 +393,25 @@ class Agent:
         budget: TokenBudget | None = None,
         think: bool | None = None,
         tool_choice: str | None = None,
+        on_exhaust: Literal["stop", "summarize"] = "stop",
+        max_repeats: int = 3,
         name: str | None = None,
         **context: Any,
     ) -> Agent:
         """Start an agent under ``runtime``'s root supervisor and return it.
 
         ``context`` holds the other constructor arguments (``system``, ``instructions``,
-        ``tools``, ``scope``, ``workspace``, ``authority``, ``approve``, ``tool_concurrency``).
+        ``tools``, ``scope``, ``workspace``, ``authority``, ``approve``, ``tool_concurrency``,
+        ``on`` (event listeners), ``error`` (their error handler)).
         """
         defaults = RunOptions(
-            limit=limit, timeout=timeout, budget=budget, think=think, tool_choice=tool_choice
+            limit=limit,
+            timeout=timeout,
+            budget=budget,
+            think=think,
+            tool_choice=tool_choice,
+            on_exhaust=on_exhaust,
+            max_repeats=max_repeats,
         )
         conversation = conversation or await Conversation.start(runtime)
         self = cls(provider, conversation, defaults=defaults, **context)
@@ -365,19 +476,21 @@ class Agent:
         value = getattr(options, name)
         return getattr(self.defaults, name) if value is None else value
 
-    async def _run(self, request: _Request) -> AgentResult:
+    async def _run(self, request: _Request, number: int) -> AgentResult:
         options = request.options
         limit: int = self._option(options, "limit")
         timeout: float | None = self._option(options, "timeout")
         budget: TokenBudget | None = self._option(options, "budget")
         meter = BudgetMeter(budget) if budget is not None else None
-        run = _Run(self, request, meter)
+        run = _Run(self, request, meter, number)
         token = Abort.any(request.token, *options.abort)
         if request.input:
             await self.conversation.add(request.input)
             run.appended.extend(request.input)
+        self._emit(AgentEvent("start", number))
         if token.cancelled or (meter is not None and meter.exhausted):
             stop = StopReason.CANCELLED if token.cancelled else StopReason.BUDGET
+            self._emit(AgentEvent("abort", number, reason=token.reason or "budget", stop=stop))
             return run.result(stop)
         with trio.CancelScope() as scope, token.bind(scope):
             if timeout is not None:
@@ -396,16 +509,23 @@ class Agent:
             else:
                 stop = StopReason.CANCELLED
             await run.commit_partial()
+            reason = "budget" if stop is StopReason.BUDGET else token.reason or stop.value
+            self._emit(AgentEvent("abort", number, turn=run.turns_made, reason=reason, stop=stop))
         return run.result(stop)
 
 
 class _Run:
     """The state of one run: what it appended, its usage, and what to commit on a cancel."""
 
-    def __init__(self, agent: Agent, request: _Request, meter: BudgetMeter | None) -> None:
+    def __init__(
+        self, agent: Agent, request: _Request, meter: BudgetMeter | None, number: int
+    ) -> None:
         self.agent = agent
         self.request = request
         self.meter = meter
+        self.number = number
+        # How often each identical call (name + canonical arguments) has been run.
+        self.seen: dict[str, int] = {}
         self.scope: trio.CancelScope | None = None
         self.appended: list[Message] = []
         self.usage = Usage()
@@ -441,61 +561,141 @@ class _Run:
             await self.agent.conversation.add(messages)
         self.appended.extend(messages)
 
-    async def turns(self, limit: int) -> StopReason:
+    def event(self, kind: Any, **fields: Any) -> None:
+        self.agent._emit(AgentEvent(kind, self.number, turn=self.turns_made, **fields))
+
+    def prompt(self, extra: Sequence[Message] = ()) -> Any:
+        """The next request's messages, built fresh (``extra`` is appended, never stored)."""
         agent = self.agent
-        definitions = agent.registry.definitions(agent.scope) or None
-        options = ProviderOptions(
-            think=agent._option(self.request.options, "think"),
-            tool_choice=agent._option(self.request.options, "tool_choice") if definitions else None,
-        )
-        while self.turns_made < limit:
+
+        async def make() -> tuple[Message, ...]:
             view = await agent.conversation.view()
             files: tuple[File, ...] = ()
             source = agent.workspace
             active = source.active if isinstance(source, WorkspaceManager) else source
             if active is not None:
                 files = active.files()
-            prompt = build(
+            built = build(
                 view,
                 system=agent.system,
                 instructions=agent.instructions,
                 files=files,
                 scope=agent.scope,
             )
+            return (*built, *extra)
+
+        return make()
+
+    async def turns(self, limit: int) -> StopReason:
+        agent = self.agent
+        options = self.request.options
+        definitions = agent.registry.definitions(agent.scope) or None
+        provider_options = ProviderOptions(
+            think=agent._option(options, "think"),
+            tool_choice=agent._option(options, "tool_choice") if definitions else None,
+        )
+        max_repeats: int = agent._option(options, "max_repeats") or 3
+        unknown_streak: list[ToolCall] = []
+        while self.turns_made < limit:
+            prompt = await self.prompt()
             self.turns_made += 1
             agent._statistics["turns"] += 1
-            result = await self.provider_turn(prompt, definitions, options)
-            assistant = Message.assistant(
-                result.content,
-                calls=result.calls,
-                thinking=result.thinking,
-                continuation=result.continuation,
+            self.event("turn")
+            result = await self.provider_turn(prompt, definitions, provider_options)
+            await self.add(
+                Message.assistant(
+                    result.content,
+                    calls=result.calls,
+                    thinking=result.thinking,
+                    continuation=result.continuation,
+                )
             )
-            await self.add(assistant)
             if not result.calls:
                 return StopReason.COMPLETE
             self.open_calls = result.calls
             for call in result.calls:
                 self.emit(Chunk("tool_call", call=call))
             if self.turns_made >= limit:
-                await self.add(*(_tool_message(_failed(call, EXHAUSTED)) for call in result.calls))
-                self.open_calls = ()
+                await self.answer(result.calls, EXHAUSTED)
+                self.event("exhaust", reason=f"the turn limit of {limit} was reached")
+                if agent._option(options, "on_exhaust") == "summarize":
+                    await self.final_answer(EXHAUST_INSTRUCTION, provider_options)
                 return StopReason.EXHAUSTED
-            self.batch = batch = ToolBatch(result.calls)
-            results = await agent.registry.execute(
-                result.calls,
-                scope=agent.scope,
-                authority=agent.authority,
-                approve=agent.approve,
-                limit=agent.tool_concurrency,
-                batch=batch,
-            )
-            for tool_result in results:
-                self.emit(Chunk("tool_result", result=tool_result))
-            await self.add(*(_tool_message(r) for r in results))
-            self.batch = None
-            self.open_calls = ()
+            repeated = self.repeats(result.calls, max_repeats)
+            if repeated is not None:
+                reason = (
+                    f"not executed: the identical call {repeated} was already made {max_repeats} "
+                    "times in this run; change the arguments or answer with what you have"
+                )
+                await self.answer(result.calls, reason)
+                self.event("guard", reason=reason)
+                continue
+            batch = await self.run_tools(result.calls)
+            unknown = [result.calls[index] for index in sorted(batch.skipped)]
+            if unknown and unknown_streak:
+                # Unknown tools two turns running: one last call, without tools, that names
+                # what never ran -- instead of letting the model spin on names that do not exist.
+                names = ", ".join(sorted({c.name for c in (*unknown_streak, *unknown)}))
+                reason = f"unknown tools requested in consecutive turns: {names}"
+                self.event("guard", reason=reason)
+                instruction = (
+                    f"These tool calls never ran because no such tools exist: {names}. Do not "
+                    "call tools; answer with what you have."
+                )
+                await self.final_answer(instruction, provider_options)
+                return StopReason.COMPLETE
+            unknown_streak = unknown
         return StopReason.COMPLETE
+
+    def repeats(self, calls: Sequence[ToolCall], max_repeats: int) -> str | None:
+        """Count this batch's calls; the first one now repeated beyond the limit, if any."""
+        keys = [f"{call.name}({dumps(call.arguments, canonical=True)})" for call in calls]
+        over = next((key for key in keys if self.seen.get(key, 0) >= max_repeats), None)
+        if over is None:
+            for key in keys:
+                self.seen[key] = self.seen.get(key, 0) + 1
+        return over
+
+    async def answer(self, calls: Sequence[ToolCall], text: str) -> None:
+        """Record ``text`` as the failed result of every call (none of them runs)."""
+        results = [_failed(call, text) for call in calls]
+        for tool_result in results:
+            self.emit(Chunk("tool_result", result=tool_result))
+        await self.add(*(_tool_message(r) for r in results))
+        self.open_calls = ()
+
+    async def run_tools(self, calls: tuple[ToolCall, ...]) -> ToolBatch:
+        agent = self.agent
+        self.batch = batch = ToolBatch(calls)
+        results = await agent.registry.execute(
+            calls,
+            scope=agent.scope,
+            authority=agent.authority,
+            approve=agent.approve,
+            limit=agent.tool_concurrency,
+            batch=batch,
+        )
+        for index, (call, tool_result) in enumerate(zip(calls, results, strict=True)):
+            self.emit(Chunk("tool_result", result=tool_result))
+            if index in batch.denied and isinstance(tool_result, ToolFailure):
+                self.event("deny", call=call, result=tool_result, reason=tool_result.error)
+            else:
+                self.event("tool", call=call, result=tool_result)
+        await self.add(*(_tool_message(r) for r in results))
+        self.batch = None
+        self.open_calls = ()
+        return batch
+
+    async def final_answer(self, instruction: str, options: ProviderOptions) -> None:
+        """One last provider call without tools, told ``instruction`` (which is not stored)."""
+        prompt = await self.prompt([Message.user(instruction)])
+        self.turns_made += 1
+        self.agent._statistics["turns"] += 1
+        self.event("turn")
+        quiet = attrs.evolve(options, tool_choice=None)
+        result = await self.provider_turn(prompt, None, quiet)
+        text = result.content.strip() or FALLBACK_SUMMARY
+        await self.add(Message.assistant(text, thinking=result.thinking))
 
     async def provider_turn(
         self, prompt: Sequence[Message], definitions: Any, options: ProviderOptions
@@ -530,6 +730,7 @@ class _Run:
         self.usage = self.usage + draw
         self.thinking.append(result.thinking)
         self.emit(Chunk("usage", usage=draw))
+        self.event("usage", usage=draw)
 
     async def commit_partial(self) -> None:
         """After a cancel or a failure: commit what the cut turn produced, with a result for

@@ -231,6 +231,8 @@ class ToolBatch:
         self.started: set[int] = set()
         #: Indices of calls the authority refused (never run).
         self.denied: set[int] = set()
+        #: Indices of calls to tools that are not registered or out of scope (never run).
+        self.skipped: set[int] = set()
 
     @property
     def done(self) -> bool:
@@ -325,6 +327,7 @@ class ToolRegistry:
         async def run(index: int, call: ToolCall) -> None:
             target = self._tools.get(call.name)
             if target is None or (scope is not None and not scope.allows_tool(call.name)):
+                state.skipped.add(index)
                 names = ", ".join(available) or "none"
                 state.results[index] = ToolFailure(
                     call.id,

@@ -351,10 +351,13 @@ def test_subpackage_export_lists_are_pinned() -> None:
     assert sorted(protocols.accounting.__all__) == ["BudgetMeter", "BudgetScope", "TokenBudget"]
     assert sorted(actors.agent.__all__) == [
         "Agent",
+        "AgentEvent",
         "AgentRun",
         "AgentStatus",
         "Chunk",
         "EXHAUSTED",
+        "EXHAUST_INSTRUCTION",
+        "FALLBACK_SUMMARY",
         "RunOptions",
     ]
     for module in (

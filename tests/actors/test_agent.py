@@ -12,7 +12,15 @@ import trio
 import trio.testing
 
 from actors import Abort, open_runtime, tool
-from actors.agent import EXHAUSTED, Agent, AgentStatus, Chunk
+from actors.agent import (
+    EXHAUST_INSTRUCTION,
+    EXHAUSTED,
+    FALLBACK_SUMMARY,
+    Agent,
+    AgentEvent,
+    AgentStatus,
+    Chunk,
+)
 from actors.testing import Fail, Hang, Reply, ScriptedProvider, Simulator
 from actors.tools import INTERRUPTED, NOT_EXECUTED
 from protocols.accounting import TokenBudget
@@ -262,3 +270,112 @@ async def test_an_agent_over_http_against_the_simulator() -> None:
         assert result.turns == 2
         assert result.usage.total > 0
         await provider.aclose()
+
+
+async def test_events_follow_the_run_and_a_raising_listener_changes_nothing_g8() -> None:
+    call = ToolCall("c1", "add", {"a": 1, "b": 2})
+    provider = ScriptedProvider(Reply(calls=[call], usage=Usage(3, 1)), Reply("3"))
+    kinds: list[str] = []
+    failures: list[tuple[str, str]] = []
+
+    def bad(event: AgentEvent) -> None:
+        raise RuntimeError(f"listener bug on {event.kind}")
+
+    def handler(error: BaseException, event: AgentEvent) -> None:
+        failures.append((event.kind, str(error)))
+
+    async with open_runtime() as runtime:
+        agent = await Agent.start(
+            runtime, provider, tools=[add], on=[lambda e: kinds.append(e.kind), bad], error=handler
+        )
+        result = await agent.generate("1 + 2?")
+        assert result.content == "3"
+    assert kinds == ["start", "turn", "usage", "tool", "turn", "usage", "finish"]
+    assert [kind for kind, _ in failures] == kinds  # every raising listener is surfaced
+    assert failures[0][1] == "listener bug on start"
+
+
+async def test_a_cancel_emits_abort_then_finish_g2(autojump_clock: trio.testing.MockClock) -> None:
+    events: list[AgentEvent] = []
+    async with open_runtime() as runtime:
+        agent = await Agent.start(runtime, ScriptedProvider(Hang("so far")), on=[events.append])
+        await agent.generate("go", timeout=3)
+    assert [e.kind for e in events][-2:] == ["abort", "finish"]
+    abort, finish = events[-2:]
+    assert (abort.stop, finish.partial) == (StopReason.TIMEOUT, True)
+
+
+async def test_exhaustion_emits_exhaust_not_abort_g13() -> None:
+    events: list[str] = []
+    call = ToolCall("c1", "add", {"a": 1, "b": 1})
+    async with open_runtime() as runtime:
+        agent = await Agent.start(
+            runtime,
+            ScriptedProvider(Reply(calls=[call])),
+            tools=[add],
+            limit=1,
+            on=[lambda e: events.append(e.kind)],
+        )
+        result = await agent.generate("go")
+    assert result.stop is StopReason.EXHAUSTED
+    assert "exhaust" in events
+    assert "abort" not in events
+    assert events[-1] == "finish"
+
+
+async def test_on_exhaust_summarize_makes_one_tool_less_call_never_stored() -> None:
+    call = ToolCall("c1", "add", {"a": 1, "b": 1})
+    provider = ScriptedProvider(Reply(calls=[call]), Reply("Partly done: 1 + 1 = 2."), Reply(""))
+    async with open_runtime() as runtime:
+        agent = await Agent.start(runtime, provider, tools=[add], limit=1, on_exhaust="summarize")
+        result = await agent.generate("go")
+        assert result.stop is StopReason.EXHAUSTED
+        assert result.content == "Partly done: 1 + 1 = 2."
+        final = provider.calls[1]
+        assert final.tools == ()  # no tools offered
+        assert final.messages[-1].content == EXHAUST_INSTRUCTION
+        stored = [m.content for m in await agent.conversation.messages()]
+        assert EXHAUST_INSTRUCTION not in stored
+        # An empty final answer is recorded as the fixed fallback.
+        provider2 = ScriptedProvider(Reply(calls=[call]), Reply(""))
+        agent2 = await Agent.start(runtime, provider2, tools=[add], limit=1, on_exhaust="summarize")
+        assert (await agent2.generate("go")).content == FALLBACK_SUMMARY
+
+
+async def test_an_identical_call_repeated_too_often_is_refused_not_run() -> None:
+    runs: list[int] = []
+
+    @tool
+    def count(n: int) -> int:
+        """Count."""
+        runs.append(n)
+        return n
+
+    same = [Reply(calls=[ToolCall(f"c{i}", "count", {"n": 7})]) for i in range(4)]
+    provider = ScriptedProvider(*same, Reply("I will stop."))
+    async with open_runtime() as runtime:
+        agent = await Agent.start(runtime, provider, tools=[count], max_repeats=2)
+        result = await agent.generate("count")
+        assert runs == [7, 7]
+        refused = [m.content for m in result.messages if m.role is Role.TOOL][2:]
+        assert len(refused) == 2
+        assert all(text.startswith("not executed: the identical call count(") for text in refused)
+        assert result.content == "I will stop."
+        assert well_formed(result.messages)
+
+
+async def test_unknown_tools_twice_in_a_row_end_with_a_tool_less_call() -> None:
+    provider = ScriptedProvider(
+        Reply(calls=[ToolCall("c1", "search", {"q": "x"})]),
+        Reply(calls=[ToolCall("c2", "browse", {"url": "y"})]),
+        Reply("I cannot search here."),
+    )
+    async with open_runtime() as runtime:
+        agent = await Agent.start(runtime, provider, tools=[add])
+        result = await agent.generate("find it")
+        assert result.content == "I cannot search here."
+        final = provider.calls[2]
+        assert final.tools == ()
+        assert "browse, search" in final.messages[-1].content
+        assert result.stop is StopReason.COMPLETE
+        assert well_formed(result.messages)
