@@ -43,6 +43,7 @@ from protocols.messages import (
     Message,
     ProviderOptions,
     ProviderResult,
+    Role,
     StopReason,
     ToolCall,
     ToolFailure,
@@ -55,7 +56,7 @@ from protocols.workspace import File, Workspace, WorkspaceManager
 from ._abort import Abort
 from ._actor import Actor, ActorRef
 from ._supervisor import Restart
-from .conversation import Conversation
+from .conversation import CompactionError, Conversation
 from .tools import NOT_EXECUTED, Approver, CallableTool, ToolBatch, ToolRegistry
 
 if TYPE_CHECKING:
@@ -112,13 +113,24 @@ class AgentEvent:
 
     ``kind``: ``start``; ``turn`` (a provider call begins; ``turn`` is its number); ``tool`` (a
     call's ``result`` is in); ``deny`` (the authority refused ``call``; ``reason``); ``usage``
-    (a turn's ``usage``); ``guard`` (a guard refused a batch; ``reason``); ``abort`` (the run was
+    (a turn's ``usage``); ``guard`` (a guard refused a batch; ``reason``); ``fault`` (automatic
+    compaction failed, the run goes on; ``error``); ``abort`` (the run was
     cut; ``reason``, ``stop``); ``exhaust`` (the turn limit was reached); ``finish`` (the run
     ended; ``partial``, ``stop``); ``error`` (the run raised ``error``).
     """
 
     kind: Literal[
-        "start", "turn", "tool", "deny", "usage", "guard", "abort", "exhaust", "finish", "error"
+        "start",
+        "turn",
+        "tool",
+        "deny",
+        "usage",
+        "guard",
+        "fault",
+        "abort",
+        "exhaust",
+        "finish",
+        "error",
     ]
     run: int
     turn: int = 0
@@ -329,6 +341,8 @@ class Agent:
         tool_concurrency: int = 8,
         on: Iterable[Callable[[AgentEvent], None]] = (),
         error: ErrorHandler | None = None,
+        window: int | None = None,
+        strict: bool = False,
     ) -> None:
         """Prefer :meth:`start`, which also starts the agent's actor (an agent built here runs
         nothing until :meth:`attach` gives it one)."""
@@ -347,6 +361,12 @@ class Agent:
         self.approve = approve
         self.defaults = defaults
         self.tool_concurrency = tool_concurrency
+        if window is not None and (
+            isinstance(window, bool) or not isinstance(window, int) or window < 1
+        ):
+            raise ConfigError(f"window must be a number of tokens >= 1, not {window!r}")
+        self.window = window
+        self.strict = strict
         self.status = AgentStatus.IDLE
         self._current: _Request | None = None
         self._statistics = {"runs": 0, "errors": 0, "turns": 0}
@@ -402,7 +422,9 @@ class Agent:
 
         ``context`` holds the other constructor arguments (``system``, ``instructions``,
         ``tools``, ``scope``, ``workspace``, ``authority``, ``approve``, ``tool_concurrency``,
-        ``on`` (event listeners), ``error`` (their error handler)).
+        ``on`` (event listeners), ``error`` (their error handler), ``window`` (the model's
+        context window in tokens: compact the conversation automatically to stay inside it)
+        and ``strict`` (a failed automatic compaction raises instead of emitting ``fault``)).
         """
         defaults = RunOptions(
             limit=limit,
@@ -526,6 +548,8 @@ class _Run:
         self.number = number
         # How often each identical call (name + canonical arguments) has been run.
         self.seen: dict[str, int] = {}
+        # Automatic compaction gave up for this run (futile, or its summarizer failed).
+        self.futile = False
         self.scope: trio.CancelScope | None = None
         self.appended: list[Message] = []
         self.usage = Usage()
@@ -598,6 +622,8 @@ class _Run:
         unknown_streak: list[ToolCall] = []
         while self.turns_made < limit:
             prompt = await self.prompt()
+            if await self.keep_in_window(prompt):
+                prompt = await self.prompt()
             self.turns_made += 1
             agent._statistics["turns"] += 1
             self.event("turn")
@@ -646,6 +672,25 @@ class _Run:
                 return StopReason.COMPLETE
             unknown_streak = unknown
         return StopReason.COMPLETE
+
+    async def keep_in_window(self, prompt: Sequence[Message]) -> bool:
+        """Before a provider call: compact when the prompt reaches the agent's window (and the
+        conversation can summarise). True when a compaction changed the history."""
+        agent = self.agent
+        if agent.window is None or self.futile or not agent.conversation.summarizable:
+            return False
+        head = [m for m in prompt[:1] if m.role is Role.SYSTEM]
+        try:
+            check = await agent.conversation.fit(agent.window, head=head)
+        except CompactionError as error:
+            self.event("fault", error=error, reason=error.message)
+            if agent.strict:
+                raise
+            self.futile = True  # do not retry a failing summarizer on every turn of this run
+            return False
+        if check.futile:
+            self.futile = True  # nothing more can fold: let the provider report the overflow
+        return check.compacted
 
     def repeats(self, calls: Sequence[ToolCall], max_repeats: int) -> str | None:
         """Count this batch's calls; the first one now repeated beyond the limit, if any."""

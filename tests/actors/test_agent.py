@@ -21,10 +21,12 @@ from actors.agent import (
     AgentStatus,
     Chunk,
 )
+from actors.conversation import CompactionError, Conversation
 from actors.testing import Fail, Hang, Reply, ScriptedProvider, Simulator
 from actors.tools import INTERRUPTED, NOT_EXECUTED
 from protocols.accounting import TokenBudget
 from protocols.errors import ProviderError
+from protocols.history import RECAP_PREFIX
 from protocols.messages import AgentResult, Message, Role, StopReason, ToolCall, Usage
 
 
@@ -379,3 +381,85 @@ async def test_unknown_tools_twice_in_a_row_end_with_a_tool_less_call() -> None:
         assert "browse, search" in final.messages[-1].content
         assert result.stop is StopReason.COMPLETE
         assert well_formed(result.messages)
+
+
+class Summaries:
+    """A summarizer that records how often it ran and can be told to fail."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.calls = 0
+        self.fail = fail
+
+    async def __call__(self, messages: Sequence[Message]) -> str:
+        self.calls += 1
+        if self.fail:
+            raise ProviderError("summarizer down", code="server_error")
+        return f"summary {self.calls}"
+
+
+async def test_automatic_compaction_before_the_first_request() -> None:
+    provider = ScriptedProvider(Reply("ok"))
+    async with open_runtime() as runtime:
+        conversation = await Conversation.start(runtime, summarize=Summaries(), keep=1)
+        await conversation.add(Message.user("x" * 800), Message.assistant("y" * 800))
+        agent = await Agent.start(runtime, provider, conversation=conversation, window=200)
+        result = await agent.generate("and now?")
+        assert result.content == "ok"
+        sent = provider.calls[0].messages
+        assert sent[0].content.startswith(RECAP_PREFIX)  # the old turns went into a summary
+        assert sent[-1].content == "and now?"
+        assert len((await conversation.history()).sections) == 1
+
+
+async def test_a_failing_summarizer_emits_fault_and_the_run_goes_on() -> None:
+    summaries = Summaries(fail=True)
+    faults: list[AgentEvent] = []
+    async with open_runtime() as runtime:
+        conversation = await Conversation.start(runtime, summarize=summaries, keep=1)
+        await conversation.add(Message.user("x" * 800), Message.assistant("y" * 800))
+        call = ToolCall("c1", "add", {"a": 1, "b": 1})
+        provider = ScriptedProvider(Reply(calls=[call]), Reply("2"))
+        agent = await Agent.start(
+            runtime,
+            provider,
+            conversation=conversation,
+            window=200,
+            tools=[add],
+            on=[lambda e: faults.append(e) if e.kind == "fault" else None],
+        )
+        result = await agent.generate("1 + 1?")
+        assert result.content == "2"
+        assert len(faults) == 1  # tried once, then not again in this run
+        assert summaries.calls == 1
+        assert isinstance(faults[0].error, CompactionError)
+        # With strict=True the failure is the run's failure, and the history is unchanged.
+        before = await conversation.history()
+        strict = await Agent.start(
+            runtime, ScriptedProvider(), conversation=conversation, window=200, strict=True
+        )
+        with pytest.raises(CompactionError, match="summarizer down"):
+            await strict.generate()
+        assert (await conversation.history()).sections == before.sections
+
+
+async def test_futile_compaction_stops_trying_for_the_rest_of_the_run() -> None:
+    summaries = Summaries()
+    call = ToolCall("c1", "add", {"a": 1, "b": 1})
+    provider = ScriptedProvider(Reply(calls=[call]), Reply(calls=[call]), Reply("done"))
+    async with open_runtime() as runtime:
+        # keep=1: before the first request only the user's message is live, nothing can fold
+        # and the prompt is over the tiny window -- futile. Later turns would have messages to
+        # fold, but the run has stopped trying: the summarizer never runs.
+        conversation = await Conversation.start(runtime, summarize=summaries, keep=1)
+        agent = await Agent.start(
+            runtime, provider, conversation=conversation, window=5, tools=[add]
+        )
+        result = await agent.generate("x" * 100)
+        assert result.content == "done"
+        assert len(provider.calls) == 3
+        assert summaries.calls == 0
+        # A new run tries again (the latch is per run): now there is something to fold.
+        provider2 = ScriptedProvider(Reply("again"))
+        agent.provider = provider2
+        await agent.generate("more")
+        assert summaries.calls == 2  # the fold and the rollup
