@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 import trio
 
-from protocols._json import dumps
+from protocols._json import dumps, loads
 from protocols.accounting import BudgetMeter, TokenBudget
 from protocols.authority import Authority
 from protocols.context import Instructions, Scope, build
-from protocols.errors import AgentsError, ConfigError, ValidationError
+from protocols.errors import AgentsError, ConfigError, ProtocolError, ValidationError
 from protocols.messages import (
     AgentResult,
     Message,
@@ -50,6 +50,12 @@ from protocols.messages import (
     ToolResult,
     ToolSuccess,
     Usage,
+)
+from protocols.toolschema import (
+    ToolSignature,
+    schema_for,
+    structure_arguments,
+    validate_arguments,
 )
 from protocols.workspace import File, Workspace, WorkspaceManager
 
@@ -67,11 +73,14 @@ __all__ = [
     "EXHAUSTED",
     "EXHAUST_INSTRUCTION",
     "FALLBACK_SUMMARY",
+    "OUTPUT_FEEDBACK",
+    "OUTPUT_INSTRUCTION",
     "Agent",
     "AgentEvent",
     "AgentRun",
     "AgentStatus",
     "Chunk",
+    "OutputError",
     "RunOptions",
 ]
 
@@ -105,6 +114,77 @@ class AgentStatus(enum.StrEnum):
     RUNNING = "running"
     DONE = "done"
     ERROR = "error"
+
+
+class OutputError(AgentsError):
+    """The model's final answer never matched the requested schema. ``issues`` are the
+    problems with the last answer, ``attempts`` how many answers were checked; every attempt
+    stays in the conversation."""
+
+    def __init__(self, issues: Sequence[str], attempts: int) -> None:
+        shown = "; ".join(issues[:5])
+        super().__init__(
+            f"the answer did not match the schema after {attempts} attempt(s): {shown}",
+            code="output",
+            retryable=False,
+        )
+        self.issues = tuple(issues)
+        self.attempts = attempts
+
+
+#: How a wrong structured answer is sent back to the model (``{issues}`` filled in).
+OUTPUT_FEEDBACK = (
+    "Your answer is not valid: {issues}. Answer again with only a JSON value that matches the "
+    "requested schema, with no other text."
+)
+
+#: How the schema is stated when the provider has no native JSON-schema mode.
+OUTPUT_INSTRUCTION = "Answer with only a JSON value matching this JSON Schema, and nothing else:\n"
+
+
+@attrs.frozen
+class _OutputSpec:
+    """A requested output: its JSON Schema and, for an attrs class, how to build it."""
+
+    schema: dict[str, Any]
+    signature: ToolSignature | None
+
+    @classmethod
+    def of(cls, schema: dict[str, Any] | type) -> _OutputSpec:
+        if isinstance(schema, dict):
+            return cls(schema, None)
+        if isinstance(schema, type) and attrs.has(schema):
+            json_schema = schema_for(schema)
+            wrapper = {
+                "type": "object",
+                "properties": {"value": json_schema},
+                "required": ["value"],
+                "additionalProperties": False,
+            }
+            return cls(json_schema, ToolSignature("output", "", wrapper, {"value": schema}, {}))
+        raise ValidationError(
+            f"schema must be a JSON Schema dict or an attrs class, not {schema!r}"
+        )
+
+    def read(self, text: str) -> tuple[Any, list[str]]:
+        """The typed output of ``text``, or the problems with it."""
+        body = text.strip()
+        if body.startswith("```"):
+            body = body.split("\n", 1)[1] if "\n" in body else ""
+            body = body.rsplit("```", 1)[0]
+        try:
+            value = loads(body)
+        except ProtocolError as error:
+            return None, [f"it is not JSON ({error.message})"]
+        problems = validate_arguments(self.schema, value)
+        if problems:
+            return None, problems
+        if self.signature is None:
+            return value, []
+        try:
+            return structure_arguments(self.signature, {"value": value})["value"], []
+        except ValidationError as error:
+            return None, [error.message]
 
 
 @attrs.frozen
@@ -171,7 +251,9 @@ class RunOptions:
     ``think`` and ``tool_choice``: passed to the provider; ``on_exhaust``: ``"stop"`` or
     ``"summarize"`` (one final tool-less call when the limit is reached while the model still
     wants tools); ``max_repeats``: how often one identical call (name and arguments) may run in
-    one run before a batch repeating it is refused.
+    one run before a batch repeating it is refused; ``schema``: a JSON Schema (a dict) or an
+    attrs class the final answer must follow (see :class:`OutputError`); ``schema_retries``: how
+    many more answers a wrong one may be followed by (default 2).
     """
 
     limit: int | None = None
@@ -182,6 +264,8 @@ class RunOptions:
     tool_choice: str | None = None
     on_exhaust: Literal["stop", "summarize"] | None = None
     max_repeats: int | None = None
+    schema: dict[str, Any] | type | None = None
+    schema_retries: int | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.on_exhaust not in (None, "stop", "summarize"):
@@ -194,6 +278,14 @@ class RunOptions:
             or self.max_repeats < 1
         ):
             raise ValidationError(f"max_repeats must be an integer >= 1, not {self.max_repeats!r}")
+        if self.schema_retries is not None and (
+            isinstance(self.schema_retries, bool)
+            or not isinstance(self.schema_retries, int)
+            or self.schema_retries < 0
+        ):
+            raise ValidationError(
+                f"schema_retries must be an integer >= 0, not {self.schema_retries!r}"
+            )
         if self.limit is not None and (
             isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 0
         ):
@@ -550,6 +642,7 @@ class _Run:
         self.seen: dict[str, int] = {}
         # Automatic compaction gave up for this run (futile, or its summarizer failed).
         self.futile = False
+        self.output: Any = None
         self.scope: trio.CancelScope | None = None
         self.appended: list[Message] = []
         self.usage = Usage()
@@ -576,6 +669,7 @@ class _Run:
             usage=self.usage,
             stop=stop,
             turns=self.turns_made,
+            output=self.output,
         )
 
     async def add(self, *messages: Message) -> None:
@@ -620,14 +714,31 @@ class _Run:
         )
         max_repeats: int = agent._option(options, "max_repeats") or 3
         unknown_streak: list[ToolCall] = []
+        requested = agent._option(options, "schema")
+        spec = _OutputSpec.of(requested) if requested is not None else None
+        configured: int | None = agent._option(options, "schema_retries")
+        retries_left = 2 if configured is None else configured
+        stated: tuple[Message, ...] = ()  # the schema, stated for a provider without a JSON mode
+        if spec is not None:
+            provider_options = attrs.evolve(provider_options, schema=spec.schema)
+        attempts = 0
         while self.turns_made < limit:
-            prompt = await self.prompt()
+            prompt = await self.prompt(stated)
             if await self.keep_in_window(prompt):
-                prompt = await self.prompt()
+                prompt = await self.prompt(stated)
             self.turns_made += 1
             agent._statistics["turns"] += 1
             self.event("turn")
-            result = await self.provider_turn(prompt, definitions, provider_options)
+            try:
+                result = await self.provider_turn(prompt, definitions, provider_options)
+            except ConfigError:
+                if spec is None or provider_options.schema is None:
+                    raise
+                # No native JSON-schema mode on this provider: state the schema instead.
+                provider_options = attrs.evolve(provider_options, schema=None)
+                stated = (Message.user(OUTPUT_INSTRUCTION + dumps(spec.schema)),)
+                prompt = await self.prompt(stated)
+                result = await self.provider_turn(prompt, definitions, provider_options)
             await self.add(
                 Message.assistant(
                     result.content,
@@ -637,7 +748,19 @@ class _Run:
                 )
             )
             if not result.calls:
-                return StopReason.COMPLETE
+                if spec is None:
+                    return StopReason.COMPLETE
+                attempts += 1
+                self.output, issues = spec.read(result.content)
+                if not issues:
+                    return StopReason.COMPLETE
+                if retries_left == 0:
+                    raise OutputError(issues, attempts)
+                retries_left -= 1
+                limit += 1  # a retry is an extra answer, not one of the tool turns
+                feedback = OUTPUT_FEEDBACK.format(issues="; ".join(issues[:5]))
+                await self.add(Message.user(feedback))
+                continue
             self.open_calls = result.calls
             for call in result.calls:
                 self.emit(Chunk("tool_call", call=call))

@@ -732,7 +732,7 @@ class AgentResult:
     run's reasoning (turns joined by a blank line), ``messages`` everything the run appended to the
     conversation, ``usage`` the sum over its turns, ``turns`` the number of provider calls made.
     ``partial`` is true exactly when ``stop`` is not ``complete`` (it defaults accordingly, and a
-    contradicting value is refused).
+    contradicting value is refused). ``output`` is the structured answer, when one was asked for.
     """
 
     content: str = attrs.field(default="", validator=_str)
@@ -744,6 +744,9 @@ class AgentResult:
         default=attrs.Factory(_default_partial, takes_self=True), validator=_bool
     )
     turns: int = attrs.field(default=0, validator=_count)
+    #: The structured answer of a run that asked for one (``schema=``): the parsed JSON, or an
+    #: instance of the attrs class given as the schema; ``None`` otherwise.
+    output: Any = None
 
     def __attrs_post_init__(self) -> None:
         if self.partial != (self.stop is not StopReason.COMPLETE):

@@ -358,6 +358,9 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "EXHAUSTED",
         "EXHAUST_INSTRUCTION",
         "FALLBACK_SUMMARY",
+        "OUTPUT_FEEDBACK",
+        "OUTPUT_INSTRUCTION",
+        "OutputError",
         "RunOptions",
     ]
     for module in (

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -16,10 +17,12 @@ from actors.agent import (
     EXHAUST_INSTRUCTION,
     EXHAUSTED,
     FALLBACK_SUMMARY,
+    OUTPUT_INSTRUCTION,
     Agent,
     AgentEvent,
     AgentStatus,
     Chunk,
+    OutputError,
 )
 from actors.conversation import CompactionError, Conversation
 from actors.testing import Fail, Hang, Reply, ScriptedProvider, Simulator
@@ -463,3 +466,69 @@ async def test_futile_compaction_stops_trying_for_the_rest_of_the_run() -> None:
         agent.provider = provider2
         await agent.generate("more")
         assert summaries.calls == 2  # the fold and the rollup
+
+
+@attrs.frozen
+class Verdict:
+    label: str
+    score: int
+
+
+async def test_structured_output_is_parsed_and_typed() -> None:
+    provider = ScriptedProvider(Reply('```json\n{"label": "spam", "score": 9}\n```'))
+    async with open_runtime() as runtime:
+        agent = await Agent.start(runtime, provider)
+        result = await agent.generate("Classify this.", schema=Verdict)
+        assert result.output == Verdict("spam", 9)
+        # The schema went to the provider's native JSON mode, not into the prompt.
+        options = provider.calls[0].options
+        assert options is not None
+        assert options.schema is not None
+        assert options.schema["required"] == ["label", "score"]
+
+
+async def test_a_wrong_answer_is_retried_with_the_issues_and_every_attempt_kept() -> None:
+    provider = ScriptedProvider(Reply("not json"), Reply('{"label": 1}'), Reply('{"a": 2}'))
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    async with open_runtime() as runtime:
+        agent = await Agent.start(runtime, provider)
+        result = await agent.generate("Give me a.", schema=schema)
+        assert result.output == {"a": 2}
+        assert result.stop is StopReason.COMPLETE
+        feedback = [m.content for m in result.messages if m.role is Role.USER][1:]
+        assert len(feedback) == 2
+        assert "it is not JSON" in feedback[0]
+        assert "missing required argument 'a'" in feedback[1]
+        assert [m.content for m in result.messages if m.role is Role.ASSISTANT] == [
+            "not json",
+            '{"label": 1}',
+            '{"a": 2}',
+        ]
+
+
+async def test_schema_retries_run_out_with_a_clear_error() -> None:
+    provider = ScriptedProvider(Reply("no"), Reply("still no"))
+    async with open_runtime() as runtime:
+        agent = await Agent.start(runtime, provider)
+        with pytest.raises(OutputError, match=r"after 2 attempt\(s\)") as caught:
+            await agent.generate("Give me a.", schema={"type": "integer"}, schema_retries=1)
+        assert caught.value.attempts == 2
+        assert caught.value.issues[0].startswith("it is not JSON")
+        stored = [m.content for m in await agent.conversation.messages()]
+        assert "no" in stored
+        assert "still no" in stored
+
+
+async def test_a_provider_without_a_json_mode_gets_the_schema_stated() -> None:
+    async with Simulator() as simulator, open_runtime() as runtime:
+        provider = simulator.anthropic()  # Anthropic has no JSON-schema mode: ConfigError
+        agent = await Agent.start(runtime, provider)
+        with pytest.raises(OutputError):
+            # The simulator echoes, so the answer is not JSON -- but the request was made, with
+            # the schema stated in an instruction the conversation never stores.
+            await agent.generate("hello", schema={"type": "object"}, schema_retries=0)
+        sent = simulator.requests[0].turns[-1].text
+        assert OUTPUT_INSTRUCTION.strip() in sent  # merged into the last user turn
+        stored = [m.content for m in await agent.conversation.messages()]
+        assert not any(text.startswith(OUTPUT_INSTRUCTION.strip()) for text in stored)
+        await provider.aclose()
