@@ -885,6 +885,9 @@ class _Run:
                     self.budget_tripped = True
                     assert self.scope is not None
                     self.scope.cancel()
+                    # Stop at this delta: the cancel is delivered here, not at the stream's
+                    # next network read (which may be many buffered deltas later).
+                    await trio.lowlevel.checkpoint()
         self.stream = None
         result: ProviderResult = stream.result
         self.settle_usage(result)

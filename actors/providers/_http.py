@@ -216,7 +216,8 @@ class ProviderStream(ABC):
     @property
     @abstractmethod
     def partial(self) -> ProviderResult:
-        """What the call produced so far."""
+        """What the call produced so far: the text of the deltas yielded to the caller, and
+        the tool calls that were complete."""
 
     @abstractmethod
     async def aclose(self) -> None:
@@ -261,12 +262,29 @@ class _HTTPStream(ProviderStream):
 
     @property
     def partial(self) -> ProviderResult:
-        """What the stream produced so far (complete tool calls only)."""
-        return self._result if self._result is not None else self._assembler.partial()
+        """What the stream produced so far (complete tool calls only): its text is what was
+        yielded to the caller -- deltas decoded but not yet handed over are left out, so a
+        commit of the partial never holds text nobody saw."""
+        if self._result is not None:
+            return self._result
+        partial = self._assembler.partial()
+        if not self._pending:
+            return partial
+        unseen = {"content": 0, "thinking": 0}
+        for delta in self._pending:
+            unseen[delta.channel] += len(delta.text)
+        return attrs.evolve(
+            partial,
+            content=partial.content[: len(partial.content) - unseen["content"]],
+            thinking=partial.thinking[: len(partial.thinking) - unseen["thinking"]],
+        )
 
     async def __anext__(self) -> Delta:
         pending = self._pending
         if pending:  # the hot path: deltas already decoded from the last chunk
+            # A cancel must not wait for the next network read to be noticed; this only raises
+            # when the caller's scope is cancelled (it does not yield to the scheduler).
+            await trio.lowlevel.checkpoint_if_cancelled()
             self._shown = True
             return pending.popleft()
         if not self._started:

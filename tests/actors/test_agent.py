@@ -28,6 +28,7 @@ from actors.conversation import CompactionError, Conversation
 from actors.testing import Fail, Hang, Reply, ScriptedProvider, Simulator
 from actors.tools import INTERRUPTED, NOT_EXECUTED
 from protocols.accounting import TokenBudget
+from protocols.budget import estimate_tokens
 from protocols.errors import ProviderError
 from protocols.history import RECAP_PREFIX
 from protocols.messages import AgentResult, Message, Role, StopReason, ToolCall, Usage
@@ -531,4 +532,17 @@ async def test_a_provider_without_a_json_mode_gets_the_schema_stated() -> None:
         assert OUTPUT_INSTRUCTION.strip() in sent  # merged into the last user turn
         stored = [m.content for m in await agent.conversation.messages()]
         assert not any(text.startswith(OUTPUT_INSTRUCTION.strip()) for text in stored)
+        await provider.aclose()
+
+
+async def test_the_budget_cuts_an_http_stream_at_the_delta_that_trips_it() -> None:
+    # The simulator sends thousands of deltas per network read: the cut must not wait for the
+    # next read (the stream would otherwise hand over every buffered delta first).
+    async with Simulator() as simulator, open_runtime() as runtime:
+        provider = simulator.openai()
+        agent = await Agent.start(runtime, provider)
+        budget = TokenBudget(max=40, scope="completion")
+        result = await agent.generate("count to 5000", budget=budget)
+        assert result.stop is StopReason.BUDGET
+        assert 40 <= estimate_tokens(result.content) <= 41
         await provider.aclose()

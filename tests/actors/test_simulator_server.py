@@ -774,3 +774,18 @@ async def test_the_port_before_start_raises() -> None:
 def test_the_constructor_refuses_bad_arguments(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(ValidationError, match=match):
         Simulator(**kwargs)
+
+
+async def test_partial_holds_only_the_text_handed_to_the_caller() -> None:
+    # One network read carries thousands of deltas; those not yet yielded are not "produced"
+    # for the caller, so a partial committed after a cancel never holds text nobody saw.
+    async with Simulator() as simulator:
+        provider = simulator.openai()
+        seen: list[str] = []
+        async with provider.stream([Message.user("count to 5000")]) as stream:
+            async for delta in stream:
+                seen.append(delta.text)
+                if len(seen) == 3:
+                    break
+        assert stream.partial.content == "".join(seen) == "1 2 3"
+        await provider.aclose()
