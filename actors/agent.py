@@ -357,8 +357,10 @@ class AgentRun:
         if self._ended:
             raise StopAsyncIteration
         if not self._submitted:
-            self._submitted = True
+            # Only a delivered request has a run to wait for: a send that raises (the caller
+            # cancelled, the agent stopped) delivered nothing.
             await self._agent.ref.send(self._request)
+            self._submitted = True
         item = await self._receive.receive()
         if isinstance(item, Chunk):
             return item
@@ -625,6 +627,8 @@ class Agent:
             await run.commit_partial()
             reason = "budget" if stop is StopReason.BUDGET else token.reason or stop.value
             self._emit(AgentEvent("abort", number, turn=run.turns_made, reason=reason, stop=stop))
+        elif stop is StopReason.BUDGET:  # spent by a turn's reported usage, between turns
+            self._emit(AgentEvent("abort", number, turn=run.turns_made, reason="budget", stop=stop))
         return run.result(stop)
 
 
@@ -723,6 +727,11 @@ class _Run:
             provider_options = attrs.evolve(provider_options, schema=spec.schema)
         attempts = 0
         while self.turns_made < limit:
+            if self.meter is not None and self.meter.exhausted:
+                # Reported usage (prompt tokens, thinking) spent the budget after the stream:
+                # no further turn starts. The last turn's tool calls have run and are answered.
+                self.budget_tripped = True
+                return StopReason.BUDGET
             prompt = await self.prompt(stated)
             if await self.keep_in_window(prompt):
                 prompt = await self.prompt(stated)
