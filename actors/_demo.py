@@ -1,22 +1,451 @@
-"""``trio-agents demo``: a real HTTP completion, streamed from the offline simulator."""
+"""``trio-agents demo``: a supervised team of agents over real HTTP, or one streamed completion.
+
+The team demo (the default) starts the offline :class:`~actors.testing.Simulator` -- or uses a
+real OpenAI-compatible endpoint -- and runs a team of agents concurrently through one supervised
+:class:`~actors.providers.ProviderConnection`: some answer sums with an ``add`` tool, some count
+while streaming, one is cancelled mid-stream and one runs out of its token budget. Their
+conversations are saved to a SQLite file, progress is shown live, and a table of results ends it.
+
+:func:`run_demo` is the older single-stream demo: one completion streamed to the terminal.
+"""
 
 from __future__ import annotations
 
-from typing import TextIO
+import contextlib
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TextIO
 
+import attrs
 import trio
+from rich import box
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
 
-from protocols.messages import Message, ProviderOptions, ProviderResult
+from protocols.accounting import TokenBudget
+from protocols.errors import AgentsError
+from protocols.messages import (
+    AgentResult,
+    Message,
+    ProviderOptions,
+    ProviderResult,
+    ToolDefinition,
+)
+from protocols.wire.openai_chat import DEFAULT_BASE_URL
 
+from ._runtime import open_runtime
+from .agent import Agent, Chunk
+from .conversation import ConversationManager
+from .providers import OpenAIChat, ProviderStream, StreamingProvider
+from .store import SQLiteConversationStore
 from .testing import Simulator
+from .tools import tool
 
-__all__ = ["DEFAULT_PROMPT", "run_demo"]
+__all__ = [
+    "DEFAULT_PROMPT",
+    "Endpoint",
+    "Member",
+    "MemberProgress",
+    "TeamReport",
+    "add",
+    "main",
+    "run_demo",
+    "run_team",
+    "team",
+]
 
-#: What the demo asks when no prompt is given.
+#: What the single-stream demo asks when no prompt is given.
 DEFAULT_PROMPT = "Please count to 12."
+
+#: How the team demo's agents are told to behave (the simulator ignores it).
+SYSTEM = "You are a terse assistant. Use the add tool for arithmetic."
+
+#: Content deltas the cancelled member streams before the demo aborts it.
+CANCEL_AFTER = 25
+
+#: The token budget (completion tokens) of the member that runs out of it.
+BUDGET = TokenBudget(max=40, scope="completion")
+
+#: Provider turns each member may take.
+TURN_LIMIT = 4
 
 _DIM = "\x1b[2m"
 _RESET = "\x1b[0m"
+
+Role = Literal["add", "count", "cancel", "budget"]
+
+
+@tool
+async def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@attrs.frozen
+class Endpoint:
+    """A real OpenAI-compatible endpoint to use instead of the simulator.
+
+    ``base_url`` and ``api_key`` default (when ``None``) to ``$OPENAI_BASE_URL`` and
+    ``$OPENAI_API_KEY``, as :class:`~actors.providers.OpenAIChat` reads them.
+    """
+
+    model: str
+    base_url: str | None = None
+    api_key: str | None = attrs.field(default=None, repr=False)
+
+    def provider(self) -> OpenAIChat:
+        return OpenAIChat(model=self.model, base_url=self.base_url, api_key=self.api_key)
+
+    @property
+    def where(self) -> str:
+        """The base URL the provider will use."""
+        return self.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+
+
+class _Thinking(StreamingProvider):
+    """An OpenAI-compatible provider that asks for reasoning on every call.
+
+    The OpenAI chat format has no standard switch for ``think``; the simulator (like OpenAI's
+    reasoning models) reads ``reasoning_effort``, which this adds to each request's ``extra``.
+    """
+
+    def __init__(self, inner: OpenAIChat) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolDefinition] | None = None,
+        options: ProviderOptions | None = None,
+    ) -> ProviderStream:
+        options = options or ProviderOptions()
+        options = attrs.evolve(options, extra={"reasoning_effort": "low", **options.extra})
+        return self.inner.stream(messages, tools=tools, options=options)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def thinking_provider(make: Callable[[], OpenAIChat], think: bool) -> Callable[[], Any]:
+    """A provider factory (fresh client per connection restart), asking for reasoning or not."""
+    if not think:
+        return make
+    return lambda: _Thinking(make())
+
+
+# ---------------------------------------------------------------------------------------------
+# The team
+
+
+@attrs.frozen
+class Member:
+    """One agent of the team: its name, role, prompt and bounds."""
+
+    name: str
+    role: Role
+    prompt: str
+    tools: bool = False
+    budget: TokenBudget | None = None
+    cancel_after: int | None = None
+
+
+def team(size: int) -> list[Member]:
+    """The demo's team of ``size`` agents: the first sums with the ``add`` tool, the second
+    counts, the third is cancelled mid-stream, the fourth hits its token budget, and the rest
+    alternate between sums and counts."""
+    if size < 1:
+        raise ValueError(f"a team needs at least one agent, not {size}")
+    members: list[Member] = []
+    sums = 0
+    for index in range(size):
+        name = f"agent-{index + 1:02d}"
+        if index == 2:
+            members.append(
+                Member(name, "cancel", "Please count to 100000.", cancel_after=CANCEL_AFTER)
+            )
+        elif index == 3:
+            members.append(Member(name, "budget", "Please count to 2000.", budget=BUDGET))
+        elif index % 2 == 0:
+            a, b = 19 + 3 * sums, 23 + 2 * sums
+            sums += 1
+            members.append(Member(name, "add", f"What is {a} + {b}?", tools=True))
+        else:
+            members.append(Member(name, "count", "Please count to 40."))
+    return members
+
+
+@attrs.define
+class MemberProgress:
+    """What one member has done so far (updated as its chunks arrive)."""
+
+    member: Member
+    #: The id of the member's conversation (as saved in the SQLite file).
+    conversation: str = ""
+    state: str = "queued"
+    content: str = ""
+    deltas: int = 0
+    thinking: int = 0
+    tool_calls: int = 0
+    tokens: int = 0
+    result: AgentResult | None = None
+    error: str | None = None
+
+    def observe(self, chunk: Chunk) -> None:
+        if chunk.kind == "content":
+            self.state = "writing"
+            self.deltas += 1
+            self.content += chunk.text
+        elif chunk.kind == "thinking":
+            self.state = "thinking"
+            self.thinking += 1
+        elif chunk.kind == "tool_call":
+            self.state = "tool"
+            self.tool_calls += 1
+            self.content = ""  # the next turn's text is the answer
+        elif chunk.kind == "usage" and chunk.usage is not None:
+            self.tokens += chunk.usage.total
+
+    @property
+    def stop(self) -> str:
+        if self.error is not None:
+            return "error"
+        return self.result.stop.value if self.result is not None else self.state
+
+
+@attrs.frozen
+class TeamReport:
+    """The outcome of :func:`run_team`: every member's progress (with its result), where the
+    conversations were saved (``None`` once a temporary file is removed), how many conversations
+    the store held when read back, and where the model was."""
+
+    members: tuple[MemberProgress, ...]
+    db: str | None
+    saved: int
+    where: str
+
+    def stops(self) -> Counter[str]:
+        """How many members ended with each stop reason (``error`` for a raised run)."""
+        return Counter(progress.stop for progress in self.members)
+
+    @property
+    def ok(self) -> bool:
+        return all(progress.error is None for progress in self.members)
+
+
+def _short(text: str, width: int = 22) -> str:
+    """``text`` on one line, its middle elided (at word boundaries) to fit ``width``."""
+    text = " ".join(text.split())
+    if len(text) <= width:
+        return text
+    keep = (width - 3) // 2
+    head = text[:keep].rsplit(" ", 1)[0] if " " in text[:keep] else text[:keep]
+    tail = text[-keep:].split(" ", 1)[-1] if " " in text[-keep:] else text[-keep:]
+    return f"{head} … {tail}"
+
+
+_STYLES = {
+    "complete": "green",
+    "cancelled": "yellow",
+    "budget": "magenta",
+    "timeout": "red",
+    "exhausted": "red",
+    "error": "bold red",
+}
+
+
+def results_table(members: Sequence[MemberProgress], *, title: str = "Results") -> Table:
+    """The table of results: agent, task, stop reason, turns, tokens and the (partial) answer."""
+    table = Table(
+        title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False, padding=(0, 1, 0, 0)
+    )
+    table.add_column("agent", no_wrap=True, min_width=8)
+    table.add_column("task", no_wrap=True, overflow="ellipsis", max_width=19)
+    table.add_column("stop", no_wrap=True, min_width=9)
+    table.add_column("turns", justify="right", no_wrap=True, min_width=5)
+    table.add_column("tokens", justify="right", no_wrap=True, min_width=6)
+    table.add_column("answer", no_wrap=True, overflow="ellipsis", min_width=12)
+    for progress in members:
+        result = progress.result
+        turns = str(result.turns) if result is not None else "-"
+        tokens = str(result.usage.total) if result is not None else str(progress.tokens)
+        answer = progress.error or (result.content if result is not None else progress.content)
+        stop = progress.stop
+        table.add_row(
+            progress.member.name,
+            progress.member.prompt,
+            Text(stop, style=_STYLES.get(stop, "cyan")),
+            turns,
+            tokens,
+            _short(answer),
+        )
+    return table
+
+
+def _live_view(members: Sequence[MemberProgress], height: int) -> Group:
+    done = sum(1 for p in members if p.result is not None or p.error is not None)
+    running = [p for p in members if p.result is None and p.error is None]
+    finished = [p for p in members if p.result is not None or p.error is not None]
+    shown = (running + finished[::-1])[: max(3, height - 8)]
+    table = Table(box=box.SIMPLE_HEAD)
+    table.add_column("agent", no_wrap=True)
+    table.add_column("state", no_wrap=True, min_width=9)
+    table.add_column("deltas", justify="right")
+    table.add_column("tools", justify="right")
+    table.add_column("tokens", justify="right")
+    table.add_column("latest", no_wrap=True, overflow="ellipsis")
+    for progress in shown:
+        state = progress.stop
+        tail = progress.content[-40:] if progress.content else ""
+        table.add_row(
+            progress.member.name,
+            Text(state, style=_STYLES.get(state, "cyan")),
+            str(progress.deltas),
+            str(progress.tool_calls),
+            str(progress.tokens),
+            tail,
+        )
+    header = Text(f"{done}/{len(members)} agents finished", style="bold")
+    return Group(header, table)
+
+
+async def _drive(
+    agent: Agent, progress: MemberProgress, everyone: Sequence[MemberProgress], console: Console
+) -> None:
+    member = progress.member
+    progress.state = "waiting"
+    aborted = False
+    try:
+        async with agent.stream(member.prompt) as run:
+            async for chunk in run:
+                progress.observe(chunk)
+                if (
+                    member.cancel_after is not None
+                    and not aborted
+                    and progress.deltas >= member.cancel_after
+                ):
+                    aborted = True
+                    agent.abort("cancelled by the demo mid-stream")
+        progress.result = run.result
+    except AgentsError as error:
+        progress.error = f"{type(error).__name__}: {error}"
+    if not console.is_terminal:
+        done = sum(1 for p in everyone if p.result is not None or p.error is not None)
+        width = len(str(len(everyone)))
+        console.print(
+            f"[{done:>{width}}/{len(everyone)}] {member.name} {progress.stop}",
+            highlight=False,
+            markup=False,
+        )
+
+
+async def run_team(
+    console: Console,
+    *,
+    agents: int = 20,
+    interval: float = 0.05,
+    think: bool | None = None,
+    db: str | os.PathLike[str] | None = None,
+    endpoint: Endpoint | None = None,
+    concurrency: int = 16,
+    live: bool | None = None,
+) -> TeamReport:
+    """Run the demo's team (see :func:`team`) and print its progress and results to ``console``.
+
+    The model is a :class:`~actors.testing.Simulator` pacing deltas ``interval`` seconds apart,
+    or ``endpoint``. Every agent is supervised by one runtime and talks to the model through one
+    :class:`~actors.providers.ProviderConnection` allowing ``concurrency`` calls at once.
+    Conversations are saved to the SQLite file ``db`` (default: a temporary file, removed when
+    the demo ends). ``think`` asks for reasoning (default: on for the simulator only). ``live``
+    shows a live table (default: when ``console`` is a terminal); otherwise a line is printed as
+    each agent finishes. Nothing keeps running once it returns.
+    """
+    members = team(agents)
+    progress = [MemberProgress(member) for member in members]
+    show_live = console.is_terminal if live is None else live
+    async with contextlib.AsyncExitStack() as stack:
+        make: Callable[[], OpenAIChat]
+        if endpoint is None:
+            simulator = await stack.enter_async_context(Simulator(interval=interval))
+            where = f"simulator at {simulator.openai_base_url}"
+            make = simulator.openai
+            think = True if think is None else think
+        else:
+            where = endpoint.where
+            make = endpoint.provider
+            think = bool(think)
+        if db is None:
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="trio-agents-demo-"))
+            path, temporary = os.path.join(folder, "conversations.sqlite3"), True
+        else:
+            path, temporary = os.fspath(db), False
+        store = await SQLiteConversationStore.open(path)
+        stack.push_async_callback(store.aclose)
+        runtime = await stack.enter_async_context(open_runtime())
+        connection = await runtime.connect(
+            thinking_provider(make, think), name="provider", limit=concurrency
+        )
+        console.print(
+            f"trio-agents demo: a team of {agents} agent(s) -> OpenAIChat -> {where}\n"
+            f"one supervised ProviderConnection (at most {concurrency} calls at once); "
+            f"conversations in {path}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        manager = ConversationManager(runtime, store=store)
+        started: list[Agent] = []
+        for member, state in zip(members, progress, strict=True):
+            conversation = await manager.add()
+            state.conversation = conversation.id
+            started.append(
+                await Agent.start(
+                    runtime,
+                    connection,
+                    conversation=conversation,
+                    system=SYSTEM,
+                    tools=[add] if member.tools else (),
+                    limit=TURN_LIMIT,
+                    budget=member.budget,
+                    name=member.name,
+                )
+            )
+        async with trio.open_nursery() as nursery:
+            for agent, each in zip(started, progress, strict=True):
+                nursery.start_soon(_drive, agent, each, progress, console)
+            if show_live:
+                view = Live(console=console, auto_refresh=False, transient=True)
+                with view:
+                    while any(p.result is None and p.error is None for p in progress):
+                        view.update(_live_view(progress, console.height), refresh=True)
+                        await trio.sleep(0.1)
+        for conversation in manager.conversations():
+            await manager.save(conversation.id)
+        saved = len(await store.list(limit=max(100, agents)))
+    report = TeamReport(tuple(progress), None if temporary else path, saved, where)
+    _print_report(console, report, path, temporary)
+    return report
+
+
+def _print_report(console: Console, report: TeamReport, path: str, temporary: bool) -> None:
+    console.print(results_table(report.members))
+    stops = report.stops()
+    order = ["complete", "cancelled", "budget", "timeout", "exhausted", "error"]
+    counts = ", ".join(f"{stops[stop]} {stop}" for stop in order if stops[stop])
+    tokens = sum(p.result.usage.total for p in report.members if p.result is not None)
+    console.print(f"{len(report.members)} agents: {counts}; {tokens} tokens", highlight=False)
+    kept = "a temporary file, now removed; --db PATH keeps it" if temporary else "kept"
+    console.print(
+        f"saved {report.saved} conversation(s) to {path} ({kept})", highlight=False, soft_wrap=True
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The single stream
 
 
 async def run_demo(
@@ -26,11 +455,12 @@ async def run_demo(
     interval: float = 0.05,
     think: bool = True,
     color: bool | None = None,
+    endpoint: Endpoint | None = None,
 ) -> ProviderResult:
-    """Start a :class:`~actors.testing.Simulator`, stream one completion of ``prompt`` through
-    :class:`~actors.providers.OpenAIChat` over loopback HTTP, and write it to ``out`` as it
-    arrives: the model's thinking (dimmed on a terminal), then its answer, then the finish reason
-    and usage. Returns the assembled result.
+    """Stream one completion of ``prompt`` through :class:`~actors.providers.OpenAIChat` over
+    HTTP -- from a :class:`~actors.testing.Simulator` started for it, or from ``endpoint`` --
+    and write it to ``out`` as it arrives: the model's thinking (dimmed on a terminal), then its
+    answer, then the finish reason and usage. Returns the assembled result.
 
     ``interval`` is the simulator's pause between deltas in seconds; ``color`` defaults to
     whether ``out`` is a terminal. Nothing keeps running once it returns.
@@ -38,25 +468,29 @@ async def run_demo(
     if color is None:
         color = out.isatty()
     dim, reset = (_DIM, _RESET) if color else ("", "")
-    async with Simulator(interval=interval) as simulator:
-        provider = simulator.openai(model="simulator")
-        try:
-            out.write(f"trio-agents demo: OpenAIChat -> simulator at {simulator.openai_base_url}\n")
-            out.write(f"> {prompt}\n")
-            options = ProviderOptions(extra={"reasoning_effort": "low"}) if think else None
-            channel = None
-            async with provider.stream([Message.user(prompt)], options=options) as stream:
-                async for delta in stream:
-                    if delta.channel != channel:
-                        if channel is not None:
-                            out.write(f"{reset}\n")
-                        out.write(f"{dim}[thinking] " if delta.channel == "thinking" else "")
-                        channel = delta.channel
-                    out.write(delta.text)
-                    out.flush()
-            result: ProviderResult = stream.result
-        finally:
-            await provider.aclose()
+    async with contextlib.AsyncExitStack() as stack:
+        if endpoint is None:
+            simulator = await stack.enter_async_context(Simulator(interval=interval))
+            provider = simulator.openai(model="simulator")
+            where = f"simulator at {simulator.openai_base_url}"
+        else:
+            provider = endpoint.provider()
+            where = endpoint.where
+        stack.push_async_callback(provider.aclose)
+        out.write(f"trio-agents demo: OpenAIChat -> {where}\n")
+        out.write(f"> {prompt}\n")
+        options = ProviderOptions(extra={"reasoning_effort": "low"}) if think else None
+        channel = None
+        async with provider.stream([Message.user(prompt)], options=options) as stream:
+            async for delta in stream:
+                if delta.channel != channel:
+                    if channel is not None:
+                        out.write(f"{reset}\n")
+                    out.write(f"{dim}[thinking] " if delta.channel == "thinking" else "")
+                    channel = delta.channel
+                out.write(delta.text)
+                out.flush()
+        result: ProviderResult = stream.result
     usage = result.usage
     counts = (
         f"{usage.prompt} prompt + {usage.completion} completion tokens"
@@ -68,11 +502,41 @@ async def run_demo(
     return result
 
 
-def main(*, prompt: str, interval: float, think: bool, out: TextIO) -> int:
-    """Run the demo to completion (Ctrl-C stops it quietly); the exit status."""
+def main(
+    *,
+    out: TextIO,
+    prompt: str | None = None,
+    interval: float = 0.05,
+    think: bool | None = None,
+    agents: int = 20,
+    db: str | None = None,
+    endpoint: Endpoint | None = None,
+    concurrency: int = 16,
+) -> int:
+    """Run the demo -- the team, or one stream of ``prompt`` when given -- to completion; the
+    exit status (1 when a member's run raised, 130 on Ctrl-C)."""
     try:
-        trio.run(lambda: run_demo(out, prompt=prompt, interval=interval, think=think))
+        if prompt is not None:
+            single = think if think is not None else endpoint is None
+            trio.run(
+                lambda: run_demo(
+                    out, prompt=prompt, interval=interval, think=single, endpoint=endpoint
+                )
+            )
+            return 0
+        console = Console(file=out, highlight=False)
+        report = trio.run(
+            lambda: run_team(
+                console,
+                agents=agents,
+                interval=interval,
+                think=think,
+                db=db,
+                endpoint=endpoint,
+                concurrency=concurrency,
+            )
+        )
     except KeyboardInterrupt:
         out.write("\ninterrupted\n")
         return 130
-    return 0
+    return 0 if report.ok else 1

@@ -1,13 +1,20 @@
-"""The ``trio-agents`` command line."""
+"""The ``trio-agents`` command line: ``demo`` (a team of agents) and ``chat`` (a terminal chat).
+
+The commands' modules (and ``rich``) are imported only when a command runs, so importing
+:mod:`actors` stays light.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from . import _demo
 from ._version import __version__
+
+if TYPE_CHECKING:
+    from ._demo import Endpoint
 
 __all__ = ["build_parser", "main"]
 
@@ -22,6 +29,51 @@ def _interval(text: str) -> float:
     return value
 
 
+def _count(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, not {text}")
+        return value
+
+    return parse
+
+
+def _endpoint_options(parser: argparse.ArgumentParser, interval: float) -> None:
+    model = parser.add_argument_group(
+        "model",
+        "By default the offline simulator answers (no network, no key). Give --model (and "
+        "--base-url, or $OPENAI_BASE_URL) to talk to a real OpenAI-compatible endpoint instead.",
+    )
+    model.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="an OpenAI-compatible endpoint ending in /v1 (default: $OPENAI_BASE_URL, else "
+        "OpenAI's); needs --model",
+    )
+    model.add_argument("--model", help="the model to ask on the real endpoint")
+    model.add_argument(
+        "--api-key", metavar="KEY", help="the endpoint's API key (default: $OPENAI_API_KEY)"
+    )
+    model.add_argument(
+        "--interval",
+        type=_interval,
+        default=interval,
+        metavar="SECONDS",
+        help="the simulator's pause between streamed deltas (default: %(default)s; 0: at once)",
+    )
+    model.add_argument(
+        "--think",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="ask for reasoning (default: on with the simulator, off with a real endpoint, "
+        "where it sends reasoning_effort)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``trio-agents`` command and its sub-commands."""
     parser = argparse.ArgumentParser(
@@ -34,29 +86,69 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo = commands.add_parser(
         "demo",
-        help="stream a completion from the offline simulator",
+        help="run a supervised team of agents against the offline simulator",
         description=(
-            "Start the offline model simulator on 127.0.0.1 and stream one completion from it "
-            "through the OpenAI-compatible HTTP provider. No network or API key needed."
+            "Start the offline model simulator on 127.0.0.1 and run a supervised team of agents "
+            "concurrently over real HTTP through one provider connection: some add with a tool, "
+            "some count while streaming, one is cancelled mid-stream, one runs out of its token "
+            "budget. Conversations are saved to SQLite; a table of results ends it. With a "
+            "PROMPT, stream one completion instead. No network or API key needed."
         ),
     )
     demo.add_argument(
         "prompt",
         nargs="?",
         default=None,
-        help="what to ask (default: a count to 12); try 'count to 40', 'What is 19 + 23?'",
+        help="stream one completion of PROMPT instead of running the team "
+        "(try 'count to 40', 'What is 19 + 23?')",
     )
     demo.add_argument(
-        "--interval",
-        type=_interval,
-        default=0.05,
-        metavar="SECONDS",
-        help="pause between streamed deltas (default: %(default)s)",
+        "--agents",
+        type=_count(1, 1000),
+        default=20,
+        metavar="N",
+        help="how many agents the team has (default: %(default)s)",
     )
     demo.add_argument(
-        "--no-think", dest="think", action="store_false", help="do not ask for reasoning"
+        "--concurrency",
+        type=_count(1, 1000),
+        default=16,
+        metavar="N",
+        help="model calls in flight at once through the connection (default: %(default)s)",
     )
+    demo.add_argument(
+        "--db",
+        metavar="PATH",
+        help="save the conversations to this SQLite file (default: a temporary one)",
+    )
+    _endpoint_options(demo, 0.05)
+    chat = commands.add_parser(
+        "chat",
+        help="chat in the terminal, with the simulator or a real endpoint",
+        description=(
+            "An interactive chat: answers stream as they come, thinking shown dimmed. Ctrl-C "
+            "cancels the answer in progress (the partial answer is kept) and returns to the "
+            "prompt. Commands: /reset, /save, /help, /quit."
+        ),
+    )
+    chat.add_argument(
+        "--db",
+        metavar="PATH",
+        default="trio-agents-chat.sqlite3",
+        help="where /save writes the conversation (default: %(default)s)",
+    )
+    _endpoint_options(chat, 0.02)
     return parser
+
+
+def _endpoint(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Endpoint | None:
+    if args.model is None:
+        if args.base_url is not None or args.api_key is not None:
+            parser.error("--base-url and --api-key need --model (the model to ask)")
+        return None
+    from ._demo import Endpoint  # noqa: PLC0415 - rich loads only when a command runs
+
+    return Endpoint(model=args.model, base_url=args.base_url, api_key=args.api_key)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -67,7 +159,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
     if args.command == "demo":
-        prompt = args.prompt if args.prompt is not None else _demo.DEFAULT_PROMPT
-        return _demo.main(prompt=prompt, interval=args.interval, think=args.think, out=sys.stdout)
+        from . import _demo  # noqa: PLC0415 - rich loads only when a command runs
+
+        return _demo.main(
+            out=sys.stdout,
+            prompt=args.prompt,
+            interval=args.interval,
+            think=args.think,
+            agents=args.agents,
+            db=args.db,
+            endpoint=_endpoint(parser, args),
+            concurrency=args.concurrency,
+        )
+    if args.command == "chat":
+        from . import _chat  # noqa: PLC0415 - rich loads only when a command runs
+
+        return _chat.main(
+            interval=args.interval,
+            think=args.think,
+            db=args.db,
+            endpoint=_endpoint(parser, args),
+        )
     parser.print_help()
     return 0

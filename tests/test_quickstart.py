@@ -39,8 +39,16 @@ def test_demo_line_installs_the_package_then_runs_the_demo() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert "1 2 3 4 5 6 7 8 9 10 11 12" in result.stdout
-    assert "-- finish: stop" in result.stdout
+    # The team demo: 20 agents in the results table, one row each with its stop reason.
+    rows = [line.split() for line in result.stdout.splitlines() if line.startswith(" agent-")]
+    assert [row[0] for row in rows] == [f"agent-{i:02d}" for i in range(1, 21)]
+    stops = [next(w for w in row if w in ("complete", "cancelled", "budget")) for row in rows]
+    assert stops.count("cancelled") == 1
+    assert stops.count("budget") == 1
+    assert stops.count("complete") == 18
+    assert "The answer is 42." in result.stdout
+    assert "20 agents: 18 complete, 1 cancelled, 1 budget;" in result.stdout
+    assert "saved 20 conversation(s) to " in result.stdout
 
 
 def test_test_line_installs_the_test_extras_then_runs_pytest() -> None:

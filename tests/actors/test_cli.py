@@ -3,19 +3,29 @@
 from __future__ import annotations
 
 import io
+import os
 import pathlib
+import select
+import signal
 import subprocess
 import sys
 import sysconfig
+from collections.abc import AsyncIterator
 from importlib.metadata import version
 
 import pytest
 import trio
 import trio.testing
+from rich.console import Console
 
 import actors
-from actors._demo import run_demo
+from actors import SQLiteConversationStore
+from actors._chat import HELP, INTERRUPTED, ChatSession, chat_session, open_chat
+from actors._demo import BUDGET, CANCEL_AFTER, Endpoint, run_demo, run_team, team
+from actors.agent import Chunk
 from actors.cli import main
+from actors.testing import Simulator
+from protocols.messages import Role, StopReason
 
 
 def test_version_flag_prints_the_distribution_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -61,7 +71,7 @@ def test_demo_streams_a_completion_from_the_simulator(capsys: pytest.CaptureFixt
 
 
 def test_demo_without_thinking_prints_only_the_answer(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--no-think", "--interval", "0"]) == 0
+    assert main(["demo", "--no-think", "--interval", "0", "Please count to 12."]) == 0
     out = capsys.readouterr().out
     assert "[thinking]" not in out
     assert "\n1 2 3 4 5 6 7 8 9 10 11 12\n" in out
@@ -95,3 +105,351 @@ async def test_run_demo_paces_deltas_and_dims_thinking_on_a_terminal(
     text = out.getvalue()
     assert "\x1b[2m[thinking] The user wants me" in text
     assert "\x1b[0m\n1 2 3\x1b[0m\n-- finish: stop" in text
+
+
+# -- the team demo ------------------------------------------------------------------------------
+
+
+def buffer_console(*, terminal: bool = False, width: int = 120) -> tuple[Console, io.StringIO]:
+    out = io.StringIO()
+    console = Console(
+        file=out,
+        width=width,
+        height=40,
+        force_terminal=terminal,
+        color_system="standard" if terminal else None,
+        highlight=False,
+    )
+    return console, out
+
+
+def test_team_has_every_role_in_a_fixed_order() -> None:
+    members = team(7)
+    assert [m.name for m in members] == [f"agent-{i:02d}" for i in range(1, 8)]
+    assert [m.role for m in members] == ["add", "count", "cancel", "budget", "add", "count", "add"]
+    assert members[0].prompt == "What is 19 + 23?"
+    assert members[0].tools
+    assert not members[1].tools
+    assert members[2].cancel_after == CANCEL_AFTER
+    assert members[3].budget == BUDGET
+    assert len({m.prompt for m in members if m.role == "add"}) == 3, "every sum differs"
+    with pytest.raises(ValueError, match="at least one agent"):
+        team(0)
+
+
+async def test_team_demo_ends_with_every_stop_reason_and_saves_the_conversations(
+    tmp_path: pathlib.Path,
+) -> None:
+    console, out = buffer_console()
+    db = tmp_path / "team.sqlite3"
+    report = await run_team(console, agents=8, interval=0, db=db)
+    assert report.ok
+    assert report.stops() == {"complete": 6, "cancelled": 1, "budget": 1}
+    by_role = {p.member.role: p for p in report.members}
+    for progress in report.members:
+        result = progress.result
+        assert result is not None
+        if progress.member.role == "add":
+            a, b = (int(n) for n in progress.member.prompt[8:-1].split(" + "))
+            assert result.content == f"The answer is {a + b}."
+            assert (result.turns, result.stop) == (2, StopReason.COMPLETE)
+            assert result.thinking, "the simulator thinks when asked to"
+        elif progress.member.role == "count":
+            assert result.content == " ".join(str(i) for i in range(1, 41))
+    cancelled = by_role["cancel"].result
+    assert cancelled is not None
+    assert (cancelled.stop, cancelled.partial) == (StopReason.CANCELLED, True)
+    numbers = cancelled.content.split()
+    assert len(numbers) >= CANCEL_AFTER, "cut after the demo saw its deltas"
+    assert len(numbers) < 100000, "cut mid-stream"
+    assert numbers == [str(i) for i in range(1, len(numbers) + 1)], "the partial text is kept"
+    budget = by_role["budget"].result
+    assert budget is not None
+    assert (budget.stop, budget.partial) == (StopReason.BUDGET, True)
+    assert 0 < len(budget.content.split()) < 2000
+    # The saved conversations: one per agent, the cancelled answer marked interrupted.
+    assert (report.saved, report.db) == (8, str(db))
+    async with await SQLiteConversationStore.open(db) as store:
+        assert sorted(await store.list()) == sorted(p.conversation for p in report.members)
+        snapshot = await store.get(by_role["cancel"].conversation)
+        assert snapshot is not None
+        last = snapshot.messages[-1]
+        assert (last.role, last.interrupted, last.content) == (
+            Role.ASSISTANT,
+            True,
+            cancelled.content,
+        )
+        first = await store.get(report.members[0].conversation)
+        assert first is not None
+        assert [m.role for m in first.messages] == [
+            Role.USER,
+            Role.ASSISTANT,
+            Role.TOOL,
+            Role.ASSISTANT,
+        ]
+    text = out.getvalue()
+    assert "\x1b[" not in text, "no colour when the console is not a terminal"
+    assert f"saved 8 conversation(s) to {db} (kept)" in text
+    assert "8 agents: 6 complete, 1 cancelled, 1 budget;" in text
+    assert "[8/8] " in text, "a line per finished agent stands in for the live view"
+
+
+async def test_team_demo_shows_a_live_table_on_a_terminal(
+    tmp_path: pathlib.Path, mock_clock: trio.testing.MockClock
+) -> None:
+    mock_clock.autojump_threshold = 0
+    console, out = buffer_console(terminal=True)
+    report = await run_team(console, agents=4, interval=0.2, db=tmp_path / "live.sqlite3")
+    assert report.stops() == {"complete": 2, "cancelled": 1, "budget": 1}
+    cancelled = report.members[2].result
+    assert cancelled is not None
+    # Paced deltas leave no slack: the demo's abort lands right after the deltas it saw.
+    assert cancelled.content == " ".join(str(i) for i in range(1, CANCEL_AFTER + 1))
+    text = out.getvalue()
+    assert "agents finished" in text, "the live view was drawn"
+    assert "writing" in text, "it showed an agent mid-stream"
+    assert "\x1b[33mcancelled" in text, "stop reasons are coloured on a terminal"
+    assert "[4/4]" not in text, "no finish lines under the live view"
+
+
+async def test_team_demo_runs_against_an_openai_compatible_endpoint(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with Simulator(api_key="sk-test") as server:
+        # Explicit flags...
+        console, out = buffer_console()
+        endpoint = Endpoint(model="simulator", base_url=server.openai_base_url, api_key="sk-test")
+        report = await run_team(console, agents=4, endpoint=endpoint, db=tmp_path / "a.sqlite3")
+        assert report.stops() == {"complete": 2, "cancelled": 1, "budget": 1}
+        assert report.where == server.openai_base_url
+        assert all(not p.result.thinking for p in report.members if p.result is not None), (
+            "no reasoning is asked of a real endpoint unless --think"
+        )
+        assert f"OpenAIChat -> {server.openai_base_url}" in out.getvalue()
+        assert "sk-test" not in out.getvalue()
+        # ...or the usual environment variables.
+        monkeypatch.setenv("OPENAI_BASE_URL", server.openai_base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        console, out = buffer_console()
+        report = await run_team(
+            console, agents=2, endpoint=Endpoint(model="simulator"), db=tmp_path / "b.sqlite3"
+        )
+        assert report.stops() == {"complete": 2}
+        monkeypatch.setenv("OPENAI_API_KEY", "wrong")
+        report = await run_team(
+            console, agents=1, endpoint=Endpoint(model="simulator"), db=tmp_path / "c.sqlite3"
+        )
+        assert not report.ok
+        assert report.stops() == {"error": 1}
+        assert "error" in out.getvalue()
+
+
+def test_demo_command_runs_the_team(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "demo.sqlite3"
+    assert main(["demo", "--interval", "0", "--agents", "5", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("trio-agents demo: a team of 5 agent(s) -> OpenAIChat -> simulator at")
+    rows = [line.split() for line in out.splitlines() if line.strip().startswith("agent-0")]
+    table = {row[0]: row for row in rows if len(row) > 3 and row[1] not in ("finished",)}
+    stops = {
+        name: next(w for w in row if w in {"complete", "cancelled", "budget"})
+        for name, row in table.items()
+    }
+    assert stops == {
+        "agent-01": "complete",
+        "agent-02": "complete",
+        "agent-03": "cancelled",
+        "agent-04": "budget",
+        "agent-05": "complete",
+    }
+    assert "The answer is 42." in out
+    assert "5 agents: 3 complete, 1 cancelled, 1 budget;" in out
+    assert db.is_file()
+
+
+def test_demo_flags_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, message in [
+        (["demo", "--agents", "0"], "--agents"),
+        (["demo", "--base-url", "http://127.0.0.1:1/v1"], "need --model"),
+        (["chat", "--api-key", "k"], "need --model"),
+    ]:
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        assert exited.value.code == 2
+        assert message in capsys.readouterr().err
+
+
+# -- the chat -----------------------------------------------------------------------------------
+
+
+async def test_chat_answers_streams_and_keeps_commands_apart(tmp_path: pathlib.Path) -> None:
+    console, out = buffer_console()
+    db = tmp_path / "chat.sqlite3"
+    lines = ["What is 19 + 23?", "", "count to 5", "/save", "/help", "/nope", "/reset", "hello"]
+    script = [*lines, "/save", "/quit", "never asked"]
+    session = await chat_session(script, console, interval=0, db=db)
+    assert [r.content for r in session.results] == [
+        "The answer is 42.",
+        "1 2 3 4 5",
+        "You said: hello",
+    ]
+    assert session.quit
+    text = out.getvalue()
+    assert "-> add(a=19, b=23)\n<- add: 42\n" in text, "tool calls and results are shown"
+    assert "The user wants me to count to 5, one number at a time.\n1 2 3 4 5\n" in text
+    assert HELP in text
+    assert "unknown command /nope (try /help)" in text
+    assert "never asked" not in text, "nothing is read after /quit"
+    # /save wrote the first conversation; /reset started a new one, saved apart.
+    first, second = session.results[0].messages[0], session.results[2].messages[0]
+    async with await SQLiteConversationStore.open(db) as store:
+        saved = {}
+        for conversation_id in await store.list():
+            snapshot = await store.get(conversation_id)
+            assert snapshot is not None
+            saved[snapshot.messages[0].id] = (conversation_id, snapshot.messages)
+    assert set(saved) == {first.id, second.id}
+    before, after = saved[first.id], saved[second.id]
+    assert f"saved conversation {before[0]} (6 messages) to {db}" in text
+    assert [m.content for m in before[1] if m.role is Role.USER] == [
+        "What is 19 + 23?",
+        "count to 5",
+    ]
+    assert f"saved conversation {after[0]} (2 messages) to {db}" in text
+    assert [m.content for m in after[1]] == ["hello", "You said: hello"]
+
+
+async def test_chat_reads_an_async_iterator_and_dims_thinking_on_a_terminal() -> None:
+    console, out = buffer_console(terminal=True)
+
+    async def typed() -> AsyncIterator[str]:
+        yield "count to 3"
+
+    session = await chat_session(typed(), console, interval=0)
+    assert [r.content for r in session.results] == ["1 2 3"]
+    text = out.getvalue()
+    assert "\x1b[2;3m time.\x1b[0m\n1 2 3\n" in text, "thinking is dim, the answer is not"
+
+
+async def test_ctrl_c_cancels_the_answer_keeps_the_partial_and_stays_in_the_chat(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    mock_clock.autojump_threshold = 0.05
+    console, out = buffer_console()
+    async with open_chat(console, interval=1.0, think=False) as session:
+        seen: list[str] = []
+
+        def press_ctrl_c_after_three(chunk: Chunk) -> None:
+            if chunk.kind == "content":
+                seen.append(chunk.text)
+                if len(seen) == 3:
+                    assert session.answering
+                    assert session.interrupt() is True  # what the SIGINT handler calls
+
+        session.listeners.append(press_ctrl_c_after_three)
+        assert await session.handle("count to 100")
+        result = session.results[-1]
+        assert (result.stop, result.partial, result.content) == (
+            StopReason.CANCELLED,
+            True,
+            "1 2 3",
+        )
+        last = (await session.conversation.messages())[-1]
+        assert (last.interrupted, last.content) == (True, "1 2 3")
+        assert not session.answering
+        assert "[cancelled: the partial answer is kept]" in out.getvalue()
+        # Still in the chat: the next question is answered, with the cut one in its history.
+        session.listeners.clear()
+        assert await session.handle("What is 2 + 3?")
+        assert session.results[-1].content == "The answer is 5."
+        assert len(await session.conversation.messages()) == 6
+    assert INTERRUPTED == "interrupted by Ctrl-C"
+
+
+def quitting(session: ChatSession) -> bool:
+    """The session's quit flag, read fresh (mypy would narrow a repeated attribute read)."""
+    return session.quit
+
+
+async def test_ctrl_c_at_the_prompt_twice_leaves() -> None:
+    console, out = buffer_console()
+    async with open_chat(console, interval=0) as session:
+        assert isinstance(session, ChatSession)
+        assert session.interrupt() is False
+        assert not quitting(session)
+        assert "Ctrl-C again" in out.getvalue()
+        await session.handle("count to 2")  # typing something resets the count
+        assert session.interrupt() is False
+        assert not quitting(session)
+        assert session.interrupt() is False
+        assert quitting(session)
+        assert not await session.handle("hello"), "the chat ends once quit was asked"
+
+
+def test_chat_command_reads_the_terminal_until_end_of_input(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("count to 4\n"))
+    assert main(["chat", "--interval", "0", "--no-think"]) == 0
+    out = capsys.readouterr().out
+    assert "you> 1 2 3 4\n" in out
+    assert out.rstrip().endswith("bye")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_sigint_in_the_chat_process_cancels_the_answer_only() -> None:
+    chat = subprocess.Popen(
+        [sys.executable, "-m", "actors", "chat", "--interval", "0.01", "--no-think"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert chat.stdin is not None
+    assert chat.stdout is not None
+    seen = b""
+
+    def read_until(marker: bytes) -> None:
+        nonlocal seen
+        assert chat.stdout is not None
+        while marker not in seen:
+            ready, _, _ = select.select([chat.stdout], [], [], 60)
+            assert ready, f"timed out waiting for {marker!r}; got {seen[-300:]!r}"
+            data = os.read(chat.stdout.fileno(), 65536)
+            assert data, f"the chat ended early: {seen[-300:]!r}"
+            seen += data
+
+    try:
+        chat.stdin.write(b"count to 100000\n")
+        chat.stdin.flush()
+        read_until(b" 20 ")
+        chat.send_signal(signal.SIGINT)
+        read_until(b"[cancelled: the partial answer is kept]")
+        chat.stdin.write(b"What is 2 + 3?\n/quit\n")
+        chat.stdin.flush()
+        rest, errors = chat.communicate(timeout=60)
+    finally:
+        if chat.poll() is None:
+            chat.kill()
+            chat.wait()
+    out = (seen + rest).decode()
+    assert chat.returncode == 0, errors.decode()
+    partial = out.split("you> ", 2)[1].split("\n")[0].split()
+    assert partial == [str(i) for i in range(1, len(partial) + 1)]
+    assert 20 <= len(partial) < 100000
+    assert "The answer is 5." in out
+    assert out.rstrip().endswith("bye")
+
+
+async def test_chat_reports_a_failed_answer_and_goes_on() -> None:
+    async with Simulator(api_key="sk-right") as server:
+        console, out = buffer_console()
+        wrong = Endpoint(model="simulator", base_url=server.openai_base_url, api_key="sk-wrong")
+        session = await chat_session(["What is 1 + 2?", "/help"], console, endpoint=wrong)
+        assert session.results == []
+        text = out.getvalue()
+        assert "error: " in text
+        assert "401" in text or "key" in text.lower()
+        assert HELP in text, "the chat read the next line after the failure"
+        assert "sk-wrong" not in text
