@@ -6,6 +6,8 @@ stores) run on it, and providers live in :mod:`actors.providers`. Agents and the
 top of them; the data model they all speak lives in :mod:`protocols`.
 """
 
+from protocols.accounting import TokenBudget as TokenBudget
+
 from ._abort import Abort as Abort
 from ._actor import Actor as Actor
 from ._actor import ActorExit as ActorExit
@@ -35,6 +37,9 @@ from .conversation import CompactionError as CompactionError
 from .conversation import Conversation as Conversation
 from .conversation import ConversationManager as ConversationManager
 from .conversation import summarizer_for as summarizer_for
+from .providers import AnthropicMessages as AnthropicMessages
+from .providers import OllamaChat as OllamaChat
+from .providers import OpenAIChat as OpenAIChat
 from .store import ConversationStore as ConversationStore
 from .store import MemoryConversationStore as MemoryConversationStore
 from .store import SQLiteConversationStore as SQLiteConversationStore
@@ -55,6 +60,7 @@ __all__ = [
     "ActorStopped",
     "Agent",
     "AgentRun",
+    "AnthropicMessages",
     "AutoShutdown",
     "Backoff",
     "ChildSpec",
@@ -65,6 +71,8 @@ __all__ = [
     "ExitKind",
     "FileSystemWorkspace",
     "MemoryConversationStore",
+    "OllamaChat",
+    "OpenAIChat",
     "ReplyStream",
     "Restart",
     "Runtime",
@@ -76,6 +84,7 @@ __all__ = [
     "SupervisorGaveUp",
     "SupervisorStatistics",
     "TerminateChild",
+    "TokenBudget",
     "Tool",
     "ToolRegistry",
     "__version__",

@@ -21,7 +21,8 @@ from ._supervisor import (
     Supervisor,
     SupervisorStatistics,
 )
-from .providers import ProviderConnection, StreamingProvider
+from .agent import Agent
+from .providers import ProviderConnection, ProviderInterface, StreamingProvider
 
 __all__ = ["Runtime", "open_runtime"]
 
@@ -84,6 +85,11 @@ class Runtime:
         return await ProviderConnection.start(
             self, provider, name=name, limit=limit, breaker=breaker
         )
+
+    async def agent(self, provider: ProviderInterface, **options: Any) -> Agent:
+        """Start an :class:`~actors.agent.Agent` on ``provider`` under this runtime (the
+        options are those of :meth:`Agent.start <actors.agent.Agent.start>`)."""
+        return await Agent.start(self, provider, **options)
 
     async def start(self, spec: ChildSpec) -> ActorRef[Any, Any]:
         """Start a child of the root from a full :class:`ChildSpec` (a supervisor, say)."""

@@ -546,3 +546,11 @@ async def test_the_budget_cuts_an_http_stream_at_the_delta_that_trips_it() -> No
         assert result.stop is StopReason.BUDGET
         assert 40 <= estimate_tokens(result.content) <= 41
         await provider.aclose()
+
+
+async def test_the_runtime_starts_agents_too() -> None:
+    async with open_runtime() as runtime:
+        agent = await runtime.agent(ScriptedProvider(Reply("hi")), system="Be brief.", limit=3)
+        assert agent.defaults.limit == 3
+        assert (await agent.generate("hello")).content == "hi"
+        assert agent.ref.name in runtime.statistics().children
