@@ -18,6 +18,11 @@ BENCHMARKS = sorted((ROOT / "benchmarks").glob("*.py"))
 PROMISED_RATIOS = {
     "actors.py": {"call_time_vs_raw"},
     "conversation.py": {"build_us_at_10k_over_at_1k", "save_time_vs_plain_file"},
+    "loop.py": {
+        "run_time_vs_floor",
+        "runs_per_s_vs_pydantic_ai",
+        "bytes_per_idle_agent_over_target",
+    },
     "provider_stream.py": {
         "deltas_per_s_vs_raw_httpx",
         "concurrent_time_vs_raw_httpx",
