@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import attrs
+import trio
 
 from protocols.errors import AgentsError, Category, ValidationError
 from protocols.history import (
@@ -217,7 +218,7 @@ class Conversation:
 
     Start one with :meth:`start` (or through a :class:`ConversationManager`). All methods are
     safe to call from many tasks at once: changes are applied one at a time in arrival order,
-    and reads see every change that was applied before them.
+    and reads see every change that was committed before them.
 
     ``summarize`` (see :func:`summarizer_for`) enables :meth:`compact`; ``keep`` is the default
     number of latest messages a compaction leaves live; ``sections`` the default sections cap
@@ -299,12 +300,12 @@ class Conversation:
     # -- reading -------------------------------------------------------------------------------
 
     async def history(self) -> History:
-        """The whole current state, as an immutable value."""
-
-        async def job(state: _State) -> History:
-            return state.history
-
-        return await self._run(job)
+        """The whole current state, as an immutable value: every change committed before the
+        call, none half-done. Reads need no trip through the mailbox -- the state is one
+        immutable value replaced whole by each change -- so they never wait behind a
+        compaction in progress (they see the history as it was before it)."""
+        await trio.lowlevel.checkpoint()
+        return self._state.history
 
     async def messages(self) -> tuple[Message, ...]:
         """The live messages, oldest first."""

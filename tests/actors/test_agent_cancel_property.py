@@ -425,10 +425,12 @@ def _check_turns(run: RunCase, seen: Seen, result: AgentResult, budget: int | No
     assert len(turns) == result.turns, "a turn settled its usage twice, or never"
     assert result.usage == sum((turn.draw for turn in turns), Usage())
     expected: list[tuple[str, str, tuple[ToolCall, ...], bool]] = []
+    # The budget cuts the turn at the delta that reaches it -- also its last one.
+    trip = _budget_trip(turns, budget) if budget is not None else None
     for index, turn in enumerate(turns):
         step = run.steps[index]
         content = "".join(turn.content)
-        if _completed(step, turn):
+        if _completed(step, turn) and not (trip is not None and trip[0] == index):
             assert isinstance(step, Reply)
             expected.append((content, turn.thinking, step.calls, False))
             if step.usage is not None:
@@ -522,11 +524,8 @@ def _check_stop(
             allowed.add(StopReason.BUDGET)
     assert stop in allowed, f"stop {stop.value} but only {sorted(allowed)} could happen"
     if trip is not None:
-        # Reaching the budget cuts the run, unless it happened on the very last delta of the
-        # run's last turn and that turn completed (then nothing is left to cut).
-        final = len(turns) - 1
-        if trip != (final, True) or not _completed(run.steps[final], turns[final]):
-            assert stop is StopReason.BUDGET
+        # Reaching the budget cuts the run at that delta, wherever it is (the last one too).
+        assert stop is StopReason.BUDGET
     if run.mode == "pre":
         assert (stop, result.turns, len(result.messages)) == (StopReason.CANCELLED, 0, 1)
     elif budget == 0:
