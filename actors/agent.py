@@ -46,6 +46,7 @@ from protocols.messages import (
     Role,
     StopReason,
     ToolCall,
+    ToolDefinition,
     ToolFailure,
     ToolResult,
     ToolSuccess,
@@ -242,6 +243,10 @@ def _positive(name: str, value: object) -> None:
         raise ValidationError(f"{name} must be a number > 0 or None, not {value!r}")
 
 
+def _tokens(value: Iterable[Abort]) -> tuple[Abort, ...]:
+    return tuple(value)
+
+
 @attrs.frozen
 class RunOptions:
     """Options of one run (``None``: the agent's own setting).
@@ -259,7 +264,7 @@ class RunOptions:
     limit: int | None = None
     timeout: float | None = None
     budget: TokenBudget | None = None
-    abort: tuple[Abort, ...] = attrs.field(default=(), converter=tuple)
+    abort: tuple[Abort, ...] = attrs.field(default=(), converter=_tokens)
     think: bool | None = None
     tool_choice: str | None = None
     on_exhaust: Literal["stop", "summarize"] | None = None
@@ -438,8 +443,8 @@ class Agent:
         window: int | None = None,
         strict: bool = False,
     ) -> None:
-        """Prefer :meth:`start`, which also starts the agent's actor (an agent built here runs
-        nothing until :meth:`attach` gives it one)."""
+        """Prefer :meth:`start`, which also starts the agent's actor: an agent built here has
+        none, and its runs raise until it has."""
         if isinstance(tool_concurrency, bool) or not isinstance(tool_concurrency, int):
             raise ConfigError("tool_concurrency must be an integer >= 1")
         if tool_concurrency < 1:
@@ -507,6 +512,7 @@ class Agent:
         budget: TokenBudget | None = None,
         think: bool | None = None,
         tool_choice: str | None = None,
+        abort: Iterable[Abort] = (),
         on_exhaust: Literal["stop", "summarize"] = "stop",
         max_repeats: int = 3,
         name: str | None = None,
@@ -526,6 +532,7 @@ class Agent:
             budget=budget,
             think=think,
             tool_choice=tool_choice,
+            abort=abort,
             on_exhaust=on_exhaust,
             max_repeats=max_repeats,
         )
@@ -599,7 +606,7 @@ class Agent:
         budget: TokenBudget | None = self._option(options, "budget")
         meter = BudgetMeter(budget) if budget is not None else None
         run = _Run(self, request, meter, number)
-        token = Abort.any(request.token, *options.abort)
+        token = Abort.any(request.token, *self.defaults.abort, *options.abort)
         if request.input:
             await self.conversation.add(request.input)
             run.appended.extend(request.input)
@@ -711,7 +718,16 @@ class _Run:
     async def turns(self, limit: int) -> StopReason:
         agent = self.agent
         options = self.request.options
-        definitions = agent.registry.definitions(agent.scope) or None
+        authority = agent.authority
+        definitions: tuple[ToolDefinition, ...] | None = tuple(
+            d
+            for d in agent.registry.definitions(agent.scope)
+            if authority is None or not authority.withholds(d.name)  # never allowed: not shown
+        )
+        tools_off = agent._option(options, "tool_choice") == "none"
+        if tools_off:
+            definitions = ()  # no tools this run: none advertised, and none will run
+        definitions = definitions or None
         provider_options = ProviderOptions(
             think=agent._option(options, "think"),
             tool_choice=agent._option(options, "tool_choice") if definitions else None,
@@ -788,7 +804,7 @@ class _Run:
                 await self.answer(result.calls, reason)
                 self.event("guard", reason=reason)
                 continue
-            batch = await self.run_tools(result.calls)
+            batch = await self.run_tools(result.calls, allowed=not tools_off)
             unknown = [result.calls[index] for index in sorted(batch.skipped)]
             if unknown and unknown_streak:
                 # Unknown tools two turns running: one last call, without tools, that names
@@ -841,12 +857,13 @@ class _Run:
         await self.add(*(_tool_message(r) for r in results))
         self.open_calls = ()
 
-    async def run_tools(self, calls: tuple[ToolCall, ...]) -> ToolBatch:
+    async def run_tools(self, calls: tuple[ToolCall, ...], *, allowed: bool = True) -> ToolBatch:
+        """Run a turn's calls (with no tools offered, every call is skipped, none runs)."""
         agent = self.agent
         self.batch = batch = ToolBatch(calls)
         results = await agent.registry.execute(
             calls,
-            scope=agent.scope,
+            scope=agent.scope if allowed else Scope("no tools", tools=()),
             authority=agent.authority,
             approve=agent.approve,
             limit=agent.tool_concurrency,

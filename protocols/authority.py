@@ -351,9 +351,26 @@ class Authority:
                 problems.append(
                     f"rule #{index} {rule.label()}: predicate raised {_describe(outcome)}"
                 )
+                if rule.decision != "allow":
+                    # A deny or ask that cannot be evaluated must not fall through to a later
+                    # allow: a human decides (and with no approver attached, that is a deny).
+                    reason = rule.reason or f"rule {rule.label()} could not be evaluated"
+                    return _verdict("ask", rule, rule.zone, reason, tuple(problems))
         return _verdict(
             self.fallback, None, self.fallback_zone, self.fallback_reason, tuple(problems)
         )
+
+    def withholds(self, name: str) -> bool:
+        """Whether every call to the tool ``name`` is denied, whatever its arguments -- a tool
+        the model need not be shown at all."""
+        for rule in self.rules:
+            if rule._names.match(name) is None:
+                continue
+            if rule.arguments is None and rule.when is None:
+                return rule.decision == "deny"
+            if rule.decision != "deny":
+                return False  # a conditional allow or ask may let some call through
+        return self.fallback == "deny"
 
     def add(self, *rules: Rule) -> Authority:
         """A new authority with ``rules`` appended (consulted after the existing ones)."""

@@ -199,11 +199,6 @@ async def test_000_g1_every_bound_folds_into_one_cancel_and_the_run_always_termi
         assert trio.current_time() - start == pytest.approx(7)
 
 
-# GAP: the issue lists abort token(s) among the construction options a run overrides, and
-# 000 G1 wants the constructed signal composed with the per-run one. Agent.start() takes no
-# ``abort=`` and Agent._run folds only RunOptions.abort of the run (agent.py, _run:
-# ``Abort.any(request.token, *options.abort)``), never ``self.defaults.abort``.
-@pytest.mark.xfail(strict=True, reason="GAP: no construction-level abort token (000 G1)")
 async def test_000_g1_a_construction_abort_token_composes_with_the_runs_tokens() -> None:
     constructed = Abort()
     constructed.cancel("agent shut down")
@@ -952,10 +947,6 @@ async def test_003_2_5_an_ask_goes_to_the_approver_and_without_one_is_denied() -
     assert counter.names() == ["deploy"]  # only the approved call ever ran
 
 
-# GAP: 003 section 2.5 "A tool denied outright is withheld from the model". The agent
-# advertises registry.definitions(scope) only (agent.py, _Run.turns: ``definitions =
-# agent.registry.definitions(agent.scope)``); the authority is consulted only per call.
-@pytest.mark.xfail(strict=True, reason="GAP: a tool denied outright is still advertised")
 async def test_003_2_5_a_tool_denied_outright_is_withheld_from_the_model() -> None:
     counter = Counter()
     provider = ScriptedProvider("ok")
@@ -968,11 +959,6 @@ async def test_003_2_5_a_tool_denied_outright_is_withheld_from_the_model() -> No
     assert [t.name for t in provider.calls[0].tools] == ["add"]
 
 
-# GAP: 003 G15 / section 2.5 "An unevaluable deny or ask -> ask, never a fall-through to
-# allow". protocols/authority.py counts a raising predicate as *not matching* (Rule._check,
-# Authority.decide), so an unevaluable deny rule falls through to the allow fallback and the
-# call runs.
-@pytest.mark.xfail(strict=True, reason="GAP: an unevaluable deny falls through to allow")
 async def test_003_g15_an_unevaluable_deny_asks_and_never_falls_through_to_allow() -> None:
     counter = Counter()
     rm = counter.tool("rm")

@@ -214,20 +214,23 @@ def test_the_predicate_runs_only_when_name_and_arguments_matched() -> None:
     assert calls == ["/etc/a"]
 
 
-def test_a_raising_predicate_does_not_match_and_is_recorded() -> None:
+def test_an_unevaluable_deny_asks_and_never_falls_through() -> None:
+    # 003 G15: a deny (or ask) whose predicate raises becomes an ask -- never a fall-through to
+    # a later allow or the fallback. The problem is recorded.
     authority = Authority(
         (
             Rule("deny", when=lambda a: a["missing"], reason="boom", name="bad"),
-            Rule("deny", when=lambda a: 1 / 0 > 0, reason="boom"),
-            Rule("ask", ("rm",), zone="fs"),
+            Rule("allow", ("rm",), zone="fs"),
         )
     )
     verdict = authority.decide(call("rm"))
-    assert (verdict.decision, verdict.rule, verdict.zone) == ("ask", authority.rules[2], "fs")
-    assert len(verdict.problems) == 2
+    assert (verdict.decision, verdict.rule, verdict.reason) == ("ask", authority.rules[0], "boom")
+    assert len(verdict.problems) == 1
     assert verdict.problems[0].startswith("rule #0 'bad': predicate raised KeyError")
-    assert verdict.problems[1].startswith("rule #1 deny ['*']: predicate raised ZeroDivisionError")
     assert not authority.rules[0].matches(call("rm"))
+    unnamed = Authority((Rule("ask", when=lambda a: 1 / 0 > 0),)).decide(call("t"))
+    assert unnamed.decision == "ask"
+    assert unnamed.reason == "rule ask ['*'] could not be evaluated"
 
 
 def test_a_raising_predicate_falls_through_to_the_fallback() -> None:
@@ -241,8 +244,8 @@ def test_a_long_exception_message_is_truncated_in_the_problem() -> None:
     def raises(arguments: Mapping[str, Any]) -> bool:
         raise ValueError("x" * 5000)
 
-    verdict = Authority((Rule("deny", when=raises),)).decide(call("t"))
-    assert verdict.decision == "allow"
+    verdict = Authority((Rule("allow", when=raises),), fallback="deny").decide(call("t"))
+    assert verdict.decision == "deny"
     assert len(verdict.problems) == 1
     assert verdict.problems[0].endswith("x" * 200 + "...")
     assert len(verdict.problems[0]) < 300
@@ -255,7 +258,7 @@ def test_the_predicate_cannot_mutate_the_call_arguments() -> None:
 
     tool_call = call("t", path="/etc/passwd")
     verdict = Authority((Rule("deny", when=mutate),)).decide(tool_call)
-    assert verdict.decision == "allow"
+    assert verdict.decision == "ask"  # the deny could not be evaluated
     assert "TypeError" in verdict.problems[0]
     assert tool_call.arguments == {"path": "/etc/passwd"}
 
@@ -485,6 +488,8 @@ def reference_decide(authority: Authority, tool_call: ToolCall) -> tuple[str, in
             return rule.decision, index, raised
         if outcome is None:
             raised += 1
+            if rule.decision != "allow":  # an unevaluable deny or ask asks, never falls through
+                return "ask", index, raised
     return authority.fallback, None, raised
 
 
@@ -515,3 +520,19 @@ def test_decide_is_deterministic_and_matches_the_reference(
         assert verdict.model_text() == f"denied: {verdict.reason}"
     for rule in authority.rules:  # every rule on its own, not only the deciding one
         assert rule.matches(tool_call) is (reference_match(rule, tool_call) is True)
+
+
+def test_withholds_only_tools_every_call_of_which_is_denied() -> None:
+    authority = Authority(
+        (
+            Rule("deny", tools=("rm",)),
+            Rule("deny", tools=("cp",), arguments={"path": "/etc/*"}),
+            Rule("ask", tools=("mv",), when=lambda a: True),
+        ),
+        fallback="allow",
+    )
+    assert authority.withholds("rm")
+    assert not authority.withholds("cp")  # only some of its calls are denied
+    assert not authority.withholds("mv")
+    assert not authority.withholds("ls")
+    assert Authority(fallback="deny").withholds("ls")
