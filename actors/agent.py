@@ -315,6 +315,8 @@ class _Request:
     send: trio.MemorySendChannel[Any]
     token: Abort = attrs.field(factory=Abort)
     finished: trio.Event = attrs.field(factory=trio.Event)
+    #: Whether anybody reads the chunks (generate() only wants the result).
+    chunks: bool = True
 
 
 class AgentRun:
@@ -587,8 +589,11 @@ class Agent:
     async def generate(
         self, input: str | Message | Sequence[Message] | None = None, **options: Any
     ) -> AgentResult:
-        """Run to the end and return the result: :meth:`stream`, drained."""
-        async with self.stream(input, **options) as run:
+        """Run to the end and return the result: :meth:`stream`, drained (the same run,
+        without producing chunks nobody reads)."""
+        run = self.stream(input, **options)
+        run._request.chunks = False
+        async with run:
             async for _ in run:
                 pass
         return run.result
@@ -667,7 +672,8 @@ class _Run:
         self.open_calls: tuple[ToolCall, ...] = ()
 
     def emit(self, chunk: Chunk) -> None:
-        self.request.send.send_nowait(chunk)
+        if self.request.chunks:
+            self.request.send.send_nowait(chunk)
 
     def result(self, stop: StopReason) -> AgentResult:
         content = next(

@@ -347,9 +347,12 @@ class ToolRegistry:
                 state.started.add(index)
                 state.results[index] = await target.call(call)
 
-        async with trio.open_nursery() as nursery:
-            for index, call in enumerate(state.calls):
-                nursery.start_soon(run, index, call)
+        if len(state.calls) == 1:
+            await run(0, state.calls[0])  # one call: no task to start, the same guarantees
+        else:
+            async with trio.open_nursery() as nursery:
+                for index, call in enumerate(state.calls):
+                    nursery.start_soon(run, index, call)
         return state.settled()
 
 
