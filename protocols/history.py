@@ -31,7 +31,7 @@ import attrs
 from ._json import dumps
 from .budget import estimate_tokens
 from .errors import ValidationError
-from .messages import Message, Role, new_id
+from .messages import Message, Role, ToolCall, new_id
 
 __all__ = [
     "IMAGE_TOKEN_ESTIMATE",
@@ -48,6 +48,7 @@ __all__ = [
     "reference_text",
     "render_for_provider",
     "summary_inputs",
+    "unanswered_calls",
 ]
 
 #: The fixed label that starts every recap message in :meth:`History.view` (note the space).
@@ -345,6 +346,22 @@ def plan_fold(messages: Sequence[Message], keep: int = 0) -> int:
                 end = made
                 changed = True
     return end
+
+
+def unanswered_calls(messages: Sequence[Message]) -> tuple[ToolCall, ...]:
+    """The assistant tool calls in ``messages`` that no later tool message answers (a result
+    answers the latest earlier open call with its id). Vendors refuse a request with one, so a
+    provider checks this before sending."""
+    open_calls: dict[str, list[ToolCall]] = {}
+    for message in messages:
+        if message.role is Role.ASSISTANT:
+            for call in message.calls:
+                open_calls.setdefault(call.id, []).append(call)
+        elif message.role is Role.TOOL and message.tool_call_id is not None:
+            waiting = open_calls.get(message.tool_call_id)
+            if waiting:
+                waiting.pop()
+    return tuple(call for calls in open_calls.values() for call in calls)
 
 
 def plan_collapse(sections: int, cap: int | None) -> int:

@@ -250,6 +250,7 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "reference_text",
         "render_for_provider",
         "summary_inputs",
+        "unanswered_calls",
     ]
     assert sorted(protocols.workspace.__all__) == [
         "BINARY_MIMES",

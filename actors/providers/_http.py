@@ -17,7 +17,8 @@ import httpx
 import trio
 
 from protocols._json import dumpb
-from protocols.errors import ConfigError, ProtocolError, ProviderError
+from protocols.errors import ConfigError, ProtocolError, ProviderError, ValidationError
+from protocols.history import unanswered_calls
 from protocols.messages import Delta, Message, ProviderOptions, ProviderResult, ToolDefinition
 from protocols.ndjson import NDJSONDecoder
 from protocols.sse import SSEComment, SSEDecoder
@@ -593,7 +594,16 @@ class HTTPProvider(StreamingProvider):
         """The vendor's request body, with each tool's schema projected onto what the vendor
         accepts. A schema the vendor cannot take raises :class:`~protocols.errors.ConfigError`
         here, before any request is sent. (Arguments are still validated against the original
-        schema by whoever runs the tool.)"""
+        schema by whoever runs the tool.) A history with an assistant tool call that no tool
+        message answers raises :class:`~protocols.errors.ValidationError`: vendors refuse it,
+        so it is refused here, before anything is sent."""
+        dangling = unanswered_calls(messages)
+        if dangling:
+            names = ", ".join(f"{call.name} ({call.id})" for call in dangling[:5])
+            raise ValidationError(
+                f"{self.name}: the history has tool calls without a result: {names}; add a tool "
+                "message answering each call before asking the model again"
+            )
         return self.wire.encode_request(
             messages, model=self.model, tools=self.project_tools(tools), options=options
         )

@@ -1270,10 +1270,7 @@ async def test_002_g8_every_call_is_answered_before_the_next_non_tool_message(
     assert sum(1 for m in stored if m.role is Role.TOOL) == 6
 
 
-# GAP: 002 G8 "Providers reject dangling calls with a non-retryable validation error before
-# lowering". The wire encoders (HTTPProvider.encode -> wire.encode_request) send a history with
-# an unanswered assistant tool call as it is.
-@pytest.mark.xfail(strict=True, reason="GAP: a dangling tool call is sent to the vendor")
+# 002 G8: providers refuse a history with a dangling tool call before sending it.
 async def test_002_g8_providers_refuse_a_dangling_tool_call_before_sending() -> None:
     history = [
         Message.user("hi"),

@@ -34,6 +34,7 @@ from protocols.history import (
     reference_text,
     render_for_provider,
     summary_inputs,
+    unanswered_calls,
 )
 from protocols.messages import Message, Role, ToolCall
 
@@ -1012,3 +1013,18 @@ def test_add_builds_the_same_value_as_the_constructor() -> None:
             history.add([clash])
     with pytest.raises(ValidationError, match="two messages"):
         history.add([Message.user("d", id="x"), Message.user("e", id="x")])
+
+
+def test_unanswered_calls_pairs_results_with_the_latest_open_call() -> None:
+    first = ToolCall("c1", "add", {})
+    again = ToolCall("c1", "add", {"a": 1})
+    other = ToolCall("c2", "mul", {})
+    messages = [
+        Message.assistant(calls=[first]),
+        Message.tool("c1", "add", "1"),
+        Message.assistant(calls=[again, other]),
+        Message.tool("c2", "mul", "2"),
+    ]
+    assert unanswered_calls(messages) == (again,)
+    assert unanswered_calls([*messages, Message.tool("c1", "add", "3")]) == ()
+    assert unanswered_calls([]) == ()
