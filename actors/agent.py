@@ -58,7 +58,7 @@ from protocols.toolschema import (
     structure_arguments,
     validate_arguments,
 )
-from protocols.workspace import File, Workspace, WorkspaceManager
+from protocols.workspace import Workspace, WorkspaceManager
 
 from ._abort import Abort
 from ._actor import Actor, ActorRef
@@ -699,27 +699,19 @@ class _Run:
     def event(self, kind: Any, **fields: Any) -> None:
         self.agent._emit(AgentEvent(kind, self.number, turn=self.turns_made, **fields))
 
-    def prompt(self, extra: Sequence[Message] = ()) -> Any:
+    async def prompt(self, extra: Sequence[Message] = ()) -> tuple[Message, ...]:
         """The next request's messages, built fresh (``extra`` is appended, never stored)."""
         agent = self.agent
-
-        async def make() -> tuple[Message, ...]:
-            view = await agent.conversation.view()
-            files: tuple[File, ...] = ()
-            source = agent.workspace
-            active = source.active if isinstance(source, WorkspaceManager) else source
-            if active is not None:
-                files = active.files()
-            built = build(
-                view,
-                system=agent.system,
-                instructions=agent.instructions,
-                files=files,
-                scope=agent.scope,
-            )
-            return (*built, *extra)
-
-        return make()
+        source = agent.workspace
+        active = source.active if isinstance(source, WorkspaceManager) else source
+        built = build(
+            await agent.conversation.view(),
+            system=agent.system,
+            instructions=agent.instructions,
+            files=active.files() if active is not None else (),
+            scope=agent.scope,
+        )
+        return (*built, *extra)
 
     async def turns(self, limit: int) -> StopReason:
         agent = self.agent

@@ -92,15 +92,10 @@ class FaultProviderServer(LoopbackServer):
                     return
             except RequestTooLarge:
                 return
-            await self._respond(stream, exchange.connection, step)
+            await self._respond(exchange, step)
 
-    async def _respond(
-        self, stream: trio.SocketStream, connection: h11.Connection, step: FaultStep
-    ) -> None:
-        async def send(event: Any) -> None:
-            data = connection.send(event)
-            if data:
-                await stream.send_all(data)
+    async def _respond(self, exchange: Exchange, step: FaultStep) -> None:
+        send = exchange.send
 
         async def sse_start() -> None:
             await send(h11.Response(status_code=200, headers=_SSE_HEADERS))
@@ -126,14 +121,7 @@ class FaultProviderServer(LoopbackServer):
             # Closing here (the `async with stream` exit) cuts the body mid-chunk.
         elif isinstance(step, HttpError):
             body = dumpb({"error": {"message": f"fault {step.status}"}})
-            headers = [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close"),
-            ]
-            await send(h11.Response(status_code=step.status, headers=headers))
-            await send(h11.Data(data=body))
-            await sse_end()
+            await exchange.send_json(step.status, body, close=True)
         elif isinstance(step, BadJson):
             await sse_start()
             await send(h11.Data(data=b"data: {not-json}\n\n" + done_event()))

@@ -25,7 +25,7 @@ from protocols.simulator import (
 )
 
 from ..providers import AnthropicMessages, OllamaChat, OpenAIChat
-from ._loopback import Exchange, LoopbackServer, RequestTooLarge
+from ._loopback import Exchange, LoopbackServer, Request, RequestTooLarge
 
 __all__ = ["Simulator", "SimulatorStatistics"]
 
@@ -191,7 +191,7 @@ class Simulator(LoopbackServer):
                     if request is None:
                         return
                     self._answered += 1
-                    await self._respond(exchange, request.method, request.path, request)
+                    await self._respond(exchange, request)
                     if not exchange.next_cycle():
                         return
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -219,7 +219,8 @@ class Simulator(LoopbackServer):
         offered = bearer[7:] if bearer[:7].lower() == "bearer " else headers.get("x-api-key", "")
         return hmac.compare_digest(offered.encode("utf-8", "replace"), expected)
 
-    async def _respond(self, exchange: Exchange, method: str, path: str, request: Any) -> None:
+    async def _respond(self, exchange: Exchange, request: Request) -> None:
+        method, path = request.method, request.path
         vendor = ROUTES.get(path.rstrip("/") or "/")
         if path.rstrip("/") == "/v1/models" and method == "GET":
             models = {
