@@ -504,6 +504,27 @@ def _migrate(conn: sqlite3.Connection) -> None:
             _check_columns(conn, table)
 
 
+def _enable_wal(conn: sqlite3.Connection, busy_timeout: float) -> object:
+    """Switch to WAL and return the journal mode SQLite reports.
+
+    Two connections switching a fresh file at once can deadlock on the lock upgrade, and SQLite
+    then answers ``SQLITE_BUSY`` at once instead of calling the busy handler; so the switch is
+    retried here, with a short growing pause, until the busy timeout is spent. This runs in the
+    store's worker thread, so the pause blocks no event loop."""
+    deadline = time.monotonic() + busy_timeout
+    pause = 0.001
+    while True:
+        try:
+            (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            return mode
+        except sqlite3.OperationalError as exc:
+            busy = (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in (_SQLITE_BUSY, _SQLITE_LOCKED)
+            if not busy or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
 class _Database:
     """The synchronous side of a SQLite store: one connection, used by one worker call at a time
     (the store's limiter guarantees it). Every write is one ``BEGIN IMMEDIATE`` transaction that
@@ -532,7 +553,7 @@ class _Database:
                 path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
             )
             try:
-                (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+                mode = _enable_wal(conn, busy_timeout)
                 if str(mode).lower() != "wal":
                     raise StoreError(
                         f"SQLite refused WAL mode for {path} (it kept {mode!r}); the store "

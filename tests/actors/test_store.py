@@ -658,6 +658,27 @@ async def test_a_write_failing_inside_its_transaction_rolls_back(tmp_path: pathl
 async def test_stores_opening_one_fresh_file_at_once_agree_on_the_schema(
     tmp_path: pathlib.Path,
 ) -> None:
+    # Switching a fresh file to WAL from two connections at once can deadlock inside SQLite,
+    # which answers SQLITE_BUSY without calling the busy handler; the store retries the switch.
+    # Several fresh files, eight openers each, make that race likely enough to be seen.
+    for round in range(4):
+        others = tmp_path / f"race-{round}.db"
+        raced: list[SQLiteConversationStore] = []
+
+        async def open_raced(
+            target: pathlib.Path = others, into: list[SQLiteConversationStore] = raced
+        ) -> None:
+            into.append(await SQLiteConversationStore.open(target))
+
+        try:
+            async with trio.open_nursery() as nursery:
+                for _ in range(8):
+                    nursery.start_soon(open_raced)
+            assert len(raced) == 8
+        finally:
+            for store in raced:
+                await store.aclose()
+
     path = tmp_path / "c.db"
     opened: list[SQLiteConversationStore] = []
 
