@@ -312,11 +312,33 @@ class _Request:
 
     input: tuple[Message, ...]
     options: RunOptions
-    send: trio.MemorySendChannel[Any]
+    #: Where chunks and the outcome go (None: generate(), which only wants the outcome).
+    send: trio.MemorySendChannel[Any] | None
     token: Abort = attrs.field(factory=Abort)
     finished: trio.Event = attrs.field(factory=trio.Event)
-    #: Whether anybody reads the chunks (generate() only wants the result).
-    chunks: bool = True
+    result: AgentResult | None = None
+    error: BaseException | None = None
+
+    @property
+    def chunks(self) -> bool:
+        """Whether anybody reads the chunks."""
+        return self.send is not None
+
+    async def submit(self, ref: ActorRef[Any, Any]) -> None:
+        """Queue this run in the agent's mailbox (without a yield when there is room)."""
+        try:
+            await trio.lowlevel.checkpoint_if_cancelled()
+            ref.send_nowait(self)
+        except trio.WouldBlock:
+            await ref.send(self)
+
+    async def wait_committed(self) -> None:
+        """After the caller gave up on the run: abort it and wait (shielded, bounded) until it
+        has committed its partial."""
+        self.token.cancel("the stream was closed before the run ended")
+        with trio.CancelScope(shield=True) as shield:
+            shield.deadline = trio.current_time() + COMMIT_DEADLINE + 1
+            await self.finished.wait()
 
 
 class AgentRun:
@@ -350,12 +372,9 @@ class AgentRun:
 
     async def __aexit__(self, *exc_info: object) -> None:
         if self._submitted and not self._ended:
-            self.abort("the stream was closed before the run ended")
             # Let the run commit its partial, even when our own task is being cancelled.
-            with trio.CancelScope(shield=True) as shield:
-                shield.deadline = trio.current_time() + COMMIT_DEADLINE + 1
-                await self._request.finished.wait()
-        await self._receive.aclose()
+            await self._request.wait_committed()
+        self._receive.close()
 
     def __aiter__(self) -> AgentRun:
         return self
@@ -366,7 +385,7 @@ class AgentRun:
         if not self._submitted:
             # Only a delivered request has a run to wait for: a send that raises (the caller
             # cancelled, the agent stopped) delivered nothing.
-            await self._agent.ref.send(self._request)
+            await self._request.submit(self._agent.ref)
             self._submitted = True
         item = await self._receive.receive()
         if isinstance(item, Chunk):
@@ -378,6 +397,16 @@ class AgentRun:
             raise value
         self._result = value
         raise StopAsyncIteration
+
+
+def _input_messages(input: str | Message | Sequence[Message] | None) -> tuple[Message, ...]:
+    if input is None:
+        return ()
+    if isinstance(input, str):
+        return (Message.user(input),)
+    if isinstance(input, Message):
+        return (input,)
+    return tuple(input)
 
 
 class _AgentActor(Actor[_Request, None]):
@@ -394,26 +423,38 @@ class _AgentActor(Actor[_Request, None]):
         agent.status = AgentStatus.RUNNING
         agent._runs += 1
         number = agent._runs
+        send = message.send
         try:
             result = await agent._run(message, number)
         except Exception as error:
             agent.status = AgentStatus.ERROR
             agent._statistics["errors"] += 1
-            message.send.send_nowait(("error", error))
-            agent._emit(AgentEvent("error", number, error=error))
+            message.error = error
+            if send is not None:
+                send.send_nowait(("error", error))
+            if agent._listeners:
+                agent._emit(AgentEvent("error", number, error=error))
         else:
             agent.status = AgentStatus.DONE
             agent._statistics["runs"] += 1
-            message.send.send_nowait(("result", result))
-            agent._emit(
-                AgentEvent(
-                    "finish", number, turn=result.turns, stop=result.stop, partial=result.partial
+            message.result = result
+            if send is not None:
+                send.send_nowait(("result", result))
+            if agent._listeners:
+                agent._emit(
+                    AgentEvent(
+                        "finish",
+                        number,
+                        turn=result.turns,
+                        stop=result.stop,
+                        partial=result.partial,
+                    )
                 )
-            )
         finally:
             agent._current = None
             message.finished.set()
-            message.send.close()
+            if send is not None:
+                send.close()
 
 
 class Agent:
@@ -573,30 +614,26 @@ class Agent:
     ) -> AgentRun:
         """Start a run and stream its chunks (see :class:`AgentRun`). ``options`` are
         :class:`RunOptions` fields overriding the agent's for this run."""
-        messages: tuple[Message, ...]
-        if input is None:
-            messages = ()
-        elif isinstance(input, str):
-            messages = (Message.user(input),)
-        elif isinstance(input, Message):
-            messages = (input,)
-        else:
-            messages = tuple(input)
         run_options = RunOptions(**options)
         send, receive = trio.open_memory_channel[Any](float("inf"))
-        return AgentRun(self, _Request(messages, run_options, send), receive)
+        return AgentRun(self, _Request(_input_messages(input), run_options, send), receive)
 
     async def generate(
         self, input: str | Message | Sequence[Message] | None = None, **options: Any
     ) -> AgentResult:
         """Run to the end and return the result: :meth:`stream`, drained (the same run,
         without producing chunks nobody reads)."""
-        run = self.stream(input, **options)
-        run._request.chunks = False
-        async with run:
-            async for _ in run:
-                pass
-        return run.result
+        request = _Request(_input_messages(input), RunOptions(**options), None)
+        await request.submit(self.ref)
+        try:
+            await request.finished.wait()
+        except BaseException:
+            await request.wait_committed()  # cancelled: the run still commits its partial
+            raise
+        if request.error is not None:
+            raise request.error
+        assert request.result is not None
+        return request.result
 
     # -- the run -------------------------------------------------------------------------------
 
@@ -611,11 +648,12 @@ class Agent:
         budget: TokenBudget | None = self._option(options, "budget")
         meter = BudgetMeter(budget) if budget is not None else None
         run = _Run(self, request, meter, number)
-        token = Abort.any(request.token, *self.defaults.abort, *options.abort)
+        sources = (*self.defaults.abort, *options.abort)
+        token = Abort.any(request.token, *sources) if sources else request.token
         if request.input:
-            await self.conversation.add(request.input)
-            run.appended.extend(request.input)
-        self._emit(AgentEvent("start", number))
+            await run.add(*request.input)
+        if self._listeners:
+            self._emit(AgentEvent("start", number))
         if token.cancelled or (meter is not None and meter.exhausted):
             stop = StopReason.CANCELLED if token.cancelled else StopReason.BUDGET
             self._emit(AgentEvent("abort", number, reason=token.reason or "budget", stop=stop))
@@ -672,8 +710,9 @@ class _Run:
         self.open_calls: tuple[ToolCall, ...] = ()
 
     def emit(self, chunk: Chunk) -> None:
-        if self.request.chunks:
-            self.request.send.send_nowait(chunk)
+        send = self.request.send
+        if send is not None:
+            send.send_nowait(chunk)
 
     def result(self, stop: StopReason) -> AgentResult:
         content = next(
@@ -692,20 +731,23 @@ class _Run:
     async def add(self, *messages: Message) -> None:
         # Shielded: a commit is quick (a local actor call) and must be known to have happened
         # or not -- a cancel landing mid-call could otherwise commit a tool call unrecorded.
-        with trio.CancelScope(shield=True):
-            await self.agent.conversation.add(messages)
+        conversation = self.agent.conversation
+        if not conversation._add_now(messages):  # the actor is busy: queue behind its work
+            with trio.CancelScope(shield=True):
+                await conversation.add(messages)
         self.appended.extend(messages)
 
     def event(self, kind: Any, **fields: Any) -> None:
-        self.agent._emit(AgentEvent(kind, self.number, turn=self.turns_made, **fields))
+        if self.agent._listeners:  # nobody listening: build no event
+            self.agent._emit(AgentEvent(kind, self.number, turn=self.turns_made, **fields))
 
-    async def prompt(self, extra: Sequence[Message] = ()) -> tuple[Message, ...]:
+    def prompt(self, extra: Sequence[Message] = ()) -> tuple[Message, ...]:
         """The next request's messages, built fresh (``extra`` is appended, never stored)."""
         agent = self.agent
         source = agent.workspace
         active = source.active if isinstance(source, WorkspaceManager) else source
         built = build(
-            await agent.conversation.view(),
+            agent.conversation._history_now().view(),
             system=agent.system,
             instructions=agent.instructions,
             files=active.files() if active is not None else (),
@@ -746,9 +788,9 @@ class _Run:
                 # no further turn starts. The last turn's tool calls have run and are answered.
                 self.budget_tripped = True
                 return StopReason.BUDGET
-            prompt = await self.prompt(stated)
+            prompt = self.prompt(stated)
             if await self.keep_in_window(prompt):
-                prompt = await self.prompt(stated)
+                prompt = self.prompt(stated)
             self.turns_made += 1
             agent._statistics["turns"] += 1
             self.event("turn")
@@ -760,7 +802,7 @@ class _Run:
                 # No native JSON-schema mode on this provider: state the schema instead.
                 provider_options = attrs.evolve(provider_options, schema=None)
                 stated = (Message.user(OUTPUT_INSTRUCTION + dumps(spec.schema)),)
-                prompt = await self.prompt(stated)
+                prompt = self.prompt(stated)
                 result = await self.provider_turn(prompt, definitions, provider_options)
             await self.add(
                 Message.assistant(
@@ -880,7 +922,7 @@ class _Run:
 
     async def final_answer(self, instruction: str, options: ProviderOptions) -> None:
         """One last provider call without tools, told ``instruction`` (which is not stored)."""
-        prompt = await self.prompt([Message.user(instruction)])
+        prompt = self.prompt([Message.user(instruction)])
         self.turns_made += 1
         self.agent._statistics["turns"] += 1
         self.event("turn")

@@ -29,7 +29,7 @@ from protocols.history import (
 )
 from protocols.messages import Message, new_id
 
-from ._actor import Actor, ActorRef
+from ._actor import Actor, ActorRef, ActorState, ActorStopped
 from ._supervisor import Restart
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ def summarizer_for(
 class _State:
     """The committed history and settings, shared by all incarnations of one conversation."""
 
-    __slots__ = ("history", "keep", "listeners", "sections", "summarize")
+    __slots__ = ("history", "keep", "listeners", "pending", "sections", "summarize")
 
     def __init__(
         self,
@@ -157,6 +157,10 @@ class _State:
         self.keep = keep
         self.sections = sections
         self.listeners: list[Callable[[ConversationEvent], None]] = []
+        # Jobs handed to the actor and not finished yet. Never too low (a job counts from
+        # before its delivery until it has run); it may stay too high after a job was lost to
+        # a crash, which only disables the direct path below for this conversation.
+        self.pending = 0
 
 
 _Job = Callable[[_State], Awaitable[Any]]
@@ -294,8 +298,38 @@ class Conversation:
         return unsubscribe
 
     async def _run(self, job: Callable[[_State], Awaitable[T]]) -> T:
-        result: T = await self._ref.call(job)
+        state = self._state
+        state.pending += 1
+        ran = False
+
+        async def counted(state: _State) -> T:
+            nonlocal ran
+            try:
+                return await job(state)
+            finally:
+                if not ran:
+                    ran = True
+                    state.pending -= 1
+
+        try:
+            result: T = await self._ref.call(counted)
+        except ActorStopped:
+            if not ran:  # refused or lost: it will never run
+                ran = True
+                state.pending -= 1
+            raise
         return result
+
+    def _add_now(self, batch: Sequence[Message]) -> bool:
+        """Append ``batch`` at once, in the caller's task, when that is indistinguishable from
+        going through the mailbox: the actor is running and has no job queued or in progress
+        (so nothing submitted earlier is still to be applied). False when it cannot; the
+        caller then goes through the mailbox. Raises like :meth:`add` on a duplicate id."""
+        state = self._state
+        if state.pending or self._ref.state is not ActorState.RUNNING:
+            return False
+        state.history = state.history.add(batch)
+        return True
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -305,6 +339,10 @@ class Conversation:
         immutable value replaced whole by each change -- so they never wait behind a
         compaction in progress (they see the history as it was before it)."""
         await trio.lowlevel.checkpoint()
+        return self._state.history
+
+    def _history_now(self) -> History:
+        """:meth:`history` without its checkpoint, for callers inside a run that has its own."""
         return self._state.history
 
     async def messages(self) -> tuple[Message, ...]:
@@ -354,6 +392,11 @@ class Conversation:
                 batch.append(item)
             else:
                 batch.extend(item)
+
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self._add_now(batch):
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return tuple(batch)
 
         async def job(state: _State) -> tuple[Message, ...]:
             state.history = state.history.add(batch)

@@ -136,7 +136,9 @@ class Tool:
             return await function(**arguments)
         if self.blocking:
             return await trio.to_thread.run_sync(functools.partial(function, **arguments))
-        await trio.lowlevel.checkpoint()
+        # A quick sync function on the event loop: honour a cancel first, but do not yield --
+        # the run around it yields at every provider call.
+        await trio.lowlevel.checkpoint_if_cancelled()
         return function(**arguments)
 
     async def call(self, call: ToolCall) -> ToolResult:

@@ -611,20 +611,100 @@ def _json_problems(value: Any, path: str, depth: int, out: list[tuple[str, str, 
         out.append((path, f"{json_kind(value)} is not a JSON value", True))
 
 
-_VALIDATORS: dict[int, tuple[dict[str, Any], Draft202012Validator]] = {}
+#: A flat object schema's fast check: its properties' accepted Python types, the required
+#: names, whether other keys are allowed.
+_Flat = tuple[dict[str, Callable[[Any], bool]], frozenset[str], bool]
+
+_VALIDATORS: dict[int, tuple[dict[str, Any], Draft202012Validator, _Flat | None]] = {}
+
+# Property keywords that only annotate (they never make a value invalid).
+_ANNOTATIONS = frozenset({"description", "title", "default", "examples", "deprecated"})
 
 
-def _validator(parameters: dict[str, Any]) -> Draft202012Validator:
-    """A checked validator for ``parameters``, cached by identity (schemas are read-only)."""
+def _is_string(value: Any) -> bool:
+    return type(value) is str
+
+
+def _is_integer(value: Any) -> bool:
+    return type(value) is int and value.bit_length() <= _INT_BITS
+
+
+def _is_number(value: Any) -> bool:
+    kind = type(value)
+    if kind is float:
+        return math.isfinite(value)
+    return kind is int and value.bit_length() <= _INT_BITS
+
+
+def _is_boolean(value: Any) -> bool:
+    return type(value) is bool
+
+
+_FLAT_TYPES: dict[str, Callable[[Any], bool]] = {
+    "string": _is_string,
+    "integer": _is_integer,
+    "number": _is_number,
+    "boolean": _is_boolean,
+}
+
+
+def _flat(parameters: dict[str, Any]) -> _Flat | None:
+    """The fast check of a flat schema -- an object whose properties are plain strings,
+    integers, numbers or booleans, the commonest tool signature -- or None for any other."""
+    if set(parameters) - {"type", "properties", "required", "additionalProperties", *_ANNOTATIONS}:
+        return None
+    properties = parameters.get("properties", {})
+    required = parameters.get("required", [])
+    additional = parameters.get("additionalProperties", True)
+    if (
+        parameters.get("type") != "object"
+        or not isinstance(properties, dict)
+        or not isinstance(required, list)
+        or not all(isinstance(name, str) for name in required)
+        or additional not in (True, False)
+    ):
+        return None
+    checks: dict[str, Callable[[Any], bool]] = {}
+    for name, schema in properties.items():
+        if not isinstance(schema, dict) or set(schema) - {"type", *_ANNOTATIONS}:
+            return None
+        kind = schema.get("type")
+        check = _FLAT_TYPES.get(kind) if isinstance(kind, str) else None
+        if check is None:
+            return None
+        checks[name] = check
+    return checks, frozenset(required), bool(additional)
+
+
+def _flat_valid(flat: _Flat, arguments: Any) -> bool:
+    """True only when ``arguments`` certainly satisfies the flat schema (False: unsure)."""
+    checks, required, additional = flat
+    if type(arguments) is not dict:
+        return False
+    for name, value in arguments.items():
+        check = checks.get(name)
+        if check is None:
+            # An extra key the schema allows: sure only of a string under a string key.
+            if not additional or type(name) is not str or type(value) is not str:
+                return False
+        elif not check(value):
+            return False
+    return required.issubset(arguments)
+
+
+def _validator(parameters: dict[str, Any]) -> tuple[Draft202012Validator, _Flat | None]:
+    """A checked validator for ``parameters`` and its fast check, if flat; cached by identity
+    (schemas are read-only)."""
     cached = _VALIDATORS.get(id(parameters))
     if cached is not None and cached[0] is parameters:
-        return cached[1]
+        return cached[1], cached[2]
     Draft202012Validator.check_schema(parameters)
     validator = Draft202012Validator(parameters)
+    flat = _flat(parameters)
     if len(_VALIDATORS) >= 256:
         _VALIDATORS.clear()
-    _VALIDATORS[id(parameters)] = (parameters, validator)
-    return validator
+    _VALIDATORS[id(parameters)] = (parameters, validator, flat)
+    return validator, flat
 
 
 def validate_arguments(parameters: dict[str, Any], arguments: Any) -> list[str]:
@@ -644,9 +724,14 @@ def validate_arguments(parameters: dict[str, Any], arguments: Any) -> list[str]:
         if not isinstance(schema, dict):
             return ["$: the tool's parameter schema is not a JSON object"]
         try:
-            validator = _validator(schema)
+            validator, flat = _validator(schema)
         except SchemaError as exc:
             return [f"$: the tool's parameter schema is invalid: {_excerpt(exc.message)}"]
+        # The hot path: a flat schema's valid arguments need no walk through jsonschema (which
+        # costs tens of microseconds a call). Anything else, and every invalid value, takes
+        # the general path, which names the problems.
+        if flat is not None and _flat_valid(flat, arguments):
+            return []
         return _problems(validator, arguments, top=True)
     except Exception as exc:
         return [f"$: the arguments could not be validated ({type(exc).__name__})"]

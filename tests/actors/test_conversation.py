@@ -401,3 +401,89 @@ async def test_a_conversation_survives_a_fresh_runtime_through_sqlite(tmp_path: 
         assert await opened.compact(keep=1) is not None
         assert len((await opened.history()).sections) == 2
         await store.aclose()
+
+
+# -- adds without a mailbox trip ----------------------------------------------------------------
+
+
+async def test_an_add_to_an_idle_conversation_needs_no_trip_through_the_mailbox() -> None:
+    async with open_runtime() as runtime:
+        conversation = await Conversation.start(runtime)
+        handled = conversation.ref.statistics().handled
+        first, second = turns(2)
+        await conversation.add(first)
+        await conversation.add(second)
+        assert await conversation.messages() == (first, second)
+        assert conversation.ref.statistics().handled == handled  # applied in the caller's task
+
+
+async def test_an_add_during_a_compaction_waits_for_it_and_lands_after_the_fold(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    release = trio.Event()
+    inputs: list[tuple[Message, ...]] = []
+
+    async def slow(messages: Sequence[Message]) -> str:
+        inputs.append(tuple(messages))
+        await release.wait()
+        return f"summary {len(inputs)}"
+
+    async with open_runtime() as runtime:
+        conversation = await Conversation.start(runtime, summarize=slow)
+        old = turns(4)
+        await conversation.add(old)
+        late = Message.user("added while compacting")
+        landed: list[tuple[Message, ...]] = []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: conversation.compact(keep=1))
+            await trio.testing.wait_all_tasks_blocked()
+            assert inputs  # the compaction is waiting on its summarizer
+
+            async def add_late() -> None:
+                landed.append(await conversation.add(late))
+
+            nursery.start_soon(add_late)
+            await trio.testing.wait_all_tasks_blocked()
+            # Not applied past the compaction in progress: the history is still the old one.
+            assert (await conversation.messages()) == tuple(old)
+            assert not landed
+            release.set()
+        history = await conversation.history()
+        assert landed == [(late,)]
+        assert len(history.sections) == 1
+        assert history.sections[0].messages == tuple(old[:3])
+        assert history.messages == (old[3], late)  # nothing lost, in arrival order
+
+
+async def test_adds_after_a_crash_and_restart_are_not_lost(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with open_runtime() as runtime:
+        conversation = await Conversation.start(runtime, summarize=Recorder())
+        first = turns(2)
+        await conversation.add(first)
+
+        async def boom(state: object) -> None:
+            raise RuntimeError("a bug in a job")
+
+        with pytest.raises(ActorStopped):
+            await conversation.ref.call(boom)
+        later = Message.user("after the crash")
+        await conversation.add(later)  # waits for the restart, then lands
+        assert await conversation.messages() == (*first, later)
+        again = Message.user("once it runs again")
+        await conversation.add(again)
+        assert await conversation.messages() == (*first, later, again)
+
+
+async def test_an_add_to_a_stopped_conversation_raises_and_a_cancelled_one_adds_nothing() -> None:
+    async with open_runtime() as runtime:
+        conversation = await Conversation.start(runtime)
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await conversation.add(Message.user("never"))
+        assert scope.cancelled_caught
+        assert await conversation.messages() == ()
+        await conversation.ref.stop()
+        with pytest.raises(ActorStopped):
+            await conversation.add(Message.user("too late"))

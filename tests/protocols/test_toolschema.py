@@ -826,3 +826,90 @@ def test_round_trip_through_json_validates_and_structures_to_the_originals(
     assert isinstance(structured["many"], tuple)
     assert isinstance(structured["color"], Color)
     assert all(type(x) is float for x in structured["many"])
+
+
+# ---------------------------------------------------------------------------------------------
+# The flat-schema fast path never says "valid" where the general path finds a problem
+
+_FLAT_KINDS = ("string", "integer", "number", "boolean")
+
+flat_schemas = st.builds(
+    lambda kinds, required, additional, described: {
+        "type": "object",
+        "properties": {
+            name: ({"type": kind, "description": "d"} if described else {"type": kind})
+            for name, kind in kinds.items()
+        },
+        "required": [name for name in kinds if name in required],
+        "additionalProperties": additional,
+    },
+    st.dictionaries(st.sampled_from("abcde"), st.sampled_from(_FLAT_KINDS), max_size=4),
+    st.sets(st.sampled_from("abcdef")),
+    st.booleans(),
+    st.booleans(),
+)
+
+argument_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.just(1.0),
+    st.text(max_size=5),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+)
+
+
+@given(
+    flat_schemas,
+    st.one_of(
+        st.dictionaries(st.sampled_from("abcdefg"), argument_values, max_size=6),
+        argument_values,
+    ),
+)
+@settings(max_examples=400, deadline=None)
+def test_flat_fast_path_agrees_with_the_general_validator(
+    schema: dict[str, Any], arguments: Any
+) -> None:
+    from protocols.toolschema import _flat, _flat_valid, _problems
+
+    flat = _flat(schema)
+    assert flat is not None  # every schema drawn here is flat: the fast path applies
+    general = _problems(Draft202012Validator(schema), arguments, top=True)
+    if _flat_valid(flat, arguments):
+        assert general == []
+    assert validate_arguments(schema, arguments) == general
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}},
+        {"type": "object", "properties": {"a": {"enum": ["x"]}}},
+        {"type": "object", "properties": {"a": {"type": ["integer", "null"]}}},
+        {"type": "object", "properties": {"a": {"type": "array"}}},
+        {"type": "object", "properties": {}, "additionalProperties": {"type": "string"}},
+        {"type": "object", "properties": {}, "minProperties": 1},
+        {"type": "array"},
+    ],
+)
+def test_the_fast_path_refuses_every_schema_it_cannot_decide(schema: dict[str, Any]) -> None:
+    from protocols.toolschema import _flat
+
+    assert _flat(schema) is None
+
+
+def test_a_typical_tool_signature_takes_the_fast_path() -> None:
+    from protocols.toolschema import _flat, _flat_valid
+
+    def add(a: int, b: float, name: str = "x", loud: bool = False) -> None:
+        """Add."""
+
+    flat = _flat(signature_of(add).parameters)
+    assert flat is not None
+    assert _flat_valid(flat, {"a": 1, "b": 2.5})
+    assert not _flat_valid(flat, {"a": True, "b": 2.5})  # a bool is no integer
+    assert not _flat_valid(flat, {"a": 1, "b": math.nan})
+    assert not _flat_valid(flat, {"a": 1})  # b is required
+    assert not _flat_valid(flat, {"a": 1, "b": 2, "c": 3})  # no other keys
