@@ -326,7 +326,7 @@ class ToolRegistry:
         available = [t.definition.name for t in self.tools(scope)]
         limiter = trio.CapacityLimiter(limit)
 
-        async def run(index: int, call: ToolCall) -> None:
+        async def run(index: int, call: ToolCall, limited: bool = True) -> None:
             target = self._tools.get(call.name)
             if target is None or (scope is not None and not scope.allows_tool(call.name)):
                 state.skipped.add(index)
@@ -345,12 +345,17 @@ class ToolRegistry:
                     state.denied.add(index)
                     state.results[index] = ToolFailure(call.id, call.name, verdict.model_text())
                     return
+            if not limited:
+                state.started.add(index)
+                state.results[index] = await target.call(call)
+                return
             async with limiter:
                 state.started.add(index)
                 state.results[index] = await target.call(call)
 
         if len(state.calls) == 1:
-            await run(0, state.calls[0])  # one call: no task to start, the same guarantees
+            # One call: no task to start and no limit to wait for, the same guarantees.
+            await run(0, state.calls[0], limited=False)
         else:
             async with trio.open_nursery() as nursery:
                 for index, call in enumerate(state.calls):

@@ -277,6 +277,8 @@ def build(
       its own images, in file order; with no user message they are left out.
     * With nothing configured the result is ``(*view,)`` exactly; nothing is mutated.
     """
+    if system is None and not files and (instructions is None or not len(instructions)):
+        return render_for_provider(view)  # nothing configured: the view as a provider sees it
     active = scope or _EVERYTHING
     in_scope = [file for file in files if active.allows_file(file.path)]
     parts: list[str] = []
