@@ -64,6 +64,7 @@ from ._abort import Abort
 from ._actor import Actor, ActorRef
 from ._supervisor import Restart
 from .conversation import CompactionError, Conversation
+from .providers._http import RetryEvent, observe_retries
 from .tools import NOT_EXECUTED, Approver, CallableTool, ToolBatch, ToolRegistry
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ __all__ = [
     "FALLBACK_SUMMARY",
     "OUTPUT_FEEDBACK",
     "OUTPUT_INSTRUCTION",
+    "TOOLS_OFF",
     "Agent",
     "AgentEvent",
     "AgentRun",
@@ -89,6 +91,9 @@ log = logging.getLogger("trio_agents.agent")
 
 #: The result text of calls the model asked for on the last turn the limit allowed.
 EXHAUSTED = "not executed: the run reached its turn limit"
+
+#: The result text of calls a model made in a run with ``tool_choice="none"`` (which then fails).
+TOOLS_OFF = "not executed: tools are off for this request (tool_choice='none')"
 
 #: How long a cancelled run may take to commit its partial (seconds, shielded).
 COMMIT_DEADLINE = 5.0
@@ -192,7 +197,10 @@ class _OutputSpec:
 class AgentEvent:
     """Something that happened in a run, delivered to listeners after it happened.
 
-    ``kind``: ``start``; ``turn`` (a provider call begins; ``turn`` is its number); ``tool`` (a
+    ``kind``: ``start``; ``turn`` (a provider call begins; ``turn`` is its number); ``retry``
+    (the provider call failed before anything streamed and is tried again: ``attempt`` (the
+    failed attempt, from 1), ``delay`` (seconds until the next), ``reason`` (the error code and
+    HTTP status)); ``tool`` (a
     call's ``result`` is in); ``deny`` (the authority refused ``call``; ``reason``); ``usage``
     (a turn's ``usage``); ``guard`` (a guard refused a batch; ``reason``); ``fault`` (automatic
     compaction failed, the run goes on; ``error``); ``abort`` (the run was
@@ -203,6 +211,7 @@ class AgentEvent:
     kind: Literal[
         "start",
         "turn",
+        "retry",
         "tool",
         "deny",
         "usage",
@@ -222,6 +231,8 @@ class AgentEvent:
     stop: StopReason | None = None
     partial: bool | None = None
     error: BaseException | None = None
+    attempt: int | None = None
+    delay: float | None = None
 
 
 @attrs.frozen
@@ -663,7 +674,8 @@ class Agent:
                 scope.deadline = trio.current_time() + timeout
             run.scope = scope
             try:
-                stop = await run.turns(limit)
+                with observe_retries(run.retried):
+                    stop = await run.turns(limit)
             except AgentsError:
                 await run.commit_partial()  # a genuine failure still leaves history well formed
                 raise
@@ -736,6 +748,10 @@ class _Run:
             with trio.CancelScope(shield=True):
                 await conversation.add(messages)
         self.appended.extend(messages)
+
+    def retried(self, retry: RetryEvent) -> None:
+        status = f" (HTTP {retry.status})" if retry.status is not None else ""
+        self.event("retry", attempt=retry.attempt, delay=retry.delay, reason=retry.code + status)
 
     def event(self, kind: Any, **fields: Any) -> None:
         if self.agent._listeners:  # nobody listening: build no event
@@ -829,6 +845,15 @@ class _Run:
             self.open_calls = result.calls
             for call in result.calls:
                 self.emit(Chunk("tool_call", call=call))
+            if tools_off:
+                # The model was told to call no tools and did: none runs, each is answered (the
+                # history stays well formed), and the run fails -- its answer cannot be trusted.
+                await self.answer(result.calls, TOOLS_OFF)
+                names = ", ".join(sorted({call.name for call in result.calls}))
+                raise ProtocolError(
+                    f"the model called tools ({names}) although this run set tool_choice='none'",
+                    code="tool_choice",
+                )
             if self.turns_made >= limit:
                 await self.answer(result.calls, EXHAUSTED)
                 self.event("exhaust", reason=f"the turn limit of {limit} was reached")
@@ -844,7 +869,7 @@ class _Run:
                 await self.answer(result.calls, reason)
                 self.event("guard", reason=reason)
                 continue
-            batch = await self.run_tools(result.calls, allowed=not tools_off)
+            batch = await self.run_tools(result.calls)
             unknown = [result.calls[index] for index in sorted(batch.skipped)]
             if unknown and unknown_streak:
                 # Unknown tools two turns running: one last call, without tools, that names
@@ -897,13 +922,13 @@ class _Run:
         await self.add(*(_tool_message(r) for r in results))
         self.open_calls = ()
 
-    async def run_tools(self, calls: tuple[ToolCall, ...], *, allowed: bool = True) -> ToolBatch:
-        """Run a turn's calls (with no tools offered, every call is skipped, none runs)."""
+    async def run_tools(self, calls: tuple[ToolCall, ...]) -> ToolBatch:
+        """Run a turn's calls."""
         agent = self.agent
         self.batch = batch = ToolBatch(calls)
         results = await agent.registry.execute(
             calls,
-            scope=agent.scope if allowed else Scope("no tools", tools=()),
+            scope=agent.scope,
             authority=agent.authority,
             approve=agent.approve,
             limit=agent.tool_concurrency,

@@ -13,7 +13,7 @@ parameters; every problem is a *result the model sees*, never an exception in yo
   the requested tool and the available ones -- never executed, never mapped to a similar name;
 * the :class:`~protocols.authority.Authority` decides each call first: a denied call never runs
   and answers ``denied: <reason>``; an "ask" goes to the async ``approve`` callback (none
-  attached: denied);
+  attached: denied), and no call of the batch runs before every approval is answered;
 * at most ``limit`` calls run at once, all inside the caller's nursery scope: ``trio.Cancelled``
   always propagates and no tool task outlives the batch. :class:`ToolBatch` tells afterwards
   which calls finished, which were interrupted and which never started.
@@ -324,9 +324,13 @@ class ToolRegistry:
         if state.calls != tuple(calls):
             raise ValidationError("the batch was made for other calls")
         available = [t.definition.name for t in self.tools(scope)]
-        limiter = trio.CapacityLimiter(limit)
-
-        async def run(index: int, call: ToolCall, limited: bool = True) -> None:
+        # First every call is decided -- unknown ones skipped, the authority's verdicts taken,
+        # every approval asked for (concurrently) -- and only then does any call run: a call
+        # waiting for approval fences its whole batch, so no sibling's side effect happens
+        # before the human has answered.
+        runnable: list[tuple[int, ToolCall, CallableTool]] = []
+        asks: list[tuple[int, ToolCall, CallableTool, Verdict]] = []
+        for index, call in enumerate(state.calls):
             target = self._tools.get(call.name)
             if target is None or (scope is not None and not scope.allows_tool(call.name)):
                 state.skipped.add(index)
@@ -336,30 +340,54 @@ class ToolRegistry:
                     call.name,
                     f"skipped: there is no tool named {call.name!r}; available tools: {names}",
                 )
-                return
-            if authority is not None:
-                verdict = authority.decide(call)
-                if verdict.decision == "ask":
-                    verdict = await _ask(approve, call, verdict)
-                if verdict.decision == "deny":
-                    state.denied.add(index)
-                    state.results[index] = ToolFailure(call.id, call.name, verdict.model_text())
-                    return
-            if not limited:
-                state.started.add(index)
-                state.results[index] = await target.call(call)
-                return
-            async with limiter:
-                state.started.add(index)
-                state.results[index] = await target.call(call)
+                continue
+            verdict = authority.decide(call) if authority is not None else None
+            if verdict is None or verdict.decision == "allow":
+                runnable.append((index, call, target))
+            elif verdict.decision == "ask":
+                asks.append((index, call, target, verdict))
+            else:
+                state.denied.add(index)
+                state.results[index] = ToolFailure(call.id, call.name, verdict.model_text())
+        if asks:
+            answers: list[Verdict | None] = [None] * len(asks)
 
-        if len(state.calls) == 1:
+            async def ask(position: int) -> None:
+                _, call, _, verdict = asks[position]
+                answers[position] = await _ask(approve, call, verdict)
+
+            if len(asks) == 1:
+                await ask(0)
+            else:
+                async with trio.open_nursery() as nursery:
+                    for position in range(len(asks)):
+                        nursery.start_soon(ask, position)
+            for (index, call, target, _), answer in zip(asks, answers, strict=True):
+                assert answer is not None
+                if answer.decision == "deny":
+                    state.denied.add(index)
+                    state.results[index] = ToolFailure(call.id, call.name, answer.model_text())
+                else:
+                    runnable.append((index, call, target))
+            runnable.sort(key=lambda item: item[0])  # start in call order
+        if len(runnable) == 1:
             # One call: no task to start and no limit to wait for, the same guarantees.
-            await run(0, state.calls[0], limited=False)
-        else:
+            index, call, target = runnable[0]
+            state.started.add(index)
+            state.results[index] = await target.call(call)
+        elif runnable:
+            limiter = trio.CapacityLimiter(limit)
+
+            async def run(index: int, call: ToolCall, target: CallableTool) -> None:
+                async with limiter:
+                    state.started.add(index)
+                    state.results[index] = await target.call(call)
+
             async with trio.open_nursery() as nursery:
-                for index, call in enumerate(state.calls):
-                    nursery.start_soon(run, index, call)
+                for index, call, target in runnable:
+                    nursery.start_soon(run, index, call, target)
+        else:
+            await trio.lowlevel.checkpoint()
         return state.settled()
 
 

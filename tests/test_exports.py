@@ -193,6 +193,7 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "StreamingProvider",
         "Timeouts",
         "WireFormat",
+        "observe_retries",
     ]
     assert {"CallFragment", "Increment", "StreamAssembler", "image_media_type"} <= set(
         protocols.wire.__all__
@@ -367,6 +368,7 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "OUTPUT_INSTRUCTION",
         "OutputError",
         "RunOptions",
+        "TOOLS_OFF",
     ]
     for module in (
         actors.agent,

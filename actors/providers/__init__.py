@@ -10,6 +10,7 @@ from ._http import RetryPolicy as RetryPolicy
 from ._http import StreamingProvider as StreamingProvider
 from ._http import Timeouts as Timeouts
 from ._http import WireFormat as WireFormat
+from ._http import observe_retries as observe_retries
 from ._vendors import AnthropicMessages as AnthropicMessages
 from ._vendors import OllamaChat as OllamaChat
 from ._vendors import OpenAIChat as OpenAIChat
@@ -28,4 +29,5 @@ __all__ = [
     "StreamingProvider",
     "Timeouts",
     "WireFormat",
+    "observe_retries",
 ]

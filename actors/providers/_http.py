@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime
 import email.utils
 import logging
@@ -9,7 +11,7 @@ import math
 import random
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Literal, Protocol
 
 import attrs
@@ -34,6 +36,7 @@ __all__ = [
     "StreamingProvider",
     "Timeouts",
     "WireFormat",
+    "observe_retries",
 ]
 
 log = logging.getLogger(__name__)
@@ -152,6 +155,34 @@ class RetryEvent:
     delay: float
     code: str
     status: int | None
+
+
+_RETRY_OBSERVERS: contextvars.ContextVar[tuple[Callable[[RetryEvent], object], ...]] = (
+    contextvars.ContextVar("trio_agents_retry_observers", default=())
+)
+
+
+@contextlib.contextmanager
+def observe_retries(listener: Callable[[RetryEvent], object]) -> Iterator[None]:
+    """Within the block, every retry of a provider stream iterated by this task (or by tasks
+    it starts inside the block) is also reported to ``listener`` -- whichever provider it is,
+    and on top of the provider's own ``on_retry``. A listener that raises is logged and
+    changes nothing. Blocks nest: every enclosing listener hears each retry."""
+    token = _RETRY_OBSERVERS.set((*_RETRY_OBSERVERS.get(), listener))
+    try:
+        yield
+    finally:
+        _RETRY_OBSERVERS.reset(token)
+
+
+def _report_retry(event: RetryEvent, own: Callable[[RetryEvent], object] | None, name: str) -> None:
+    for listener in (own, *_RETRY_OBSERVERS.get()):
+        if listener is None:
+            continue
+        try:
+            listener(event)
+        except Exception:
+            log.exception("a retry listener of %s raised", name)
 
 
 def _retry_after(headers: httpx.Headers) -> float | None:
@@ -328,11 +359,7 @@ class _HTTPStream(ProviderStream):
         delay = provider.retry.delay(attempt, provider.rng, error.retry_after)
         self._attempts = attempt + 1
         event = RetryEvent(attempt=attempt + 1, delay=delay, code=error.code, status=error.status)
-        if provider.on_retry is not None:
-            try:
-                provider.on_retry(event)
-            except Exception:
-                log.exception("on_retry callback of %s raised", provider.name)
+        _report_retry(event, provider.on_retry, provider.name)
         if trio.current_time() + delay >= self._deadline:
             raise error from error.__cause__
         await trio.sleep(delay)

@@ -25,6 +25,7 @@ from actors import Abort, open_runtime, tool
 from actors.agent import (
     EXHAUSTED,
     FALLBACK_SUMMARY,
+    TOOLS_OFF,
     Agent,
     AgentEvent,
     AgentStatus,
@@ -1013,19 +1014,29 @@ async def test_003_2_8_each_round_emits_one_content_free_turn_event() -> None:
     assert all(e.call is None and e.result is None and e.usage is None for e in turns)
 
 
-# GAP: 003 section 2.8 "Run-scoped toolChoice:none: no local schemas in any round, and a
-# returned tool call fails the run before any body starts". The agent still advertises its
-# tools with tool_choice="none" and dispatches a returned call (agent.py, _Run.turns).
-@pytest.mark.xfail(strict=True, reason="GAP: tool_choice='none' still advertises and runs tools")
+# 003 section 2.8 "Run-scoped toolChoice:none: no local schemas in any round, and a returned
+# tool call fails the run before any body starts". The call is answered (not executed) first,
+# so the history stays well formed (002 G8).
 async def test_003_2_8_tool_choice_none_sends_no_schemas_and_a_returned_call_fails() -> None:
     counter = Counter()
     provider = ScriptedProvider(Reply(calls=[ToolCall("c1", "t", {})]), "never")
     async with open_runtime() as runtime:
         agent = await Agent.start(runtime, provider, tools=[counter.tool("t")])
-        with pytest.raises(AgentsError):
+        with pytest.raises(AgentsError) as caught:
             await agent.generate("go", tool_choice="none")
+        stored = await agent.conversation.messages()
+    assert caught.value.code == "tool_choice"
+    assert "'t'" not in caught.value.message
+    assert "(t)" in caught.value.message
     assert provider.calls[0].tools == ()
+    assert provider.calls[0].options is not None
+    assert provider.calls[0].options.tool_choice is None  # nothing offered, nothing to choose
     assert counter.runs == []
+    assert len(provider.calls) == 1
+    assert answered_in_place(stored)
+    assert stored[-1].role is Role.TOOL
+    assert stored[-1].content == TOOLS_OFF
+    assert agent.status is AgentStatus.ERROR
 
 
 async def test_003_g2_an_uniterated_stream_never_takes_the_slot_and_closing_frees_it(
@@ -1225,10 +1236,8 @@ async def test_002_g3_a_denial_is_an_error_result_the_model_sees_next_turn() -> 
     )
 
 
-# GAP: 002 G4 "Approval fences the whole batch: if any call in a turn needs approval, no call
-# in that batch executes before resume". ToolRegistry.execute (tools.py) runs every call of a
-# batch in its own task: allowed calls run while another call's approval is pending.
-@pytest.mark.xfail(strict=True, reason="GAP: allowed calls run while an approval is pending")
+# 002 G4 "Approval fences the whole batch: if any call in a turn needs approval, no call in that
+# batch executes before resume". The allowed call runs only once the approval (5 s) is in.
 async def test_002_g4_approval_fences_the_whole_batch(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -1240,9 +1249,11 @@ async def test_002_g4_approval_fences_the_whole_batch(
         return True
 
     registry = ToolRegistry([counter.tool("deploy"), counter.tool("lint")])
-    calls = [ToolCall("c1", "deploy", {}), ToolCall("c2", "lint", {})]
+    calls = [ToolCall("c1", "lint", {}), ToolCall("c2", "deploy", {})]
     start = trio.current_time()
-    await registry.execute(calls, authority=authority, approve=approve)
+    results = await registry.execute(calls, authority=authority, approve=approve)
+    assert [r.id for r in results] == ["c1", "c2"]
+    assert sorted(name for name, _ in counter.runs) == ["deploy", "lint"]
     assert all(at - start >= 5 for _, at in counter.runs)
 
 
@@ -1365,24 +1376,33 @@ async def test_002_g12_usage_is_summed_per_turn_and_cached_input_counts_as_promp
     assert result.usage.prompt >= (result.usage.cached or 0)  # cached is part of the input
 
 
-# GAP: 002 G13 (and the issue's event list: "... deny, retry, abort ...") "Retryable provider
-# failures produce AgentRetry with delayMs". AgentEvent has no "retry" kind; retries are only
-# reported to the HTTP provider's own on_retry callback (providers/_http.py, _retry).
-@pytest.mark.xfail(strict=True, reason="GAP: the agent emits no retry event")
+# 002 G13 (and the issue's event list: "... deny, retry, abort ...") "Retryable provider
+# failures produce AgentRetry with delayMs".
 async def test_002_g13_a_retried_provider_failure_emits_a_retry_event(
     mock_clock: trio.testing.MockClock,
 ) -> None:
     mock_clock.autojump_threshold = 0.05
     events: list[AgentEvent] = []
+    own: list[RetryEvent] = []
     plan: list[dict[str, Any]] = [{"kind": "http-error", "status": 503}, {"kind": "pass"}]
     async with FaultProviderServer(plan) as server, open_runtime() as runtime:
-        provider = OpenAIChat(model="m", base_url=server.base_url, api_key="k")
+        provider = OpenAIChat(model="m", base_url=server.base_url, api_key="k", on_retry=own.append)
         try:
             agent = await Agent.start(runtime, provider, on=[events.append])
-            await agent.generate("hi")
+            result = await agent.generate("hi")
         finally:
             await provider.aclose()
-    assert "retry" in kinds(events)
+    assert not result.partial
+    (retry,) = [event for event in events if event.kind == "retry"]
+    assert retry.attempt == 1
+    assert retry.delay is not None
+    assert retry.delay >= 0
+    assert retry.reason is not None
+    assert "HTTP 503" in retry.reason
+    assert retry.turn == 1
+    # In order: the turn began, failed and was retried, then its usage came in.
+    assert kinds(events).index("turn") < kinds(events).index("retry") < kinds(events).index("usage")
+    assert len(own) == 1  # the provider's own callback still hears it
 
 
 # -- end to end, over HTTP ----------------------------------------------------------------------

@@ -27,6 +27,7 @@ from actors.providers import (
     RetryEvent,
     RetryPolicy,
     Timeouts,
+    observe_retries,
 )
 from actors.testing import FaultProviderServer
 from protocols import (
@@ -138,6 +139,36 @@ async def test_refused_then_503_then_pass_succeeds_after_two_observed_retries() 
         (1, "transport", None),
         (2, "server_error", 503),
     ]
+
+
+async def test_observe_retries_reports_to_every_enclosing_listener_in_its_block_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    outer: list[RetryEvent] = []
+    inner: list[RetryEvent] = []
+    own: list[RetryEvent] = []
+
+    def broken(event: RetryEvent) -> None:
+        raise RuntimeError("a listener bug")
+
+    plan = [{"kind": "http-error", "status": 503}, {"kind": "pass"}] * 2
+    async with FaultProviderServer(plan) as server:
+        provider = OpenAIChat(
+            model="m", base_url=server.base_url, api_key="k", retry=FAST, on_retry=own.append
+        )
+        try:
+            with observe_retries(outer.append), observe_retries(broken):
+                with observe_retries(inner.append):
+                    assert (await provider.generate(MESSAGES)).content == "ok"
+                assert len(inner) == 1
+            # Outside every block: only the provider's own callback hears the next retry.
+            assert (await provider.generate(MESSAGES)).content == "ok"
+        finally:
+            await provider.aclose()
+    assert [(event.attempt, event.status) for event in outer] == [(1, 503)]
+    assert inner == outer
+    assert len(own) == 2
+    assert "a retry listener of" in caplog.text  # the raising one was logged, nothing changed
 
 
 async def test_retries_are_bounded() -> None:

@@ -232,6 +232,50 @@ async def test_the_authority_decides_before_anything_runs() -> None:
     assert runs == ["tmp/a"]
 
 
+async def test_approvals_are_asked_together_and_fence_the_batch(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    runs: list[tuple[str, float]] = []
+
+    @tool
+    def act(name: str) -> str:
+        """Do something."""
+        runs.append((name, trio.current_time()))
+        return name
+
+    registry = ToolRegistry([act])
+    authority = Authority((Rule("ask", tools=("act",), arguments={"name": "risky*"}),))
+    asked: list[float] = []
+
+    async def approve(request: ToolCall, verdict: Verdict) -> bool:
+        asked.append(trio.current_time())
+        await trio.sleep(5)  # a human thinking
+        return request.arguments["name"] != "risky-no"
+
+    calls = [
+        call("act", {"name": "safe"}, id="c1"),
+        call("act", {"name": "risky-yes"}, id="c2"),
+        call("act", {"name": "risky-no"}, id="c3"),
+    ]
+    start = trio.current_time()
+    batch = ToolBatch(calls)
+    results = await registry.execute(calls, authority=authority, approve=approve, batch=batch)
+    assert asked == [start, start]  # both approvals were pending at once
+    assert [r.id for r in results] == ["c1", "c2", "c3"]
+    assert sorted(name for name, _ in runs) == ["risky-yes", "safe"]
+    assert all(at == start + 5 for _, at in runs)  # nothing ran before both answers were in
+    assert batch.denied == {2}
+    assert isinstance(results[2], ToolFailure)
+    assert results[2].error.startswith("denied: ")
+    # Cancelled while an approval is pending: nothing of the batch ever ran.
+    runs.clear()
+    batch = ToolBatch(calls)
+    with trio.move_on_after(2):
+        await registry.execute(calls, authority=authority, approve=approve, batch=batch)
+    assert runs == []
+    assert batch.settled() == [ToolFailure(c.id, "act", NOT_EXECUTED) for c in calls]
+
+
 async def test_a_cancel_interrupts_running_calls_and_skips_queued_ones(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
