@@ -869,7 +869,7 @@ class _Run:
                 await self.answer(result.calls, reason)
                 self.event("guard", reason=reason)
                 continue
-            batch = await self.run_tools(result.calls)
+            batch = await self.run_tools(result.calls, refused=result.denied)
             unknown = [result.calls[index] for index in sorted(batch.skipped)]
             if unknown and unknown_streak:
                 # Unknown tools two turns running: one last call, without tools, that names
@@ -922,8 +922,10 @@ class _Run:
         await self.add(*(_tool_message(r) for r in results))
         self.open_calls = ()
 
-    async def run_tools(self, calls: tuple[ToolCall, ...]) -> ToolBatch:
-        """Run a turn's calls."""
+    async def run_tools(
+        self, calls: tuple[ToolCall, ...], *, refused: dict[str, str] | None = None
+    ) -> ToolBatch:
+        """Run a turn's calls (those the provider side ``refused`` are answered, not run)."""
         agent = self.agent
         self.batch = batch = ToolBatch(calls)
         results = await agent.registry.execute(
@@ -933,6 +935,7 @@ class _Run:
             approve=agent.approve,
             limit=agent.tool_concurrency,
             batch=batch,
+            refused=refused,
         )
         for index, (call, tool_result) in enumerate(zip(calls, results, strict=True)):
             self.emit(Chunk("tool_result", result=tool_result))

@@ -311,12 +311,15 @@ class ToolRegistry:
         approve: Approver | None = None,
         limit: int = 8,
         batch: ToolBatch | None = None,
+        refused: Mapping[str, str] | None = None,
     ) -> list[ToolResult]:
         """Run ``calls`` and return their results in call order (see the module docstring).
 
         ``batch`` (made from the same calls) lets the caller see progress and, after a
-        cancel, :meth:`ToolBatch.settled`. ``trio.Cancelled`` propagates; when this returns,
-        nothing it started is still running.
+        cancel, :meth:`ToolBatch.settled`. ``refused`` maps the ids of calls refused before
+        they got here (by a relay's policy) to the text each is answered with: they count as
+        denied and never run. ``trio.Cancelled`` propagates; when this returns, nothing it
+        started is still running.
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValidationError(f"limit must be an integer >= 1, not {limit!r}")
@@ -331,6 +334,10 @@ class ToolRegistry:
         runnable: list[tuple[int, ToolCall, CallableTool]] = []
         asks: list[tuple[int, ToolCall, CallableTool, Verdict]] = []
         for index, call in enumerate(state.calls):
+            if refused and call.id in refused:
+                state.denied.add(index)
+                state.results[index] = ToolFailure(call.id, call.name, refused[call.id])
+                continue
             target = self._tools.get(call.name)
             if target is None or (scope is not None and not scope.allows_tool(call.name)):
                 state.skipped.add(index)

@@ -200,6 +200,14 @@ def _to_continuation(value: Mapping[str, Any]) -> dict[str, Any]:
     return _object("continuation", value)
 
 
+def _to_denied(value: Mapping[str, str]) -> dict[str, str]:
+    if not isinstance(value, Mapping) or not all(
+        isinstance(key, str) and isinstance(text, str) and text for key, text in value.items()
+    ):
+        raise ValidationError("ProviderResult.denied must map call ids to non-empty strings")
+    return dict(value)
+
+
 def _to_value(value: Any) -> Any:
     return check_json(value, what="ToolSuccess.value")
 
@@ -701,6 +709,7 @@ class ProviderResult:
     ``usage`` is ``None`` when the provider reported none; ``finish`` defaults to ``tool_calls``
     when there are calls and ``stop`` otherwise. Call ids are unique within one result.
     ``continuation`` is vendor data to store on the assistant message (see :class:`Message`).
+    ``denied`` names calls the provider side refused, with the text to answer each with.
     """
 
     content: str = attrs.field(default="", validator=_str)
@@ -714,10 +723,15 @@ class ProviderResult:
         converter=_to_finish,
     )
     continuation: dict[str, JSON] = attrs.field(factory=dict, converter=_to_continuation)
+    #: Calls the provider side refused (a relay's policy): call id -> the text the model is
+    #: answered with. They are never run.
+    denied: dict[str, str] = attrs.field(factory=dict, converter=_to_denied)
 
     def __attrs_post_init__(self) -> None:
         if self.calls:
             _unique_call_ids("ProviderResult", self.calls)
+        if self.denied and not set(self.denied) <= {call.id for call in self.calls}:
+            raise ValidationError("ProviderResult.denied names a call the result does not hold")
 
 
 def _default_partial(result: AgentResult) -> bool:

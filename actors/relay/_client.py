@@ -1,0 +1,445 @@
+"""``RelayProvider``: a provider whose model lives behind a relay server.
+
+It holds a bearer token for the relay, never the model's credential. One websocket carries
+every request of the provider, multiplexed by id; it is opened on first use and, when it drops,
+opened again (with backoff) for the next request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import attrs
+import trio
+import trio_websocket
+
+from protocols.errors import ConfigError, ProtocolError, ProviderError
+from protocols.messages import (
+    Delta,
+    FinishReason,
+    Message,
+    ProviderOptions,
+    ProviderResult,
+    ToolCall,
+    ToolDefinition,
+)
+from protocols.relay import (
+    DEFAULT_MAX_FRAME,
+    PROTOCOL_VERSION,
+    Abort,
+    Approval,
+    Approve,
+    Cancel,
+    Error,
+    Hello,
+    Ready,
+    Result,
+    ServerFrame,
+    Stream,
+    decode_server_frame,
+    encode_frame,
+)
+from protocols.relay import Delta as DeltaFrame
+
+from ..providers import ProviderStream, StreamingProvider
+
+__all__ = ["RelayApprover", "RelayProvider"]
+
+log = logging.getLogger("trio_agents.relay.client")
+
+#: Decides an approval the relay asks for: the tool call and the server's reason in, allow or
+#: not (optionally with a reason) out.
+RelayApprover = Callable[[ToolCall, "str | None"], Awaitable["bool | tuple[bool, str]"]]
+
+#: Frames one request may have waiting for its reader before the connection's reader waits too
+#: (and, through the websocket, the server's upstream stream).
+REQUEST_BUFFER = 256
+
+_GONE = object()
+
+
+@attrs.frozen
+class _Backoff:
+    attempts: int
+    initial: float
+    maximum: float
+
+    def delay(self, attempt: int) -> float:
+        return random.uniform(0, min(self.maximum, self.initial * 2**attempt))
+
+
+class _Connection:
+    """One open websocket and the requests waiting on it."""
+
+    def __init__(self, socket: trio_websocket.WebSocketConnection, ready: Ready) -> None:
+        self.socket = socket
+        self.ready = ready
+        self.requests: dict[str, trio.MemorySendChannel[Any]] = {}
+        self.closed = False
+        self.send_lock = trio.Lock()
+
+    async def send(self, text: str) -> None:
+        async with self.send_lock:
+            await self.socket.send_message(text)
+
+    def drop(self) -> None:
+        """The connection is gone: every waiting request hears so."""
+        self.closed = True
+        for channel in self.requests.values():
+            with_close(channel)
+        self.requests.clear()
+
+
+def with_close(channel: trio.MemorySendChannel[Any]) -> None:
+    with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+        channel.send_nowait(_GONE)
+    channel.close()
+
+
+class RelayProvider(StreamingProvider):
+    """A provider that streams through a relay server (see :mod:`actors.relay`).
+
+    Use it as an async context manager (it owns the connection's background task)::
+
+        async with RelayProvider("ws://127.0.0.1:8000/v1/relay", token=token) as model:
+            agent = await Agent.start(runtime, model, tools=[...])
+
+    Guarantees:
+
+    * It is a provider like any other: an :class:`~actors.agent.Agent` runs over it unchanged,
+      its tools running here, the model and its credential staying with the server.
+    * ``token`` is sent once per connection, in the ``hello`` frame; it never appears in
+      ``repr``, errors or logs.
+    * Leaving a stream early or being cancelled sends ``cancel``: the server closes its
+      upstream stream at once. ``stream.partial`` holds what had arrived.
+    * A request that has received nothing yet when the connection drops is sent again on a new
+      connection (reconnecting with backoff, at most ``reconnects`` times); one that has
+      streamed anything fails with a :class:`~protocols.errors.ProviderError` (``code``
+      ``disconnected``) carrying its partial -- it is never replayed.
+    * The server's refusals and failures arrive as :class:`~protocols.errors.ProviderError`
+      with the relay's code (``unauthorized``, ``rate_limited``, ``upstream``, ...) and its
+      retry hint.
+    * An ``approval`` the server asks for goes to ``approve`` (none given: denied), and the
+      calls the server's policy refused come back in the result's ``denied``.
+    """
+
+    name = "relay"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str,
+        approve: RelayApprover | None = None,
+        connect_timeout: float = 10.0,
+        reconnects: int = 3,
+        backoff: tuple[float, float] = (0.25, 4.0),
+        max_frame: int = DEFAULT_MAX_FRAME,
+    ) -> None:
+        if not url.startswith(("ws://", "wss://")):
+            raise ConfigError(f"a relay url starts with ws:// or wss://, not {url[:20]!r}")
+        if not isinstance(token, str) or not token:
+            raise ConfigError("token must be the relay's bearer token (a non-empty string)")
+        if not connect_timeout > 0:
+            raise ConfigError("connect_timeout must be a number of seconds > 0")
+        self.url = url
+        self._token = token
+        self.approve = approve
+        self.connect_timeout = connect_timeout
+        self.max_frame = max_frame
+        self._backoff = _Backoff(reconnects, *backoff)
+        self._nursery: trio.Nursery | None = None
+        self._nursery_manager: Any = None
+        self._connection: _Connection | None = None
+        self._connecting = trio.Lock()
+        self._ids = itertools.count(1)
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"RelayProvider(url={self.url!r}, token=<redacted>)"
+
+    async def __aenter__(self) -> RelayProvider:
+        manager = trio.open_nursery()
+        self._nursery = await manager.__aenter__()
+        self._nursery_manager = manager
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.aclose()
+        manager, self._nursery_manager = self._nursery_manager, None
+        self._nursery = None
+        if manager is not None:
+            await manager.__aexit__(*exc_info)
+
+    async def aclose(self) -> None:
+        """Close the connection; requests still open fail with ``disconnected``."""
+        self._closed = True
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.drop()
+            with trio.CancelScope(shield=True), trio.move_on_after(2):
+                await connection.socket.aclose()
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolDefinition] | None = None,
+        options: ProviderOptions | None = None,
+    ) -> ProviderStream:
+        """Stream one completion through the relay (see :class:`ProviderStream`)."""
+        frame = Stream(f"r{next(self._ids)}", messages, tools or (), options)
+        return _RelayStream(self, frame)
+
+    # -- the connection ------------------------------------------------------------------------
+
+    async def _connect(self) -> _Connection:
+        async with self._connecting:
+            connection = self._connection
+            if connection is not None and not connection.closed:
+                return connection
+            if self._closed or self._nursery is None:
+                raise ConfigError(
+                    "use the RelayProvider as 'async with RelayProvider(...) as provider:'"
+                )
+            last: Exception | None = None
+            for attempt in range(self._backoff.attempts + 1):
+                if attempt:
+                    await trio.sleep(self._backoff.delay(attempt - 1))
+                try:
+                    connection = await self._open()
+                except ProviderError as error:
+                    if not error.retryable:
+                        raise
+                    last = error
+                    continue
+                self._connection = connection
+                self._nursery.start_soon(self._read, connection)
+                return connection
+            assert last is not None
+            raise last
+
+    async def _open(self) -> _Connection:
+        assert self._nursery is not None
+        try:
+            with trio.fail_after(self.connect_timeout):
+                socket = await trio_websocket.connect_websocket_url(
+                    self._nursery,
+                    self.url,
+                    max_message_size=self.max_frame,
+                    message_queue_size=REQUEST_BUFFER,
+                )
+                try:
+                    await socket.send_message(encode_frame(Hello(PROTOCOL_VERSION, self._token)))
+                    frame = decode_server_frame(
+                        await socket.get_message(), max_bytes=self.max_frame
+                    )
+                except BaseException:
+                    with trio.CancelScope(shield=True), trio.move_on_after(1):
+                        await socket.aclose()
+                    raise
+        except trio.TooSlowError:
+            raise ProviderError(
+                "the relay did not answer in time", code="timeout", retryable=True
+            ) from None
+        except trio_websocket.HandshakeError as error:
+            status = getattr(getattr(error, "response", None), "status_code", None)
+            raise ProviderError(
+                f"the relay refused the connection (HTTP {status})",
+                code="unauthorized" if status == 401 else "transport",
+                retryable=status is None or status >= 500,
+                status=status,
+            ) from None
+        except trio_websocket.ConnectionClosed as error:
+            raise _closed_error(error) from None
+        except OSError as error:
+            raise ProviderError(
+                f"cannot reach the relay ({type(error).__name__})",
+                code="transport",
+                retryable=True,
+            ) from None
+        if isinstance(frame, Error):
+            raise ProviderError(
+                f"relay: {frame.message}", code=frame.code, retryable=frame.retryable
+            )
+        if not isinstance(frame, Ready):
+            raise ProtocolError("the relay did not answer hello with ready")
+        return _Connection(socket, frame)
+
+    async def _read(self, connection: _Connection) -> None:
+        """Route every frame of ``connection`` to its request, until it closes."""
+        try:
+            while True:
+                text = await connection.socket.get_message()
+                try:
+                    frame = decode_server_frame(text, max_bytes=self.max_frame)
+                except ProtocolError as error:
+                    log.warning("the relay sent an invalid frame: %s", error.message[:200])
+                    break
+                request: str | None = getattr(frame, "id", None)
+                channel = connection.requests.get(request) if request is not None else None
+                if request is None or channel is None:
+                    if isinstance(frame, Error) and frame.id is None:
+                        log.info("the relay closed the connection: %s", frame.code)
+                    continue
+                try:
+                    await channel.send(frame)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    connection.requests.pop(request, None)  # the reader left
+        except trio_websocket.ConnectionClosed:
+            pass
+        finally:
+            connection.drop()
+            if self._connection is connection:
+                self._connection = None
+
+
+def _closed_error(error: trio_websocket.ConnectionClosed) -> ProviderError:
+    reason = getattr(error, "reason", None)
+    code = getattr(reason, "code", None)
+    return ProviderError(
+        f"the relay closed the connection (code {code})",
+        code="disconnected",
+        retryable=True,
+    )
+
+
+class _RelayStream(ProviderStream):
+    def __init__(self, provider: RelayProvider, frame: Stream) -> None:
+        self._provider = provider
+        self._frame = frame
+        self._connection: _Connection | None = None
+        self._receive: trio.MemoryReceiveChannel[Any] | None = None
+        self._content: list[str] = []
+        self._thinking: list[str] = []
+        self._result: ProviderResult | None = None
+        self._done = False
+        self._shown = False
+
+    @property
+    def result(self) -> ProviderResult:
+        if self._result is None:
+            raise RuntimeError("the stream has not finished: iterate it to the end first")
+        return self._result
+
+    @property
+    def partial(self) -> ProviderResult:
+        if self._result is not None:
+            return self._result
+        return ProviderResult(
+            content="".join(self._content),
+            thinking="".join(self._thinking),
+            finish=FinishReason.CANCELLED,
+        )
+
+    async def _submit(self) -> trio.MemoryReceiveChannel[Any]:
+        provider = self._provider
+        for attempt in range(provider._backoff.attempts + 1):
+            connection = await provider._connect()
+            send, receive = trio.open_memory_channel[Any](REQUEST_BUFFER)
+            connection.requests[self._frame.id] = send
+            try:
+                await connection.send(encode_frame(self._frame))
+            except trio_websocket.ConnectionClosed as error:
+                connection.requests.pop(self._frame.id, None)
+                receive.close()
+                if attempt == provider._backoff.attempts:
+                    raise _closed_error(error) from None
+                continue
+            self._connection = connection
+            self._receive = receive
+            return receive
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def __anext__(self) -> Delta:
+        if self._done:
+            raise StopAsyncIteration
+        receive = self._receive
+        if receive is None:
+            receive = await self._submit()
+        while True:
+            frame: ServerFrame | object = await receive.receive()
+            if frame is _GONE:
+                if not self._shown:
+                    # Nothing of this request arrived: it may be sent again, on a new connection.
+                    receive = await self._submit()
+                    continue
+                self._done = True
+                raise ProviderError(
+                    "the relay connection dropped mid-stream",
+                    code="disconnected",
+                    retryable=True,
+                    partial=self.partial,
+                )
+            if isinstance(frame, DeltaFrame):
+                self._shown = True
+                (self._content if frame.channel == "content" else self._thinking).append(frame.text)
+                return Delta("content" if frame.channel == "content" else "thinking", frame.text)
+            if isinstance(frame, Approval):
+                await self._answer(frame)
+                continue
+            self._done = True
+            self._forget()
+            if isinstance(frame, Result):
+                self._result = frame.result
+                raise StopAsyncIteration
+            if isinstance(frame, Abort):
+                raise ProviderError(
+                    "the relay aborted the request", code="aborted", partial=frame.partial
+                )
+            assert isinstance(frame, Error)
+            raise ProviderError(
+                f"relay: {frame.message}",
+                code=frame.code,
+                retryable=frame.retryable,
+                partial=self.partial if self._shown else None,
+            )
+
+    async def _answer(self, approval: Approval) -> None:
+        approve = self._provider.approve
+        allowed, reason = False, "no approver is attached to the relay client"
+        if approve is not None:
+            try:
+                answer = await approve(approval.call, approval.reason)
+            except Exception:
+                log.warning("the relay approver raised; denying", exc_info=True)
+                answer = (False, "the approver failed")
+            allowed, reason = answer if isinstance(answer, tuple) else (bool(answer), "")
+        decision = "allow" if allowed else "deny"
+        assert self._connection is not None
+        frame = Approve(self._frame.id, approval.call.id, decision, reason or None)
+        await self._connection.send(encode_frame(frame))
+
+    def _forget(self) -> None:
+        connection = self._connection
+        if connection is not None:
+            channel = connection.requests.pop(self._frame.id, None)
+            if channel is not None:
+                channel.close()
+        if self._receive is not None:
+            self._receive.close()
+
+    async def aclose(self) -> None:
+        """Leave early: tell the server to stop (it closes its upstream stream at once)."""
+        if self._done or self._receive is None:
+            self._done = True
+            self._forget()
+            await trio.lowlevel.checkpoint()
+            return
+        self._done = True
+        connection = self._connection
+        self._forget()
+        if connection is not None and not connection.closed:
+            with (
+                trio.CancelScope(shield=True),
+                trio.move_on_after(2),
+                contextlib.suppress(trio_websocket.ConnectionClosed),
+            ):
+                await connection.send(encode_frame(Cancel(self._frame.id)))

@@ -1,0 +1,845 @@
+"""The relay server: an ASGI application that lets credential-free clients drive the model it
+holds.
+
+Routes (all others: 404; a known path with the wrong method: 405 with ``Allow``):
+
+* ``GET /`` (and its ``/app.js`` and ``/app.css``): the browser chat page, when enabled;
+* websocket ``/v1/relay``: the multiplexed frame protocol of :mod:`protocols.relay`;
+* ``POST /v1/stream``: one provider call for clients without websockets; the response is NDJSON
+  (one server frame per line).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import importlib.resources
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
+from typing import Any
+
+import attrs
+import trio
+
+from protocols.authority import Authority, resolve_ask
+from protocols.errors import AgentsError, ConfigError, ProtocolError, SizeLimitError
+from protocols.messages import (
+    FinishReason,
+    Message,
+    ProviderOptions,
+    ProviderResult,
+    ToolCall,
+    ToolDefinition,
+)
+from protocols.relay import (
+    DEFAULT_MAX_FRAME,
+    HTTP_REQUEST_ID,
+    NDJSON_CONTENT_TYPE,
+    PROTOCOL_VERSION,
+    Abort,
+    Approval,
+    Approve,
+    Cancel,
+    Delta,
+    Hello,
+    HttpRequest,
+    Ready,
+    Result,
+    ServerFrame,
+    Stream,
+    decode_client_frame,
+    decode_http_request,
+    encode_frame,
+    error_frame,
+)
+
+from ..providers import ProviderInterface
+
+__all__ = ["RelayLimits", "RelayServer", "RelayStatistics", "RelayToken"]
+
+log = logging.getLogger("trio_agents.relay")
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+RELAY_PATH = "/v1/relay"
+STREAM_PATH = "/v1/stream"
+_PAGES = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/app.css": ("app.css", "text/css; charset=utf-8"),
+}
+# The page loads only its own files and talks only to its own origin.
+_PAGE_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+# Websocket close codes: policy violation, message too big, going away, try again later.
+_POLICY, _TOO_BIG, _GOING_AWAY, _AGAIN = 1008, 1009, 1001, 1013
+
+
+def _digest(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).digest()
+
+
+@attrs.frozen(repr=False)
+class RelayToken:
+    """A bearer token the relay accepts, with its limits.
+
+    ``secret``: the token itself (never shown in ``repr``, logs or frames); ``name``: how logs
+    and statistics call its holder; ``max_streams``: requests open at once over all its
+    connections; ``per_minute``: requests started in any 60 s; ``budget``: total tokens (as the
+    upstream reported them) it may spend over the server's life, ``None`` for no limit.
+    """
+
+    secret: str
+    name: str = "client"
+    max_streams: int = 8
+    per_minute: int = 120
+    budget: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.secret, str) or len(self.secret) < 16:
+            raise ConfigError("a relay token's secret must be a string of at least 16 characters")
+        for name in ("max_streams", "per_minute"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"RelayToken.{name} must be an integer >= 1, not {value!r}")
+        if self.budget is not None and (
+            isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 1
+        ):
+            raise ConfigError(
+                f"RelayToken.budget must be an integer >= 1 or None, not {self.budget!r}"
+            )
+
+    def __repr__(self) -> str:
+        return f"RelayToken(name={self.name!r}, secret=<redacted>)"
+
+
+@attrs.frozen
+class RelayLimits:
+    """Per-connection limits.
+
+    ``max_frame``: bytes of one frame (and of an HTTP request body); ``max_streams``: requests
+    open at once on one connection; ``idle_timeout``: seconds a connection with no open request
+    may stay silent; ``handshake_timeout``: seconds to the ``hello`` (and to a whole HTTP request
+    body); ``approval_timeout``: seconds a pending approval waits for its answer (then: denied);
+    ``send_timeout``: seconds one frame may take to leave (a client that stops reading is cut).
+    """
+
+    max_frame: int = DEFAULT_MAX_FRAME
+    max_streams: int = 16
+    idle_timeout: float = 300.0
+    handshake_timeout: float = 10.0
+    approval_timeout: float = 300.0
+    send_timeout: float = 60.0
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("max_frame", "max_streams"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"RelayLimits.{name} must be an integer >= 1, not {value!r}")
+        for name in ("idle_timeout", "handshake_timeout", "approval_timeout", "send_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ConfigError(f"RelayLimits.{name} must be a number of seconds > 0")
+
+
+@attrs.define
+class RelayStatistics:
+    """Counters since the server was made: ``connections`` open now, ``streams`` open now,
+    ``upstream_calls`` made, ``refused`` by error code."""
+
+    connections: int = 0
+    streams: int = 0
+    upstream_calls: int = 0
+    refused: dict[str, int] = attrs.field(factory=dict)
+
+
+class _Holder:
+    """What the server tracks per token: its open streams, recent starts and spent tokens."""
+
+    __slots__ = ("open", "spent", "starts", "token")
+
+    def __init__(self, token: RelayToken) -> None:
+        self.token = token
+        self.open = 0
+        self.starts: deque[float] = deque()
+        self.spent = 0
+
+
+class _Refused(Exception):
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+class RelayServer:
+    """The relay, as an ASGI application: ``app = RelayServer(provider, tokens=[...])``.
+
+    Mount it in any ASGI server or framework, or run it with :func:`serve`. It holds the
+    provider (and so the credential); clients only ever see frames. Guarantees:
+
+    * **Authentication first.** A websocket presenting ``Authorization: Bearer`` is checked
+      before it is accepted; otherwise its first frame must be ``hello`` with the token, within
+      ``handshake_timeout``. An HTTP request's bearer header is checked before its body is read.
+      Tokens are compared in constant time. Nothing is read further, and the upstream is never
+      touched, before a token is accepted.
+    * **Origins.** A request with an ``Origin`` header is refused unless that origin is in
+      ``origins``, or no list is given and it is the server's own origin.
+    * **Limits**, each refused with a clear frame (or status) and never by entering the
+      upstream: frame size, streams per connection, per-token streams, requests per minute
+      and token budget.
+    * **Cancellation both ways.** A ``cancel`` frame, a disconnect or :meth:`close` closes the
+      upstream stream at once; the client's own ``cancel`` is answered with ``abort`` and the
+      partial.
+    * **Back-pressure.** A frame is sent before the next upstream delta is read: a slow client
+      parks its own upstream stream; nothing is buffered without bound, and other connections
+      are not held up.
+    * **Nothing leaks.** Errors cross as a fixed text per code; the upstream's own message is
+      logged, never sent.
+
+    ``authority`` (optional) decides the tool calls in each result: a denied call is named in
+    the ``result`` frame's ``denied``; an "ask" is put to the client as an ``approval`` frame
+    (no answer within ``approval_timeout``, or over plain HTTP: denied).
+    """
+
+    def __init__(
+        self,
+        provider: ProviderInterface,
+        *,
+        tokens: Iterable[RelayToken | str],
+        origins: Iterable[str] | None = None,
+        limits: RelayLimits = RelayLimits(),
+        authority: Authority | None = None,
+        page: bool = True,
+    ) -> None:
+        holders: list[tuple[bytes, _Holder]] = []
+        for item in tokens:
+            token = RelayToken(item) if isinstance(item, str) else item
+            if not isinstance(token, RelayToken):
+                raise ConfigError("tokens must be RelayToken objects or secret strings")
+            holders.append((_digest(token.secret), _Holder(token)))
+        if not holders:
+            raise ConfigError("a relay needs at least one token")
+        if len({digest for digest, _ in holders}) != len(holders):
+            raise ConfigError("two relay tokens have the same secret")
+        self.provider = provider
+        self.limits = limits
+        self.authority = authority
+        self.page = page
+        self.origins = None if origins is None else frozenset(o.rstrip("/") for o in origins)
+        self._holders = holders
+        self._statistics = RelayStatistics()
+        self._closing = False
+        self._scopes: set[trio.CancelScope] = set()
+
+    def __repr__(self) -> str:
+        return f"<RelayServer tokens={len(self._holders)} provider={type(self.provider).__name__}>"
+
+    def statistics(self) -> RelayStatistics:
+        """A copy of the counters."""
+        stats = self._statistics
+        return RelayStatistics(
+            stats.connections, stats.streams, stats.upstream_calls, dict(stats.refused)
+        )
+
+    def close(self) -> None:
+        """Shut down: every open request is cut at once (its upstream stream closed), each
+        websocket gets a ``shutdown`` error and is closed, and new connections and requests
+        are refused."""
+        self._closing = True
+        for scope in list(self._scopes):
+            scope.cancel()
+
+    # -- checks --------------------------------------------------------------------------------
+
+    def _holder(self, secret: str | None) -> _Holder | None:
+        """The holder of ``secret``, comparing against every token in constant time."""
+        offered = _digest(secret or "")
+        found: _Holder | None = None
+        for digest, holder in self._holders:
+            if hmac.compare_digest(offered, digest) and secret:
+                found = holder
+        return found
+
+    def _refuse(self, code: str) -> None:
+        refused = self._statistics.refused
+        refused[code] = refused.get(code, 0) + 1
+
+    def _origin_ok(self, headers: Mapping[str, str]) -> bool:
+        origin = headers.get("origin")
+        if origin is None:
+            return True  # not a browser: the bearer token is the whole story
+        origin = origin.rstrip("/")
+        if self.origins is not None:
+            return origin in self.origins
+        host = headers.get("host", "")
+        return origin in (f"http://{host}", f"https://{host}")
+
+    def _admit(self, holder: _Holder) -> None:
+        """Count a new request against ``holder``'s limits, or raise :class:`_Refused`."""
+        if self._closing:
+            raise _Refused("shutdown")
+        token = holder.token
+        if token.budget is not None and holder.spent >= token.budget:
+            raise _Refused("budget")
+        if holder.open >= token.max_streams:
+            raise _Refused("too_many_streams")
+        now = trio.current_time()
+        starts = holder.starts
+        while starts and starts[0] <= now - 60:
+            starts.popleft()
+        if len(starts) >= token.per_minute:
+            raise _Refused("rate_limited")
+        starts.append(now)
+        holder.open += 1
+
+    def _settle(self, holder: _Holder, result: ProviderResult | None) -> None:
+        holder.open -= 1
+        if result is not None and result.usage is not None:
+            holder.spent += result.usage.total
+
+    async def _decide(
+        self,
+        request_id: str,
+        calls: Sequence[ToolCall],
+        ask: Callable[[Approval], Awaitable[Approve | None]] | None,
+    ) -> dict[str, str]:
+        """The calls the authority refuses (id -> the model's text), asking where it says so."""
+        authority = self.authority
+        denied: dict[str, str] = {}
+        if authority is None:
+            return denied
+        for call in calls:
+            verdict = authority.decide(call)
+            if verdict.decision == "ask":
+                answer: Approve | None = None
+                if ask is not None:
+                    with trio.move_on_after(self.limits.approval_timeout):
+                        answer = await ask(Approval(request_id, call, verdict.reason))
+                if answer is None:
+                    verdict = resolve_ask(verdict, None, None)
+                else:
+                    verdict = resolve_ask(verdict, answer.decision == "allow", answer.reason)
+            if verdict.decision == "deny":
+                denied[call.id] = verdict.model_text()
+        return denied
+
+    # -- ASGI ----------------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await _lifespan(receive, send)
+            return
+        path = scope.get("path", "")
+        headers = _headers(scope)
+        if kind == "websocket":
+            if path != RELAY_PATH:
+                await _ws_deny(scope, send, 404)
+                return
+            await self._websocket(scope, headers, receive, send)
+            return
+        if kind != "http":
+            return
+        method = scope.get("method", "GET")
+        if path == STREAM_PATH:
+            if method != "POST":
+                await _plain(send, 405, extra=[(b"allow", b"POST")])
+                return
+            await self._http_stream(headers, receive, send)
+        elif path in _PAGES and self.page:
+            if method not in ("GET", "HEAD"):
+                await _plain(send, 405, extra=[(b"allow", b"GET, HEAD")])
+                return
+            await _page(send, path, head=method == "HEAD")
+        elif path == RELAY_PATH:
+            await _plain(send, 426, extra=[(b"upgrade", b"websocket")])
+        else:
+            await _plain(send, 404)
+
+    # -- plain HTTP ----------------------------------------------------------------------------
+
+    async def _http_stream(self, headers: Mapping[str, str], receive: Receive, send: Send) -> None:
+        limits = self.limits
+        if not self._origin_ok(headers):
+            self._refuse("forbidden_origin")
+            await _plain(send, 403)
+            return
+        holder = self._holder(_bearer(headers))
+        if holder is None:
+            self._refuse("unauthorized")
+            await _plain(send, 401, extra=[(b"www-authenticate", b"Bearer")])
+            return
+        length = headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) >= limits.max_frame):
+            self._refuse("too_large")
+            await _plain(send, 413)
+            return
+        body = bytearray()
+        with trio.move_on_after(limits.handshake_timeout) as waited:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                body += message.get("body", b"")
+                if len(body) >= limits.max_frame:
+                    self._refuse("too_large")
+                    await _plain(send, 413)
+                    return
+                if not message.get("more_body", False):
+                    break
+        if waited.cancelled_caught:
+            self._refuse("timeout")
+            await _plain(send, 408)
+            return
+        try:
+            request = decode_http_request(bytes(body))
+        except ProtocolError:
+            self._refuse("invalid")
+            await _plain(send, 400)
+            return
+        try:
+            self._admit(holder)
+        except _Refused as refused:
+            self._refuse(refused.code)
+            await _plain(send, 503 if refused.code == "shutdown" else 429)
+            return
+        result: ProviderResult | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
+                result = await self._http_respond(request, send)
+                nursery.cancel_scope.cancel()
+        finally:
+            self._settle(holder, result)
+
+    async def _http_respond(self, request: HttpRequest, send: Send) -> ProviderResult | None:
+        started = False
+
+        async def line(frame: ServerFrame) -> None:
+            nonlocal started
+            if not started:
+                started = True
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 200,
+                        "headers": [
+                            (b"content-type", NDJSON_CONTENT_TYPE.encode()),
+                            (b"cache-control", b"no-store"),
+                            (b"x-content-type-options", b"nosniff"),
+                        ],
+                    }
+                )
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": (encode_frame(frame) + "\n").encode("utf-8"),
+                    "more_body": True,
+                }
+            )
+
+        with trio.CancelScope() as scope:
+            self._scopes.add(scope)
+            try:
+                outcome = await self._relay(
+                    HTTP_REQUEST_ID,
+                    messages=request.messages,
+                    tools=request.tools,
+                    options=request.options,
+                    emit=line,
+                    ask=None,
+                )
+            finally:
+                self._scopes.discard(scope)
+        if scope.cancelled_caught:
+            return None  # the client left, or the server is closing: nobody to answer
+        if isinstance(outcome, _Failed) and not started:
+            await _plain(send, 502)
+            return None
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return outcome if isinstance(outcome, ProviderResult) else None
+
+    # -- the shared core -----------------------------------------------------------------------
+
+    async def _relay(
+        self,
+        request_id: str,
+        *,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition],
+        options: ProviderOptions | None,
+        emit: Callable[[ServerFrame], Awaitable[None]],
+        ask: Callable[[Approval], Awaitable[Approve | None]] | None,
+    ) -> ProviderResult | _Failed:
+        """Stream one upstream call to ``emit``, a frame per delta, then its result (or an
+        error frame). Each delta is sent before the next is read. A cancel of the caller's
+        scope closes the upstream stream and propagates."""
+        self._statistics.upstream_calls += 1
+        self._statistics.streams += 1
+        stream = None
+        try:
+            stream = self.provider.stream(messages, tools=tools or None, options=options)
+            async with stream:
+                async for delta in stream:
+                    await emit(Delta(request_id, delta.channel, delta.text))
+            result = stream.result
+            denied = await self._decide(request_id, result.calls, ask)
+            if denied:
+                result = attrs.evolve(result, denied={**result.denied, **denied})
+            await emit(Result(request_id, result))
+            return result
+        except AgentsError as error:
+            # The upstream's message may carry details the client must not see: log it here,
+            # send the fixed text.
+            log.warning("relay request %s failed upstream: %s", request_id, error)
+            await emit(error_frame("upstream", request_id))
+            return _Failed()
+        finally:
+            self._statistics.streams -= 1
+
+    # -- websocket -----------------------------------------------------------------------------
+
+    async def _websocket(
+        self, scope: Scope, headers: Mapping[str, str], receive: Receive, send: Send
+    ) -> None:
+        connect = await receive()
+        if connect["type"] != "websocket.connect":
+            return
+        if self._closing:
+            self._refuse("shutdown")
+            await _ws_deny(scope, send, 503)
+            return
+        if not self._origin_ok(headers):
+            self._refuse("forbidden_origin")
+            await _ws_deny(scope, send, 403)
+            return
+        holder: _Holder | None = None
+        if "authorization" in headers:
+            holder = self._holder(_bearer(headers))
+            if holder is None:
+                self._refuse("unauthorized")
+                await _ws_deny(scope, send, 401)
+                return
+        await send({"type": "websocket.accept"})
+        connection = _Connection(self, receive, send)
+        self._statistics.connections += 1
+        try:
+            await connection.serve(holder)
+        finally:
+            self._statistics.connections -= 1
+
+
+class _Failed:
+    """The upstream failed (the client was told)."""
+
+
+class _Gone(Exception):
+    """The client disconnected."""
+
+
+class _Connection:
+    """One websocket: reads frames, runs a task per open request, serialises sends."""
+
+    def __init__(self, server: RelayServer, receive: Receive, send: Send) -> None:
+        self.server = server
+        self.limits = server.limits
+        self._receive = receive
+        self._send = send
+        self._lock = trio.Lock()
+        self._open: dict[str, trio.CancelScope] = {}
+        self._cancelled: set[str] = set()
+        self._approvals: dict[tuple[str, str], tuple[trio.Event, list[Approve]]] = {}
+        self._closed = False
+
+    async def _next(self) -> str | bytes | None:
+        """The next frame's text, or None when the client left."""
+        message = await self._receive()
+        kind = message["type"]
+        if kind == "websocket.disconnect":
+            return None
+        if kind != "websocket.receive":
+            return None
+        text = message.get("text")
+        return text if text is not None else message.get("bytes") or b""
+
+    async def send(self, frame: ServerFrame) -> None:
+        if self._closed:
+            raise _Gone
+        async with self._lock:
+            with trio.move_on_after(self.limits.send_timeout) as waited:
+                try:
+                    await self._send({"type": "websocket.send", "text": encode_frame(frame)})
+                except OSError as error:  # the transport is gone
+                    self._closed = True
+                    raise _Gone from error
+            if waited.cancelled_caught:
+                self._closed = True
+                raise _Gone
+
+    async def close(self, code: int) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(OSError):
+            await self._send({"type": "websocket.close", "code": code})
+
+    async def fail(self, code: str, close: int, request_id: str | None = None) -> None:
+        """Refuse with an error frame, then close the connection."""
+        self.server._refuse(code)
+        try:
+            await self.send(error_frame(code, request_id))
+        except _Gone:
+            return
+        await self.close(close)
+
+    async def serve(self, holder: _Holder | None) -> None:
+        server = self.server
+        limits = self.limits
+        if holder is None:
+            with trio.move_on_after(limits.handshake_timeout):
+                text = await self._next()
+                if text is None:
+                    return
+                holder = await self._hello(text)
+                if holder is None:
+                    return
+            if holder is None:  # no hello in time: a slow-loris handshake
+                await self.fail("timeout", _POLICY)
+                return
+        await self.send(Ready(PROTOCOL_VERSION, limits.max_frame, limits.max_streams))
+        with trio.CancelScope() as everything:
+            server._scopes.add(everything)
+            try:
+                async with trio.open_nursery() as nursery:
+                    await self._read(holder, nursery)
+                    nursery.cancel_scope.cancel()  # the client left: cut what it had open
+            finally:
+                server._scopes.discard(everything)
+        if everything.cancelled_caught and server._closing:
+            await self.fail("shutdown", _GOING_AWAY)
+
+    async def _hello(self, text: str | bytes) -> _Holder | None:
+        try:
+            frame = decode_client_frame(text, max_bytes=self.limits.max_frame)
+        except SizeLimitError:
+            await self.fail("too_large", _TOO_BIG)
+            return None
+        except ProtocolError:
+            await self.fail("invalid", _POLICY)
+            return None
+        if not isinstance(frame, Hello):
+            await self.fail("invalid", _POLICY)
+            return None
+        if frame.version != PROTOCOL_VERSION:
+            await self.fail("version", _POLICY)
+            return None
+        holder = self.server._holder(frame.token)
+        if holder is None:
+            await self.fail("unauthorized", _POLICY)
+            return None
+        return holder
+
+    async def _read(self, holder: _Holder, nursery: trio.Nursery) -> None:
+        limits = self.limits
+        while True:
+            with trio.move_on_after(limits.idle_timeout) as idle:
+                text = await self._next()
+            if idle.cancelled_caught:
+                if self._open:
+                    continue  # quiet, but waiting on its answers: not idle
+                await self.fail("timeout", _GOING_AWAY)
+                return
+            if text is None:
+                return
+            try:
+                frame = decode_client_frame(text, max_bytes=limits.max_frame)
+            except SizeLimitError:
+                await self.fail("too_large", _TOO_BIG)
+                return
+            except ProtocolError as error:
+                log.info("relay client sent an invalid frame: %s", error.message[:200])
+                await self.fail("invalid", _POLICY)
+                return
+            if isinstance(frame, Stream):
+                await self._start(frame, holder, nursery)
+            elif isinstance(frame, Cancel):
+                scope = self._open.get(frame.id)
+                if scope is None:
+                    await self._say("unknown_request", frame.id)
+                else:
+                    self._cancelled.add(frame.id)
+                    scope.cancel()
+            elif isinstance(frame, Approve):
+                waiting = self._approvals.get((frame.id, frame.call))
+                if waiting is None:
+                    await self._say("unknown_request", frame.id)
+                else:
+                    event, answers = waiting
+                    answers.append(frame)
+                    event.set()
+            else:  # a second hello
+                await self.fail("invalid", _POLICY)
+                return
+
+    async def _say(self, code: str, request_id: str | None) -> None:
+        self.server._refuse(code)
+        await self.send(error_frame(code, request_id))
+
+    async def _start(self, frame: Stream, holder: _Holder, nursery: trio.Nursery) -> None:
+        if frame.id in self._open:
+            await self._say("duplicate", frame.id)
+            return
+        if len(self._open) >= self.limits.max_streams:
+            await self._say("too_many_streams", frame.id)
+            return
+        try:
+            self.server._admit(holder)
+        except _Refused as refused:
+            await self._say(refused.code, frame.id)
+            return
+        scope = trio.CancelScope()
+        self._open[frame.id] = scope
+        nursery.start_soon(self._stream, frame, holder, scope)
+
+    async def _ask(self, approval: Approval) -> Approve | None:
+        key = (approval.id, approval.call.id)
+        event, answers = trio.Event(), list[Approve]()
+        self._approvals[key] = (event, answers)
+        try:
+            await self.send(approval)
+            await event.wait()
+            return answers[0]
+        finally:
+            del self._approvals[key]
+
+    async def _stream(self, frame: Stream, holder: _Holder, scope: trio.CancelScope) -> None:
+        server = self.server
+        result: ProviderResult | None = None
+        partial: list[Any] = []
+
+        async def emit(out: ServerFrame) -> None:
+            if isinstance(out, Delta):
+                partial.append(out)
+            await self.send(out)
+
+        try:
+            with scope:
+                outcome = await server._relay(
+                    frame.id,
+                    messages=frame.messages,
+                    tools=frame.tools,
+                    options=frame.options,
+                    emit=emit,
+                    ask=self._ask,
+                )
+                if isinstance(outcome, ProviderResult):
+                    result = outcome
+            if scope.cancelled_caught and frame.id in self._cancelled:
+                await self.send(Abort(frame.id, _partial(partial)))
+        except _Gone:
+            pass
+        finally:
+            self._open.pop(frame.id, None)
+            self._cancelled.discard(frame.id)
+            server._settle(holder, result)
+
+
+def _partial(deltas: Sequence[Delta]) -> ProviderResult:
+    content = "".join(d.text for d in deltas if d.channel == "content")
+    thinking = "".join(d.text for d in deltas if d.channel == "thinking")
+    return ProviderResult(content=content, thinking=thinking, finish=FinishReason.CANCELLED)
+
+
+async def _cancel_on_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            scope.cancel()
+            return
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for name, value in scope.get("headers", ()):
+        key = name.decode("latin-1").lower()
+        if key not in headers:  # the first of a repeated header wins
+            headers[key] = value.decode("latin-1")
+    return headers
+
+
+def _bearer(headers: Mapping[str, str]) -> str | None:
+    value = headers.get("authorization", "")
+    scheme, _, secret = value.partition(" ")
+    if scheme.lower() != "bearer" or not secret.strip():
+        return None
+    return secret.strip()
+
+
+async def _plain(send: Send, status: int, *, extra: Sequence[tuple[bytes, bytes]] = ()) -> None:
+    """A refusal: the status, no body."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-length", b"0"), (b"cache-control", b"no-store"), *extra],
+        }
+    )
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _ws_deny(scope: Scope, send: Send, status: int) -> None:
+    """Refuse a websocket handshake: with ``status`` where the server can say it, else with a
+    plain close (which ASGI servers answer with 403)."""
+    if "websocket.http.response" in scope.get("extensions", {}):
+        await send(
+            {
+                "type": "websocket.http.response.start",
+                "status": status,
+                "headers": [(b"content-length", b"0")],
+            }
+        )
+        await send({"type": "websocket.http.response.body", "body": b"", "more_body": False})
+    else:
+        await send({"type": "websocket.close", "code": _POLICY})
+
+
+_STATIC: dict[str, bytes] = {}
+
+
+async def _page(send: Send, path: str, *, head: bool) -> None:
+    name, content_type = _PAGES[path]
+    body = _STATIC.get(name)
+    if body is None:
+        body = importlib.resources.files(__package__).joinpath("static", name).read_bytes()
+        _STATIC[name] = body
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-type", content_type.encode()),
+                (b"content-length", str(len(body)).encode()),
+                (b"content-security-policy", _PAGE_POLICY.encode()),
+                (b"x-content-type-options", b"nosniff"),
+                (b"referrer-policy", b"no-referrer"),
+                (b"cache-control", b"no-cache"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": b"" if head else body, "more_body": False})
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

@@ -1,0 +1,377 @@
+"""The relay protocol: versioned JSON frames between a credential-free client and a relay server
+that holds the model and its credential.
+
+Sans-IO: this module only turns frames into text and text into frames, strictly. The server
+(:mod:`actors.relay`) and the client (``RelayProvider``) move the text over a websocket (one JSON
+object per message) or, for clients without websockets, over a plain HTTP request whose
+response is NDJSON (one server frame per line).
+
+Client to server:
+
+* ``hello`` -- ``version`` (:data:`PROTOCOL_VERSION`) and ``token`` (the bearer token); the
+  first frame of a connection, and only there.
+* ``stream`` -- ``id`` (the client's request id, unique among its open requests),
+  ``messages``, ``tools``, ``options``: one provider call.
+* ``cancel`` -- ``id``: stop that request; the server answers ``abort`` with the partial.
+* ``approve`` -- ``id``, ``call`` (a tool-call id), ``decision`` (``allow`` or ``deny``),
+  ``reason``: the answer to an ``approval``.
+
+Server to client:
+
+* ``ready`` -- ``version`` and the connection's limits (``max_frame``, ``max_streams``).
+* ``delta`` -- ``id``, ``channel`` (``content`` or ``thinking``), ``text``.
+* ``result`` -- ``id``, ``result`` (the provider result; its ``denied`` maps the tool calls
+  the server's policy refused to the text the model must be answered with).
+* ``abort`` -- ``id``, ``partial``: the request was cancelled (by the client, or by the
+  server's shutdown); what had streamed so far.
+* ``error`` -- ``id`` (absent for the connection), ``code`` (one of :data:`ERROR_MESSAGES`),
+  ``message`` (the fixed text for that code: an upstream's own message, and any secret, never
+  crosses), ``retryable``.
+* ``approval`` -- ``id``, ``call`` (the tool call), ``reason``: the server's policy wants a
+  human to decide that call; the client answers with ``approve``.
+
+Every frame is validated strictly: an unknown ``type``, an unknown or missing field, a value of
+the wrong type, a frame over the size limit or nested too deeply is refused with a
+:class:`~protocols.errors.ProtocolError` (a :class:`~protocols.errors.SizeLimitError` for size)
+whose category says who sent it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, TypeAlias
+
+import attrs
+
+from ._json import dumps, loads
+from .codec import from_json, to_json
+from .errors import Category, ProtocolError, SizeLimitError, ValidationError
+from .messages import (
+    Message,
+    ProviderOptions,
+    ProviderResult,
+    ToolCall,
+    ToolDefinition,
+)
+
+__all__ = [
+    "DEFAULT_MAX_FRAME",
+    "ERROR_MESSAGES",
+    "HTTP_REQUEST_ID",
+    "MAX_REQUEST_ID",
+    "NDJSON_CONTENT_TYPE",
+    "PROTOCOL_VERSION",
+    "Abort",
+    "Approval",
+    "Approve",
+    "Cancel",
+    "ClientFrame",
+    "Delta",
+    "Error",
+    "Hello",
+    "HttpRequest",
+    "Ready",
+    "Result",
+    "ServerFrame",
+    "Stream",
+    "decode_client_frame",
+    "decode_http_request",
+    "decode_server_frame",
+    "encode_frame",
+    "error_frame",
+]
+
+#: The version this module speaks; a ``hello`` with another is refused (``version``).
+PROTOCOL_VERSION: Final = 1
+#: The default size limit of one frame, in bytes of UTF-8 (1 MiB).
+DEFAULT_MAX_FRAME: Final = 1024 * 1024
+#: The longest request id accepted (characters).
+MAX_REQUEST_ID: Final = 128
+#: The request id the server gives the frames of a plain HTTP request.
+HTTP_REQUEST_ID: Final = "http"
+#: The content type of the plain HTTP endpoint's response.
+NDJSON_CONTENT_TYPE: Final = "application/x-ndjson; charset=utf-8"
+
+#: Every error code the server sends, with the only text it sends with it.
+ERROR_MESSAGES: Final[Mapping[str, str]] = {
+    "unauthorized": "unauthorized",
+    "forbidden_origin": "this origin is not allowed",
+    "version": "unsupported protocol version",
+    "invalid": "invalid frame",
+    "too_large": "frame too large",
+    "too_many_streams": "too many concurrent streams",
+    "rate_limited": "too many requests; try again later",
+    "budget": "the token budget of this token is spent",
+    "duplicate": "a request with this id is already open",
+    "unknown_request": "no open request has this id",
+    "upstream": "relay provider failed",
+    "timeout": "the connection was idle for too long",
+    "shutdown": "the relay is shutting down",
+}
+
+_RETRYABLE: Final = frozenset({"too_many_streams", "rate_limited", "upstream", "shutdown"})
+
+
+def _request_id(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_REQUEST_ID:
+        raise ValidationError(
+            f"{type(instance).__name__}.{attribute.name} must be a string of 1 to "
+            f"{MAX_REQUEST_ID} characters"
+        )
+
+
+def _str(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str):
+        raise ValidationError(f"{type(instance).__name__}.{attribute.name} must be a string")
+
+
+def _optional_str(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None:
+        _str(instance, attribute, value)
+
+
+def _version(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValidationError(f"{type(instance).__name__}.version must be an integer >= 1")
+
+
+def _positive(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValidationError(f"{type(instance).__name__}.{attribute.name} must be an integer >= 1")
+
+
+def _messages(value: Iterable[Message]) -> tuple[Message, ...]:
+    return tuple(value)
+
+
+def _tools(value: Iterable[ToolDefinition]) -> tuple[ToolDefinition, ...]:
+    return tuple(value)
+
+
+# -- client to server ---------------------------------------------------------------------------
+
+
+@attrs.frozen(repr=False)
+class Hello:
+    """The first frame of a connection: the protocol version and the bearer token."""
+
+    version: int = attrs.field(validator=_version)
+    token: str = attrs.field(validator=_str)
+
+    def __repr__(self) -> str:  # the token is a secret
+        return f"Hello(version={self.version}, token=<redacted>)"
+
+
+@attrs.frozen
+class Stream:
+    """One provider call, under the client's request ``id``."""
+
+    id: str = attrs.field(validator=_request_id)
+    messages: tuple[Message, ...] = attrs.field(converter=_messages)
+    tools: tuple[ToolDefinition, ...] = attrs.field(default=(), converter=_tools)
+    options: ProviderOptions | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if not self.messages:
+            raise ValidationError("Stream.messages must not be empty")
+
+
+@attrs.frozen
+class Cancel:
+    """Stop request ``id``."""
+
+    id: str = attrs.field(validator=_request_id)
+
+
+def _decision(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value not in ("allow", "deny"):
+        raise ValidationError("Approve.decision must be 'allow' or 'deny'")
+
+
+@attrs.frozen
+class Approve:
+    """The client's answer to an :class:`Approval`."""
+
+    id: str = attrs.field(validator=_request_id)
+    call: str = attrs.field(validator=_str)
+    decision: str = attrs.field(validator=_decision)
+    reason: str | None = attrs.field(default=None, validator=_optional_str)
+
+
+@attrs.frozen
+class HttpRequest:
+    """The body of a plain HTTP relay request: one provider call."""
+
+    messages: tuple[Message, ...] = attrs.field(converter=_messages)
+    tools: tuple[ToolDefinition, ...] = attrs.field(default=(), converter=_tools)
+    options: ProviderOptions | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if not self.messages:
+            raise ValidationError("HttpRequest.messages must not be empty")
+
+
+ClientFrame: TypeAlias = Hello | Stream | Cancel | Approve
+
+
+# -- server to client ---------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Ready:
+    """The server accepted the ``hello``: its version and this connection's limits."""
+
+    version: int = attrs.field(validator=_version)
+    max_frame: int = attrs.field(validator=_positive)
+    max_streams: int = attrs.field(validator=_positive)
+
+
+def _channel(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value not in ("content", "thinking"):
+        raise ValidationError("Delta.channel must be 'content' or 'thinking'")
+
+
+def _text(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValidationError("Delta.text must be a non-empty string")
+
+
+@attrs.frozen
+class Delta:
+    """A piece of the answer to request ``id``."""
+
+    id: str = attrs.field(validator=_request_id)
+    channel: str = attrs.field(validator=_channel)
+    text: str = attrs.field(validator=_text)
+
+
+@attrs.frozen
+class Result:
+    """Request ``id`` finished: its result (whose ``denied`` names the calls the server's
+    policy refused, with the text the model must be answered with)."""
+
+    id: str = attrs.field(validator=_request_id)
+    result: ProviderResult
+
+
+@attrs.frozen
+class Abort:
+    """Request ``id`` was cancelled; ``partial`` is what had streamed."""
+
+    id: str = attrs.field(validator=_request_id)
+    partial: ProviderResult
+
+
+def _code(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value not in ERROR_MESSAGES:
+        raise ValidationError(f"Error.code must be one of {', '.join(ERROR_MESSAGES)}")
+
+
+@attrs.frozen
+class Error:
+    """A refusal or a failure: of request ``id``, or of the connection (``id`` None)."""
+
+    code: str = attrs.field(validator=_code)
+    message: str = attrs.field(validator=_str)
+    retryable: bool = False
+    id: str | None = attrs.field(default=None)
+
+    def __attrs_post_init__(self) -> None:
+        if self.id is not None:
+            _request_id(self, attrs.fields(Error).id, self.id)
+        if self.message != ERROR_MESSAGES[self.code]:
+            raise ValidationError("Error.message must be the fixed text of its code")
+
+
+@attrs.frozen
+class Approval:
+    """The server's policy asks for a decision on ``call`` of request ``id``."""
+
+    id: str = attrs.field(validator=_request_id)
+    call: ToolCall
+    reason: str | None = attrs.field(default=None, validator=_optional_str)
+
+
+ServerFrame: TypeAlias = Ready | Delta | Result | Abort | Error | Approval
+
+
+def error_frame(code: str, id: str | None = None) -> Error:
+    """The :class:`Error` frame for ``code``, with its fixed message and retry hint."""
+    if code not in ERROR_MESSAGES:
+        raise ValidationError(f"unknown relay error code {code!r}")
+    return Error(code, ERROR_MESSAGES[code], code in _RETRYABLE, id)
+
+
+# -- text ---------------------------------------------------------------------------------------
+
+_CLIENT: Final[Mapping[str, type]] = {
+    "hello": Hello,
+    "stream": Stream,
+    "cancel": Cancel,
+    "approve": Approve,
+}
+_SERVER: Final[Mapping[str, type]] = {
+    "ready": Ready,
+    "delta": Delta,
+    "result": Result,
+    "abort": Abort,
+    "error": Error,
+    "approval": Approval,
+}
+_TAGS: Final[Mapping[type, str]] = {cls: tag for tag, cls in (*_CLIENT.items(), *_SERVER.items())}
+
+
+def encode_frame(frame: ClientFrame | ServerFrame) -> str:
+    """The frame as compact JSON text with its ``type`` first (what the other side decodes)."""
+    tag = _TAGS.get(type(frame))
+    if tag is None:
+        raise ValidationError(f"not a relay frame: {type(frame).__name__}")
+    body = to_json(frame)
+    assert isinstance(body, dict)
+    return dumps({"type": tag, **body})
+
+
+def _decode(
+    text: str | bytes, kinds: Mapping[str, type], max_bytes: int, category: Category, side: str
+) -> Any:
+    size = len(text.encode("utf-8", "surrogatepass")) if isinstance(text, str) else len(text)
+    if size > max_bytes:
+        raise SizeLimitError(f"a {side} frame", limit=max_bytes, size=size, category=category)
+    data = loads(text, category=category)
+    if not isinstance(data, dict):
+        raise ProtocolError(f"a {side} frame must be a JSON object", category=category)
+    kind = data.pop("type", None)
+    cls = kinds.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        allowed = ", ".join(kinds)
+        raise ProtocolError(
+            f"unknown {side} frame type {str(kind)[:40]!r}; expected one of {allowed}",
+            category=category,
+        )
+    return from_json(cls, data, category=category)
+
+
+def decode_client_frame(text: str | bytes, *, max_bytes: int = DEFAULT_MAX_FRAME) -> ClientFrame:
+    """Decode a frame a client sent. Raises :class:`~protocols.errors.SizeLimitError` over
+    ``max_bytes`` (checked before parsing) and :class:`~protocols.errors.ProtocolError`
+    (category ``user``) for anything else that is not exactly one client frame."""
+    frame: ClientFrame = _decode(text, _CLIENT, max_bytes, Category.USER, "client")
+    return frame
+
+
+def decode_server_frame(text: str | bytes, *, max_bytes: int = DEFAULT_MAX_FRAME) -> ServerFrame:
+    """Decode a frame a server sent (raises like :func:`decode_client_frame`, with category
+    ``provider``: the server is the client's provider)."""
+    frame: ServerFrame = _decode(text, _SERVER, max_bytes, Category.PROVIDER, "server")
+    return frame
+
+
+def decode_http_request(body: bytes) -> HttpRequest:
+    """Decode the body of a plain HTTP relay request (``{"messages", "tools"?, "options"?}``),
+    strictly; the caller bounds its size. Raises :class:`~protocols.errors.ProtocolError`
+    (category ``user``)."""
+    data = loads(body, category=Category.USER)
+    if not isinstance(data, dict):
+        raise ProtocolError("the request body must be a JSON object", category=Category.USER)
+    request: HttpRequest = from_json(HttpRequest, data, category=Category.USER)
+    return request
