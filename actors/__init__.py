@@ -2,8 +2,9 @@
 
 The actor core lives here: cancel tokens (:class:`Abort`), actors and their refs, supervisors and
 the runtime root (:func:`open_runtime`); conversations (:class:`Conversation`, their manager and
-stores) run on it, and providers live in :mod:`actors.providers`. Agents and the relay arrive on
-top of them; the data model they all speak lives in :mod:`protocols`.
+stores) run on it, and providers live in :mod:`actors.providers`. Agents run on top of them,
+and the relay (:mod:`actors.relay`) lets credential-free clients drive a model; the data model
+they all speak lives in :mod:`protocols`.
 """
 
 from protocols.accounting import TokenBudget as TokenBudget
@@ -40,6 +41,9 @@ from .conversation import summarizer_for as summarizer_for
 from .providers import AnthropicMessages as AnthropicMessages
 from .providers import OllamaChat as OllamaChat
 from .providers import OpenAIChat as OpenAIChat
+from .relay import RelayProvider as RelayProvider
+from .relay import RelayServer as RelayServer
+from .relay import RelayToken as RelayToken
 from .store import ConversationStore as ConversationStore
 from .store import MemoryConversationStore as MemoryConversationStore
 from .store import SQLiteConversationStore as SQLiteConversationStore
@@ -73,6 +77,9 @@ __all__ = [
     "MemoryConversationStore",
     "OllamaChat",
     "OpenAIChat",
+    "RelayProvider",
+    "RelayServer",
+    "RelayToken",
     "ReplyStream",
     "Restart",
     "Runtime",

@@ -1,4 +1,5 @@
-"""The ``trio-agents`` command line: ``demo`` (a team of agents) and ``chat`` (a terminal chat).
+"""The ``trio-agents`` command line: ``demo`` (a team of agents), ``chat`` (a terminal chat) and
+``serve`` (a relay with a browser chat page).
 
 The commands' modules (and ``rich``) are imported only when a command runs, so importing
 :mod:`actors` stays light.
@@ -42,7 +43,9 @@ def _count(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
-def _endpoint_options(parser: argparse.ArgumentParser, interval: float) -> None:
+def _endpoint_options(
+    parser: argparse.ArgumentParser, interval: float, *, think: bool = True
+) -> None:
     model = parser.add_argument_group(
         "model",
         "By default the offline simulator answers (no network, no key). Give --model (and "
@@ -65,6 +68,8 @@ def _endpoint_options(parser: argparse.ArgumentParser, interval: float) -> None:
         metavar="SECONDS",
         help="the simulator's pause between streamed deltas (default: %(default)s; 0: at once)",
     )
+    if not think:
+        return
     model.add_argument(
         "--think",
         action=argparse.BooleanOptionalAction,
@@ -138,6 +143,40 @@ def build_parser() -> argparse.ArgumentParser:
         help="where /save writes the conversation (default: %(default)s)",
     )
     _endpoint_options(chat, 0.02)
+    relay = commands.add_parser(
+        "serve",
+        help="run a relay with a browser chat page, in front of the simulator or an endpoint",
+        description=(
+            "Serve a relay: clients (the browser chat page at /, or a RelayProvider) drive the "
+            "model through it with a bearer token and never see the model's credential. Binds "
+            "127.0.0.1 unless told otherwise. The token comes from --token, else "
+            "$TRIO_AGENTS_RELAY_TOKEN, else one is made up and shown once."
+        ),
+    )
+    relay.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    relay.add_argument(
+        "--port", type=_count(0, 65535), default=8000, help="port (default: %(default)s; 0: any)"
+    )
+    relay.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="the bearer token clients must present (at least 16 characters)",
+    )
+    relay.add_argument(
+        "--origin",
+        action="append",
+        dest="origins",
+        metavar="ORIGIN",
+        help="a browser origin allowed to connect (repeatable; default: the relay's own)",
+    )
+    relay.add_argument(
+        "--max-frame",
+        type=_count(1024, 64 * 1024 * 1024),
+        default=1024 * 1024,
+        metavar="BYTES",
+        help="the largest frame or request body accepted (default: %(default)s)",
+    )
+    _endpoint_options(relay, 0.02, think=False)  # thinking is each client's option
     return parser
 
 
@@ -179,6 +218,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             think=args.think,
             db=args.db,
             endpoint=_endpoint(parser, args),
+        )
+    if args.command == "serve":
+        from . import _serve_cmd  # noqa: PLC0415 - hypercorn loads only when a command runs
+
+        return _serve_cmd.main(
+            host=args.host,
+            port=args.port,
+            token=args.token,
+            origins=args.origins,
+            endpoint=_endpoint(parser, args),
+            interval=args.interval,
+            max_frame=args.max_frame,
         )
     parser.print_help()
     return 0

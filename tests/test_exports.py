@@ -81,6 +81,9 @@ ACTORS_API = [
     "MemoryConversationStore",
     "OllamaChat",
     "OpenAIChat",
+    "RelayProvider",
+    "RelayServer",
+    "RelayToken",
     "ReplyStream",
     "Restart",
     "Runtime",
@@ -138,6 +141,7 @@ def test_subpackage_export_lists_are_pinned() -> None:
     import actors.agent
     import actors.conversation
     import actors.providers
+    import actors.relay
     import actors.store
     import actors.testing
     import actors.tools
@@ -147,11 +151,24 @@ def test_subpackage_export_lists_are_pinned() -> None:
     import protocols.context
     import protocols.faults
     import protocols.history
+    import protocols.relay
     import protocols.simulator
     import protocols.toolschema
     import protocols.wire
     import protocols.workspace
 
+    assert sorted(actors.relay.__all__) == [
+        "RelayApprover",
+        "RelayLimits",
+        "RelayProvider",
+        "RelayServer",
+        "RelayStatistics",
+        "RelayToken",
+        "serve",
+    ]
+    assert {"PROTOCOL_VERSION", "Hello", "Stream", "Result", "encode_frame"} <= set(
+        protocols.relay.__all__
+    )
     assert sorted(actors.testing.__all__) == [
         "Fail",
         "FaultProviderServer",

@@ -4,12 +4,11 @@ hypercorn's trio worker."""
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve as hypercorn_serve
 
 __all__ = ["serve"]
 
@@ -34,8 +33,23 @@ async def serve(
     Websocket keep-alive pings go out every ``ping_interval`` seconds; messages over
     ``max_frame`` bytes are refused by the server itself (the application checks too).
     """
+    # hypercorn (~0.3 s to import) loads only when a relay is served: `import actors` stays light.
+    from hypercorn.config import Config  # noqa: PLC0415
+    from hypercorn.trio import serve as hypercorn_serve  # noqa: PLC0415
+
+    # The listening socket is made here, not by hypercorn, so a refused bind (the port is
+    # taken) closes it again and raises a plain OSError; hypercorn then owns the descriptor.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+        listener.listen(1024)
+    except BaseException:
+        listener.close()
+        raise
     config = Config()
-    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.bind = [f"fd://{listener.detach()}"]
     config.websocket_ping_interval = ping_interval
     config.accesslog = None
     # hypercorn's own messages (and an application's crash) go through the logging module,

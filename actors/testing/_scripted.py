@@ -42,7 +42,8 @@ class Reply:
     points; 0 means one delta each), thinking first; ``delay`` seconds of trio time pass before
     each delta (so ``autojump_clock`` tests run instantly). ``calls``, ``usage`` and ``finish``
     go into the result (``finish`` defaults to ``tool_calls`` when there are calls, else
-    ``stop``).
+    ``stop``), and so does ``denied`` (calls the provider side refused, as a relay's policy
+    would).
     """
 
     text: str = ""
@@ -52,6 +53,7 @@ class Reply:
     finish: FinishReason | None = None
     chunk: int = 0
     delay: float = attrs.field(default=0.0, validator=_non_negative)
+    denied: dict[str, str] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -131,6 +133,7 @@ class _ScriptedStream(ProviderStream):
                     calls=step.calls,
                     usage=step.usage,
                     finish=step.finish or default,
+                    denied=step.denied,
                 )
             raise StopAsyncIteration
         await trio.sleep(self._delay)

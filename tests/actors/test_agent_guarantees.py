@@ -1257,6 +1257,31 @@ async def test_002_g4_approval_fences_the_whole_batch(
     assert all(at - start >= 5 for _, at in counter.runs)
 
 
+async def test_calls_the_provider_side_refused_are_answered_as_denied_and_never_run() -> None:
+    counter = Counter()
+    events: list[AgentEvent] = []
+    calls = [ToolCall("c1", "deploy", {}), ToolCall("c2", "lint", {})]
+    provider = ScriptedProvider(
+        Reply(calls=calls, denied={"c1": "denied: the relay's policy"}), "done"
+    )
+    async with open_runtime() as runtime:
+        agent = await Agent.start(
+            runtime,
+            provider,
+            tools=[counter.tool("deploy"), counter.tool("lint")],
+            on=[events.append],
+        )
+        result = await agent.generate("go")
+        stored = await agent.conversation.messages()
+    assert result.content == "done"
+    assert counter.names() == ["lint"]
+    answers = {m.tool_call_id: m.content for m in stored if m.role is Role.TOOL}
+    assert answers["c1"] == "denied: the relay's policy"
+    denials = [e for e in events if e.kind == "deny"]
+    assert [e.call.id for e in denials if e.call is not None] == ["c1"]
+    assert answered_in_place(stored)
+
+
 async def test_002_g8_every_call_is_answered_before_the_next_non_tool_message(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

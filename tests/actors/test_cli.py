@@ -453,3 +453,109 @@ async def test_chat_reports_a_failed_answer_and_goes_on() -> None:
         assert "401" in text or "key" in text.lower()
         assert HELP in text, "the chat read the next line after the failure"
         assert "sk-wrong" not in text
+
+
+# -- serve -------------------------------------------------------------------------------------
+
+SERVE_TOKEN = "serve-token-for-tests-0123"
+
+
+async def test_serve_runs_a_relay_with_the_page_over_the_simulator() -> None:
+    import httpx
+
+    from actors._serve_cmd import run
+    from actors.relay import RelayProvider
+    from protocols.messages import Message
+
+    out = io.StringIO()
+    async with trio.open_nursery() as nursery:
+        url: str = await nursery.start(
+            lambda task_status: run(
+                host="127.0.0.1",
+                port=0,
+                token=SERVE_TOKEN,
+                origins=None,
+                endpoint=None,
+                interval=0,
+                max_frame=1024 * 1024,
+                out=out,
+                shown=False,
+                task_status=task_status,
+            )
+        )
+        assert url.startswith("http://127.0.0.1:")
+        async with httpx.AsyncClient() as client:
+            page = await client.get(url)
+        assert page.status_code == 200
+        assert page.headers["content-type"].startswith("text/html")
+        assert "default-src 'none'" in page.headers["content-security-policy"]
+        socket = url.replace("http", "ws", 1) + "v1/relay"
+        async with RelayProvider(socket, token=SERVE_TOKEN) as relay:
+            result = await relay.generate([Message.user("What is 2 + 3?")])
+        assert "5" in result.content
+        nursery.cancel_scope.cancel()
+    printed = out.getvalue()
+    assert f"relay for the offline simulator at {url}" in printed
+    assert "/v1/relay" in printed
+    assert SERVE_TOKEN not in printed  # a given token is never echoed
+
+
+def test_serve_refuses_a_short_token_and_bad_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--token", "short", "--port", "0"]) == 2
+    assert "at least 16 characters" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["serve", "--port", "70000"])
+    assert "must be from 0 to 65535" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["serve", "--api-key", "k"])
+    assert "need --model" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_serve_command_shows_a_made_up_token_once_and_stops_on_ctrl_c() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TRIO_AGENTS_RELAY_TOKEN"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "actors", "serve", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert server.stdout is not None
+    seen = b""
+    try:
+        while b"token (made up for this run): " not in seen or not seen.endswith(b"\n"):
+            ready, _, _ = select.select([server.stdout], [], [], 60)
+            assert ready, f"timed out; got {seen!r}"
+            data = os.read(server.stdout.fileno(), 65536)
+            assert data, f"serve ended early: {seen!r}"
+            seen += data
+        server.send_signal(signal.SIGINT)
+        rest, errors = server.communicate(timeout=60)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    out = (seen + rest).decode()
+    assert server.returncode == 0, errors.decode()
+    token = out.split("token (made up for this run): ", 1)[1].split()[0]
+    assert len(token) >= 16
+    assert out.count(token) == 1
+    assert "http://127.0.0.1:" in out
+    assert out.rstrip().endswith("stopped")
+
+
+async def test_serve_says_plainly_when_the_port_is_taken(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    taken = trio.socket.socket()
+    await taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        status = await trio.to_thread.run_sync(
+            lambda: main(["serve", "--port", str(port), "--token", SERVE_TOKEN])
+        )
+    finally:
+        taken.close()
+    assert status == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err

@@ -276,6 +276,29 @@ async def test_approvals_are_asked_together_and_fence_the_batch(
     assert batch.settled() == [ToolFailure(c.id, "act", NOT_EXECUTED) for c in calls]
 
 
+async def test_calls_refused_upstream_are_answered_and_never_run() -> None:
+    runs: list[str] = []
+
+    @tool
+    def act(name: str) -> str:
+        """Do something."""
+        runs.append(name)
+        return name
+
+    registry = ToolRegistry([act])
+    calls = [call("act", {"name": "a"}, id="c1"), call("act", {"name": "b"}, id="c2")]
+    batch = ToolBatch(calls)
+    results = await registry.execute(
+        calls, batch=batch, refused={"c2": "denied: the relay's policy"}
+    )
+    assert results == [
+        ToolSuccess("c1", "act", "a"),
+        ToolFailure("c2", "act", "denied: the relay's policy"),
+    ]
+    assert runs == ["a"]
+    assert batch.denied == {1}
+
+
 async def test_a_cancel_interrupts_running_calls_and_skips_queued_ones(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

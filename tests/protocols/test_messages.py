@@ -373,6 +373,21 @@ def test_provider_result_finish_defaults_from_calls() -> None:
         ProviderResult(usage={"prompt": 1})  # type: ignore[arg-type]
 
 
+def test_provider_result_denied_names_only_its_own_calls_and_round_trips() -> None:
+    from protocols.codec import decode, encode
+
+    call = ToolCall("c1", "deploy")
+    result = ProviderResult(calls=[call], denied={"c1": "denied: not on a Friday"})
+    assert decode(ProviderResult, encode(result)) == result
+    assert "denied" not in encode(ProviderResult(calls=[call]))  # the default is left out
+    with pytest.raises(ValidationError, match="names a call the result does not hold"):
+        ProviderResult(calls=[call], denied={"c2": "denied"})
+    with pytest.raises(ValidationError, match="non-empty strings"):
+        ProviderResult(calls=[call], denied={"c1": ""})
+    with pytest.raises(ValidationError, match="non-empty strings"):
+        ProviderResult(calls=[call], denied={"c1": 3})  # type: ignore[dict-item]
+
+
 def test_agent_result_partial_follows_stop() -> None:
     assert AgentResult().partial is False
     assert AgentResult().stop is StopReason.COMPLETE
