@@ -43,7 +43,7 @@ from typing import Any, Final, TypeAlias
 
 import attrs
 
-from ._json import dumps, loads
+from ._json import dumps, json_kind, loads
 from .codec import from_json, to_json
 from .errors import Category, ProtocolError, SizeLimitError, ValidationError
 from .messages import (
@@ -140,12 +140,50 @@ def _positive(instance: object, attribute: attrs.Attribute[Any], value: object) 
         raise ValidationError(f"{type(instance).__name__}.{attribute.name} must be an integer >= 1")
 
 
+def _nonempty_str(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValidationError(
+            f"{type(instance).__name__}.{attribute.name} must be a non-empty string"
+        )
+
+
+def _bool(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, bool):
+        raise ValidationError(f"{type(instance).__name__}.{attribute.name} must be true or false")
+
+
+def _instance_of(kind: type, *, optional: bool = False) -> Any:
+    def check(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if not isinstance(value, kind) and not (optional and value is None):
+            raise ValidationError(
+                f"{type(instance).__name__}.{attribute.name} must be a {kind.__name__}, "
+                f"not {type(value).__name__}"
+            )
+
+    return check
+
+
+def _items(kind: type, what: str, value: object) -> tuple[Any, ...]:
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+        raise ValidationError(f"{what} must be a sequence of {kind.__name__}")
+    items = tuple(value)
+    for index, item in enumerate(items):
+        if not isinstance(item, kind):
+            raise ValidationError(
+                f"{what}[{index}] must be a {kind.__name__}, not {type(item).__name__}"
+            )
+    return items
+
+
 def _messages(value: Iterable[Message]) -> tuple[Message, ...]:
-    return tuple(value)
+    return _items(Message, "messages", value)
 
 
 def _tools(value: Iterable[ToolDefinition]) -> tuple[ToolDefinition, ...]:
-    return tuple(value)
+    return _items(ToolDefinition, "tools", value)
+
+
+_OPTIONS: Final = _instance_of(ProviderOptions, optional=True)
 
 
 # -- client to server ---------------------------------------------------------------------------
@@ -169,7 +207,7 @@ class Stream:
     id: str = attrs.field(validator=_request_id)
     messages: tuple[Message, ...] = attrs.field(converter=_messages)
     tools: tuple[ToolDefinition, ...] = attrs.field(default=(), converter=_tools)
-    options: ProviderOptions | None = None
+    options: ProviderOptions | None = attrs.field(default=None, validator=_OPTIONS)
 
     def __attrs_post_init__(self) -> None:
         if not self.messages:
@@ -193,7 +231,7 @@ class Approve:
     """The client's answer to an :class:`Approval`."""
 
     id: str = attrs.field(validator=_request_id)
-    call: str = attrs.field(validator=_str)
+    call: str = attrs.field(validator=_nonempty_str)
     decision: str = attrs.field(validator=_decision)
     reason: str | None = attrs.field(default=None, validator=_optional_str)
 
@@ -204,7 +242,7 @@ class HttpRequest:
 
     messages: tuple[Message, ...] = attrs.field(converter=_messages)
     tools: tuple[ToolDefinition, ...] = attrs.field(default=(), converter=_tools)
-    options: ProviderOptions | None = None
+    options: ProviderOptions | None = attrs.field(default=None, validator=_OPTIONS)
 
     def __attrs_post_init__(self) -> None:
         if not self.messages:
@@ -251,7 +289,7 @@ class Result:
     policy refused, with the text the model must be answered with)."""
 
     id: str = attrs.field(validator=_request_id)
-    result: ProviderResult
+    result: ProviderResult = attrs.field(validator=_instance_of(ProviderResult))
 
 
 @attrs.frozen
@@ -259,7 +297,7 @@ class Abort:
     """Request ``id`` was cancelled; ``partial`` is what had streamed."""
 
     id: str = attrs.field(validator=_request_id)
-    partial: ProviderResult
+    partial: ProviderResult = attrs.field(validator=_instance_of(ProviderResult))
 
 
 def _code(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -273,7 +311,7 @@ class Error:
 
     code: str = attrs.field(validator=_code)
     message: str = attrs.field(validator=_str)
-    retryable: bool = False
+    retryable: bool = attrs.field(default=False, validator=_bool)
     id: str | None = attrs.field(default=None)
 
     def __attrs_post_init__(self) -> None:
@@ -288,7 +326,7 @@ class Approval:
     """The server's policy asks for a decision on ``call`` of request ``id``."""
 
     id: str = attrs.field(validator=_request_id)
-    call: ToolCall
+    call: ToolCall = attrs.field(validator=_instance_of(ToolCall))
     reason: str | None = attrs.field(default=None, validator=_optional_str)
 
 
@@ -334,18 +372,34 @@ def encode_frame(frame: ClientFrame | ServerFrame) -> str:
 def _decode(
     text: str | bytes, kinds: Mapping[str, type], max_bytes: int, category: Category, side: str
 ) -> Any:
-    size = len(text.encode("utf-8", "surrogatepass")) if isinstance(text, str) else len(text)
+    # Each character is at least one byte: a string longer than the limit is refused without
+    # encoding it (its length is then a lower bound of its size).
+    if isinstance(text, str) and len(text) <= max_bytes:
+        size = len(text.encode("utf-8", "surrogatepass"))
+    else:
+        size = len(text)
     if size > max_bytes:
         raise SizeLimitError(f"a {side} frame", limit=max_bytes, size=size, category=category)
     data = loads(text, category=category)
     if not isinstance(data, dict):
-        raise ProtocolError(f"a {side} frame must be a JSON object", category=category)
-    kind = data.pop("type", None)
-    cls = kinds.get(kind) if isinstance(kind, str) else None
-    if cls is None:
-        allowed = ", ".join(kinds)
         raise ProtocolError(
-            f"unknown {side} frame type {str(kind)[:40]!r}; expected one of {allowed}",
+            f"a {side} frame must be a JSON object, not {json_kind(data)}", category=category
+        )
+    allowed = ", ".join(kinds)
+    if "type" not in data:
+        raise ProtocolError(
+            f'a {side} frame must have a "type"; expected one of {allowed}', category=category
+        )
+    kind = data.pop("type")
+    if not isinstance(kind, str):
+        raise ProtocolError(
+            f'the "type" of a {side} frame must be a string, not {json_kind(kind)}',
+            category=category,
+        )
+    cls = kinds.get(kind)
+    if cls is None:
+        raise ProtocolError(
+            f"unknown {side} frame type {kind[:40]!r}; expected one of {allowed}",
             category=category,
         )
     return from_json(cls, data, category=category)
@@ -372,6 +426,9 @@ def decode_http_request(body: bytes) -> HttpRequest:
     (category ``user``)."""
     data = loads(body, category=Category.USER)
     if not isinstance(data, dict):
-        raise ProtocolError("the request body must be a JSON object", category=Category.USER)
+        raise ProtocolError(
+            f"the request body must be a JSON object, not {json_kind(data)}",
+            category=Category.USER,
+        )
     request: HttpRequest = from_json(HttpRequest, data, category=Category.USER)
     return request

@@ -1,0 +1,773 @@
+"""Tests for protocols.relay: every frame round-trips (property tests), decoding is strict and
+says whose fault a refusal is, the size limit is checked in UTF-8 bytes before parsing, the
+token never renders, and error frames carry only their fixed text."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, get_args
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocols._json import loads
+from protocols.errors import Category, ProtocolError, SizeLimitError, ValidationError
+from protocols.messages import (
+    Message,
+    ProviderOptions,
+    ProviderResult,
+    Role,
+    ToolCall,
+    ToolDefinition,
+    Usage,
+)
+from protocols.relay import (
+    DEFAULT_MAX_FRAME,
+    ERROR_MESSAGES,
+    MAX_REQUEST_ID,
+    Abort,
+    Approval,
+    Approve,
+    Cancel,
+    ClientFrame,
+    Delta,
+    Error,
+    Hello,
+    HttpRequest,
+    Ready,
+    Result,
+    ServerFrame,
+    Stream,
+    decode_client_frame,
+    decode_http_request,
+    decode_server_frame,
+    encode_frame,
+    error_frame,
+)
+
+SETTINGS = settings(max_examples=40, deadline=None)
+
+TAGS: dict[type, str] = {
+    Hello: "hello",
+    Stream: "stream",
+    Cancel: "cancel",
+    Approve: "approve",
+    Ready: "ready",
+    Delta: "delta",
+    Result: "result",
+    Abort: "abort",
+    Error: "error",
+    Approval: "approval",
+}
+CLIENT_TYPES = set(get_args(ClientFrame))
+SERVER_TYPES = set(get_args(ServerFrame))
+RETRYABLE = {"rate_limited", "too_many_streams", "upstream", "shutdown"}
+TOKEN = "sk-relay-s3cret-token-value"
+
+# --------------------------------------------------------------------------- strategies
+
+#: Any character but a lone surrogate (those are repaired on the wire, so cannot round-trip).
+UTF8 = st.characters(codec="utf-8")
+TEXT = st.text(alphabet=UTF8, max_size=12)
+NONEMPTY = st.text(alphabet=UTF8, min_size=1, max_size=10)
+REQUEST_IDS = st.one_of(
+    st.text(alphabet=UTF8, min_size=1, max_size=16),
+    st.text(alphabet=UTF8, min_size=MAX_REQUEST_ID, max_size=MAX_REQUEST_ID),
+)
+TOOL_NAMES = st.from_regex(r"[A-Za-z0-9_-]{1,64}", fullmatch=True)
+POSITIVE = st.integers(min_value=1, max_value=2**53)
+COUNTS = st.integers(min_value=0, max_value=2**40)
+
+JSON_VALUES = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(min_value=-(2**63), max_value=2**63),
+        st.floats(allow_nan=False, allow_infinity=False),
+        TEXT,
+    ),
+    lambda children: st.one_of(
+        st.lists(children, max_size=3), st.dictionaries(TEXT, children, max_size=3)
+    ),
+    max_leaves=8,
+)
+JSON_OBJECTS = st.dictionaries(TEXT, JSON_VALUES, max_size=3)
+
+
+def optional(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.none() | strategy
+
+
+TOOL_CALLS = st.builds(ToolCall, id=NONEMPTY, name=NONEMPTY, arguments=JSON_OBJECTS)
+CALL_LISTS = st.lists(TOOL_CALLS, max_size=3, unique_by=lambda call: call.id)
+
+
+@st.composite
+def messages(draw: st.DrawFn) -> Message:
+    role = draw(st.sampled_from(Role))
+    kwargs: dict[str, Any] = {"content": draw(TEXT)}
+    if role is Role.USER:
+        kwargs["images"] = draw(st.lists(NONEMPTY, max_size=2))
+    elif role is Role.ASSISTANT:
+        kwargs["calls"] = draw(CALL_LISTS)
+        kwargs["thinking"] = draw(TEXT)
+        kwargs["interrupted"] = draw(st.booleans())
+        kwargs["continuation"] = draw(JSON_OBJECTS)
+    elif role is Role.TOOL:
+        kwargs["tool_call_id"] = draw(NONEMPTY)
+        kwargs["name"] = draw(NONEMPTY)
+    if draw(st.booleans()):
+        kwargs["id"] = draw(NONEMPTY)
+    if draw(st.booleans()):
+        kwargs["created_at"] = draw(st.floats(min_value=0, max_value=1e12))
+    return Message(role=role, **kwargs)
+
+
+SCHEMAS = st.one_of(
+    st.just({"type": "object", "properties": {}}),
+    st.builds(
+        lambda names: {"type": "object", "properties": {n: {"type": "string"} for n in names}},
+        st.lists(TEXT, max_size=3),
+    ),
+)
+TOOL_DEFINITIONS = st.one_of(
+    st.builds(ToolDefinition, name=TOOL_NAMES),
+    st.builds(ToolDefinition, name=TOOL_NAMES, description=TEXT, parameters=SCHEMAS),
+)
+OPTIONS = st.builds(
+    ProviderOptions,
+    think=optional(st.booleans()),
+    schema=optional(SCHEMAS),
+    max_tokens=optional(st.integers(min_value=1, max_value=2**31)),
+    temperature=optional(st.floats(min_value=0, max_value=2)),
+    tool_choice=optional(st.one_of(st.sampled_from(["auto", "none", "required"]), TOOL_NAMES)),
+    stop=st.lists(NONEMPTY, max_size=3),
+    extra=JSON_OBJECTS,
+)
+
+
+@st.composite
+def usages(draw: st.DrawFn) -> Usage:
+    prompt, completion = draw(COUNTS), draw(COUNTS)
+    return Usage(
+        prompt=prompt, completion=completion, cached=draw(optional(st.integers(0, prompt)))
+    )
+
+
+@st.composite
+def provider_results(draw: st.DrawFn) -> ProviderResult:
+    calls = draw(CALL_LISTS)
+    denied_ids = (
+        draw(st.lists(st.sampled_from([c.id for c in calls]), unique=True)) if calls else []
+    )
+    return ProviderResult(
+        content=draw(TEXT),
+        thinking=draw(TEXT),
+        calls=calls,
+        usage=draw(optional(usages())),
+        continuation=draw(JSON_OBJECTS),
+        denied={call_id: draw(NONEMPTY) for call_id in denied_ids},
+    )
+
+
+@st.composite
+def errors(draw: st.DrawFn) -> Error:
+    code = draw(st.sampled_from(sorted(ERROR_MESSAGES)))
+    request_id = draw(optional(REQUEST_IDS))
+    if draw(st.booleans()):
+        return error_frame(code, request_id)
+    return Error(code, ERROR_MESSAGES[code], draw(st.booleans()), request_id)
+
+
+FRAMES: dict[type, st.SearchStrategy[Any]] = {
+    Hello: st.builds(Hello, version=POSITIVE, token=TEXT),
+    Stream: st.builds(
+        Stream,
+        id=REQUEST_IDS,
+        messages=st.lists(messages(), min_size=1, max_size=3),
+        tools=st.lists(TOOL_DEFINITIONS, max_size=2),
+        options=optional(OPTIONS),
+    ),
+    Cancel: st.builds(Cancel, id=REQUEST_IDS),
+    Approve: st.builds(
+        Approve,
+        id=REQUEST_IDS,
+        call=NONEMPTY,
+        decision=st.sampled_from(["allow", "deny"]),
+        reason=optional(TEXT),
+    ),
+    Ready: st.builds(Ready, version=POSITIVE, max_frame=POSITIVE, max_streams=POSITIVE),
+    Delta: st.builds(
+        Delta, id=REQUEST_IDS, channel=st.sampled_from(["content", "thinking"]), text=NONEMPTY
+    ),
+    Result: st.builds(Result, id=REQUEST_IDS, result=provider_results()),
+    Abort: st.builds(Abort, id=REQUEST_IDS, partial=provider_results()),
+    Error: errors(),
+    Approval: st.builds(Approval, id=REQUEST_IDS, call=TOOL_CALLS, reason=optional(TEXT)),
+}
+
+
+def test_every_frame_type_has_a_strategy_and_a_side() -> None:
+    assert set(FRAMES) == set(TAGS) == CLIENT_TYPES | SERVER_TYPES
+    assert not CLIENT_TYPES & SERVER_TYPES
+    assert {Hello, Stream, Cancel, Approve} == CLIENT_TYPES
+
+
+# --------------------------------------------------------------------------- round trips
+
+
+def decoders(cls: type) -> tuple[Any, Any]:
+    """(the decoder of ``cls``'s side, the decoder of the other side)."""
+    if cls in CLIENT_TYPES:
+        return decode_client_frame, decode_server_frame
+    return decode_server_frame, decode_client_frame
+
+
+@pytest.mark.parametrize("cls", list(FRAMES), ids=lambda cls: cls.__name__)
+@SETTINGS
+@given(data=st.data())
+def test_every_frame_round_trips(cls: type, data: st.DataObject) -> None:
+    frame: Any = data.draw(FRAMES[cls])
+    decode, _ = decoders(cls)
+    text = encode_frame(frame)
+
+    back: Any = decode(text)
+    assert encode_frame(back) == text  # re-encoding is stable
+    assert type(back) is cls
+    assert back == frame
+    assert decode(text.encode("utf-8")) == frame
+
+    # "type" is the first key, and holds the frame's tag.
+    plain = json.loads(text)
+    assert next(iter(plain)) == "type"
+    assert plain["type"] == TAGS[cls]
+    assert text.startswith(f'{{"type":"{TAGS[cls]}"')
+
+
+@pytest.mark.parametrize("cls", list(FRAMES), ids=lambda cls: cls.__name__)
+@settings(max_examples=10, deadline=None)
+@given(data=st.data())
+def test_a_frame_is_refused_by_the_other_sides_decoder(cls: type, data: st.DataObject) -> None:
+    frame = data.draw(FRAMES[cls])
+    _, other = decoders(cls)
+    with pytest.raises(ProtocolError) as info:
+        other(encode_frame(frame))
+    assert not isinstance(info.value, SizeLimitError)
+    expected = Category.PROVIDER if other is decode_server_frame else Category.USER
+    assert info.value.category is expected
+    assert f"frame type {TAGS[cls]!r}" in str(info.value)
+
+
+def test_the_type_key_may_come_anywhere_in_what_is_decoded() -> None:
+    assert decode_client_frame('{"id":"r1","type":"cancel"}') == Cancel("r1")
+    assert decode_server_frame(
+        '{"text":"hé","channel":"thinking","id":"r1","type":"delta"}'
+    ) == Delta("r1", "thinking", "hé")
+
+
+def test_result_denied_survives_the_round_trip() -> None:
+    calls = (ToolCall("c1", "rm", {"path": "/"}), ToolCall("c2", "ls"))
+    frame = Result("r1", ProviderResult(calls=calls, denied={"c1": "refused by policy: rm"}))
+    text = encode_frame(frame)
+    assert json.loads(text)["result"]["denied"] == {"c1": "refused by policy: rm"}
+    back = decode_server_frame(text)
+    assert isinstance(back, Result)
+    assert back.result.denied == {"c1": "refused by policy: rm"}
+    assert back == frame
+
+
+def test_a_lone_surrogate_in_received_text_is_repaired_not_crashed_on() -> None:
+    # As raw text (measured with surrogatepass) and as a JSON escape.
+    raw = '{"type":"delta","id":"r1","channel":"content","text":"a\ud800b"}'
+    escaped = '{"type":"delta","id":"r1","channel":"content","text":"a\\ud800b"}'
+    for text in (raw, escaped):
+        assert decode_server_frame(text) == Delta("r1", "content", "a\ufffdb")
+
+
+def test_hello_of_another_version_still_decodes_the_server_refuses_it() -> None:
+    # Versions are compared by the server (it answers error "version"), not by the decoder.
+    assert decode_client_frame(f'{{"type":"hello","version":2,"token":"{TOKEN}"}}') == Hello(
+        2, TOKEN
+    )
+
+
+# --------------------------------------------------------------------------- strict refusals
+
+CALL_JSON = '{"id":"c1","name":"ls"}'
+USER_MESSAGE = '{"role":"user","content":"hi"}'
+
+#: (text, a fragment the error message must contain), sent to decode_client_frame.
+CLIENT_REFUSALS: list[tuple[str, str]] = [
+    # unknown / missing / non-string type
+    ('{"type":"bogus","id":"r1"}', "unknown client frame type 'bogus'"),
+    ('{"id":"r1"}', 'must have a "type"'),
+    ('{"type":null,"id":"r1"}', '"type" of a client frame must be a string, not null'),
+    ('{"type":["cancel"],"id":"r1"}', "must be a string, not an array"),
+    ('{"type":"Cancel","id":"r1"}', "unknown client frame type 'Cancel'"),
+    # not an object, not JSON
+    ('["cancel","r1"]', "must be a JSON object, not an array"),
+    ('"cancel"', "must be a JSON object, not a string"),
+    ("null", "must be a JSON object, not null"),
+    ('{"type":"cancel","id":"r1"', "invalid JSON"),
+    ('{"type":"cancel","id":"r1"} {}', "invalid JSON"),
+    ("", "invalid JSON"),
+    ('{"type":"cancel","id":"r1","id":"r2"}', "duplicate object key 'id'"),
+    ('{"type":"ready","version":NaN}', "invalid JSON"),
+    # unknown fields
+    ('{"type":"cancel","id":"r1","extra":1}', "unknown field(s) 'extra'"),
+    (
+        '{"type":"stream","id":"r1","messages":[{"role":"user","content":"x","foo":1}]}',
+        "$.messages[0]: unknown field(s) 'foo'",
+    ),
+    # missing fields
+    ('{"type":"cancel"}', "$.id: required field missing"),
+    ('{"type":"stream","id":"r1"}', "$.messages: required field missing"),
+    ('{"type":"approve","id":"r1","call":"c1"}', "$.decision: required field missing"),
+    ('{"type":"hello","token":"t"}', "$.version: required field missing"),
+    # wrong types
+    ('{"type":"hello","version":true,"token":"t"}', "$.version: expected an integer, got bool"),
+    ('{"type":"hello","version":1.0,"token":"t"}', "$.version: expected an integer"),
+    ('{"type":"hello","version":1,"token":5}', "$.token: expected a string, got int"),
+    ('{"type":"cancel","id":5}', "$.id: expected a string, got int"),
+    ('{"type":"cancel","id":null}', "$.id: expected a string"),
+    ('{"type":"stream","id":"r1","messages":"hi"}', "$.messages: expected an array"),
+    (
+        f'{{"type":"stream","id":"r1","messages":[{USER_MESSAGE}],"tools":{{}}}}',
+        "$.tools: expected an array",
+    ),
+    (
+        f'{{"type":"stream","id":"r1","messages":[{USER_MESSAGE}],"options":[]}}',
+        "$.options",
+    ),
+    ('{"type":"approve","id":"r1","call":7,"decision":"allow"}', "$.call: expected a string"),
+    (
+        '{"type":"approve","id":"r1","call":"c1","decision":"allow","reason":1}',
+        "$.reason",
+    ),
+    # values breaking an invariant
+    ('{"type":"hello","version":0,"token":"t"}', "Hello.version must be an integer >= 1"),
+    ('{"type":"cancel","id":""}', f"Cancel.id must be a string of 1 to {MAX_REQUEST_ID}"),
+    (
+        f'{{"type":"cancel","id":"{"x" * (MAX_REQUEST_ID + 1)}"}}',
+        f"Cancel.id must be a string of 1 to {MAX_REQUEST_ID}",
+    ),
+    ('{"type":"stream","id":"r1","messages":[]}', "Stream.messages must not be empty"),
+    (
+        f'{{"type":"stream","id":"","messages":[{USER_MESSAGE}]}}',
+        "Stream.id must be a string of 1 to",
+    ),
+    (
+        '{"type":"approve","id":"r1","call":"c1","decision":"maybe"}',
+        "Approve.decision must be 'allow' or 'deny'",
+    ),
+    (
+        '{"type":"approve","id":"r1","call":"c1","decision":"ALLOW"}',
+        "Approve.decision must be 'allow' or 'deny'",
+    ),
+    ('{"type":"approve","id":"r1","call":"","decision":"deny"}', "Approve.call must be"),
+    # a server frame sent to the server
+    ('{"type":"ready","version":1,"max_frame":10,"max_streams":1}', "frame type 'ready'"),
+    ('{"type":"delta","id":"r1","channel":"content","text":"x"}', "frame type 'delta'"),
+]
+
+#: (text, a fragment the error message must contain), sent to decode_server_frame.
+SERVER_REFUSALS: list[tuple[str, str]] = [
+    ('{"type":"bogus"}', "unknown server frame type 'bogus'"),
+    ('{"version":1,"max_frame":1,"max_streams":1}', 'must have a "type"'),
+    ('{"type":1}', '"type" of a server frame must be a string, not an integer'),
+    ("[]", "must be a JSON object, not an array"),
+    ("42", "must be a JSON object, not an integer"),
+    ("{", "invalid JSON"),
+    ("\xff", "invalid JSON"),
+    (b"\xff\xfe", "not UTF-8"),  # type: ignore[list-item]
+    ('{"type":"ready","version":1,"max_frame":1,"max_streams":1,"x":0}', "unknown field(s) 'x'"),
+    ('{"type":"ready","version":1,"max_frame":1}', "$.max_streams: required field missing"),
+    (
+        '{"type":"ready","version":1,"max_frame":true,"max_streams":1}',
+        "$.max_frame: expected an integer, got bool",
+    ),
+    ('{"type":"ready","version":1,"max_frame":0,"max_streams":1}', "Ready.max_frame must be"),
+    ('{"type":"delta","id":"r1","channel":"content","text":""}', "Delta.text must be a non-empty"),
+    ('{"type":"delta","id":"r1","channel":"content","text":3}', "$.text: expected a string"),
+    (
+        '{"type":"delta","id":"r1","channel":"reasoning","text":"x"}',
+        "Delta.channel must be 'content' or 'thinking'",
+    ),
+    ('{"type":"delta","channel":"content","text":"x"}', "$.id: required field missing"),
+    (
+        '{"type":"result","id":"r1","result":{"denied":{"c9":"no"}}}',
+        "ProviderResult.denied names a call the result does not hold",
+    ),
+    (
+        f'{{"type":"result","id":"r1","result":{{"calls":[{CALL_JSON}],"denied":{{"c2":"no"}}}}}}',
+        "ProviderResult.denied names a call the result does not hold",
+    ),
+    (
+        f'{{"type":"result","id":"r1","result":{{"calls":[{CALL_JSON}],"denied":{{"c1":""}}}}}}',
+        "ProviderResult.denied must map call ids to non-empty strings",
+    ),
+    ('{"type":"result","id":"r1"}', "$.result: required field missing"),
+    ('{"type":"result","id":"r1","result":"done"}', "$.result"),
+    ('{"type":"abort","id":"r1","partial":{},"extra":1}', "unknown field(s) 'extra'"),
+    (
+        '{"type":"error","code":"upstream","message":"sk-upstream said: quota for acct 42"}',
+        "Error.message must be the fixed text of its code",
+    ),
+    (
+        '{"type":"error","code":"upstream","message":"unauthorized"}',
+        "Error.message must be the fixed text of its code",
+    ),
+    ('{"type":"error","code":"teapot","message":"teapot"}', "Error.code must be one of"),
+    ('{"type":"error","code":"upstream"}', "$.message: required field missing"),
+    (
+        '{"type":"error","code":"upstream","message":"relay provider failed","retryable":1}',
+        "$.retryable: expected true or false, got int",
+    ),
+    (
+        '{"type":"error","code":"upstream","message":"relay provider failed","id":""}',
+        "Error.id must be a string of 1 to",
+    ),
+    # (codec words a str where an object is due as "'str' object has no attribute 'keys'")
+    ('{"type":"approval","id":"r1","call":"c1"}', "invalid Approval: $.call: "),
+    ('{"type":"approval","id":"r1","call":{"id":"","name":"ls"}}', "ToolCall.id must be"),
+    # a client frame sent to the client
+    (f'{{"type":"hello","version":1,"token":"{TOKEN}"}}', "frame type 'hello'"),
+    ('{"type":"cancel","id":"r1"}', "frame type 'cancel'"),
+]
+
+
+def refusal(decode: Any, text: str | bytes, category: Category) -> ProtocolError:
+    with pytest.raises(ProtocolError) as info:
+        decode(text)
+    error = info.value
+    assert not isinstance(error, SizeLimitError)
+    assert error.category is category
+    return error
+
+
+@pytest.mark.parametrize(("text", "fragment"), CLIENT_REFUSALS)
+def test_client_frames_are_refused_strictly(text: str, fragment: str) -> None:
+    error = refusal(decode_client_frame, text, Category.USER)
+    assert fragment in str(error)
+
+
+@pytest.mark.parametrize(("text", "fragment"), SERVER_REFUSALS)
+def test_server_frames_are_refused_strictly(text: str | bytes, fragment: str) -> None:
+    error = refusal(decode_server_frame, text, Category.PROVIDER)
+    assert fragment in str(error)
+
+
+def test_an_upstream_message_is_never_echoed_by_the_refusal() -> None:
+    leaked = "sk-upstream-secret-in-a-vendor-message"
+    error = refusal(
+        decode_server_frame,
+        f'{{"type":"error","code":"upstream","message":"{leaked}"}}',
+        Category.PROVIDER,
+    )
+    assert leaked not in str(error)
+    assert leaked not in repr(error)
+
+
+def test_an_unknown_type_is_echoed_only_in_part() -> None:
+    long_type = "x" * 5000
+    error = refusal(decode_client_frame, f'{{"type":"{long_type}"}}', Category.USER)
+    assert "x" * 40 in str(error)
+    assert "x" * 41 not in str(error)
+
+
+# --------------------------------------------------------------------------- request ids
+
+
+@pytest.mark.parametrize("cls", [Cancel, Delta, Approve, Error])
+def test_request_id_bounds_are_enforced_in_characters(cls: type) -> None:
+    def build(request_id: str) -> Any:
+        if cls is Cancel:
+            return Cancel(request_id)
+        if cls is Delta:
+            return Delta(request_id, "content", "x")
+        if cls is Approve:
+            return Approve(request_id, "c1", "allow")
+        return error_frame("invalid", request_id)
+
+    longest = "é" * MAX_REQUEST_ID  # 2 bytes each: the bound counts characters
+    frame = build(longest)
+    decode, _ = decoders(cls)
+    assert decode(encode_frame(frame)) == frame
+    for bad in ("", "é" * (MAX_REQUEST_ID + 1)):
+        with pytest.raises(ValidationError, match=f"id must be a string of 1 to {MAX_REQUEST_ID}"):
+            build(bad)
+
+
+# --------------------------------------------------------------------------- size limit
+
+
+def test_a_frame_over_the_limit_is_refused_before_parsing() -> None:
+    malformed = '{"type":"cancel","id":' + "[" * 200  # not JSON, and too deep
+    for decode, category in (
+        (decode_client_frame, Category.USER),
+        (decode_server_frame, Category.PROVIDER),
+    ):
+        # Under a big enough limit the same text is a JSON error...
+        with pytest.raises(ProtocolError) as parsed:
+            decode(malformed, max_bytes=len(malformed))
+        assert not isinstance(parsed.value, SizeLimitError)
+        assert "invalid JSON" in str(parsed.value)
+        # ... one byte under, the size is refused first.
+        for text in (malformed, malformed.encode("utf-8")):
+            with pytest.raises(SizeLimitError) as info:
+                decode(text, max_bytes=len(malformed) - 1)
+            assert info.value.category is category
+            assert info.value.code == "too_large"
+            assert info.value.limit == len(malformed) - 1
+            assert info.value.size == len(malformed)
+
+
+def test_the_limit_is_measured_in_utf8_bytes() -> None:
+    frame = Delta("r1", "content", "日本語€😀" * 10)
+    text = encode_frame(frame)
+    size = len(text.encode("utf-8"))
+    assert size > len(text)  # multi-byte characters count fully
+    for data in (text, text.encode("utf-8")):
+        assert decode_server_frame(data, max_bytes=size) == frame  # exactly at the limit
+        with pytest.raises(SizeLimitError) as info:
+            decode_server_frame(data, max_bytes=size - 1)
+        assert info.value.size == size
+    # Fewer characters than the limit, more bytes: refused.
+    with pytest.raises(SizeLimitError):
+        decode_server_frame(text, max_bytes=len(text))
+
+
+def test_a_frame_exactly_at_the_default_limit_is_accepted() -> None:
+    empty = encode_frame(Hello(1, ""))
+    pad = DEFAULT_MAX_FRAME - len(empty.encode("utf-8"))
+    token = "€" * (pad // 3) + "a" * (pad % 3)
+    text = encode_frame(Hello(1, token))
+    assert len(text.encode("utf-8")) == DEFAULT_MAX_FRAME
+    assert decode_client_frame(text) == Hello(1, token)
+    with pytest.raises(SizeLimitError) as info:
+        decode_client_frame(encode_frame(Hello(1, token + "a")))
+    assert info.value.limit == DEFAULT_MAX_FRAME
+    assert info.value.category is Category.USER
+
+
+def test_a_huge_string_is_refused_with_a_lower_bound_of_its_size() -> None:
+    text = "é" * 1000
+    with pytest.raises(SizeLimitError) as info:
+        decode_client_frame(text, max_bytes=999)
+    assert 1000 <= info.value.size <= 2000
+    # A raw lone surrogate is measured too, not a UnicodeEncodeError.
+    with pytest.raises(SizeLimitError):
+        decode_client_frame('{"type":"cancel","id":"\ud800"}', max_bytes=20)
+
+
+# --------------------------------------------------------------------------- nesting
+
+
+@pytest.mark.parametrize("decode", [decode_client_frame, decode_server_frame])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 100_000,
+        "[" * 300 + "]" * 300,
+        '{"type":"stream","id":"r1","messages":[{"role":"user","content":"x"}],'
+        '"options":{"extra":{"a":' + "[" * 300 + "]" * 300 + "}}}",
+        '{"type":' + '{"a":' * 50_000 + "1" + "}" * 50_000 + "}",
+    ],
+    ids=["unclosed", "closed", "inside-a-field", "objects"],
+)
+def test_deep_nesting_is_refused_cleanly(decode: Any, text: str) -> None:
+    with pytest.raises(ProtocolError) as info:
+        decode(text)
+    assert "nested deeper than" in str(info.value)
+    category = Category.USER if decode is decode_client_frame else Category.PROVIDER
+    assert info.value.category is category
+
+
+def test_deep_nesting_in_an_http_request_is_refused_cleanly() -> None:
+    with pytest.raises(ProtocolError, match="nested deeper than") as info:
+        decode_http_request(b"[" * 100_000)
+    assert info.value.category is Category.USER
+
+
+# --------------------------------------------------------------------------- http request
+
+
+@SETTINGS
+@given(
+    msgs=st.lists(messages(), min_size=1, max_size=3),
+    tools=st.lists(TOOL_DEFINITIONS, max_size=2),
+    options=optional(OPTIONS),
+)
+def test_http_request_decodes_messages_tools_and_options(
+    msgs: list[Message], tools: list[ToolDefinition], options: ProviderOptions | None
+) -> None:
+    # The body a client sends is a stream frame's fields without type and id.
+    frame = Stream("r1", msgs, tools, options)
+    body = json.loads(encode_frame(frame))
+    del body["type"], body["id"]
+    request = decode_http_request(json.dumps(body, ensure_ascii=False).encode("utf-8"))
+    assert request == HttpRequest(msgs, tools, options)
+
+
+def test_http_request_tools_and_options_are_optional() -> None:
+    request = decode_http_request(b'{"messages":[{"role":"user","content":"hi","id":"m1"}]}')
+    assert request.tools == ()
+    assert request.options is None
+    assert request.messages[0].content == "hi"
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        (b'{"messages":[{"role":"user","content":"hi"}],"id":"r1"}', "unknown field(s) 'id'"),
+        (
+            b'{"type":"stream","messages":[{"role":"user","content":"hi"}]}',
+            "unknown field(s) 'type'",
+        ),
+        (b'{"messages":[{"role":"user","content":"hi"}],"model":"x"}', "unknown field(s)"),
+        (b'{"tools":[]}', "$.messages: required field missing"),
+        (b'{"messages":[]}', "HttpRequest.messages must not be empty"),
+        (b'{"messages":{}}', "$.messages: expected an array"),
+        (b'[{"role":"user","content":"hi"}]', "must be a JSON object, not an array"),
+        (b'{"messages":', "invalid JSON"),
+        (b"\xc3\x28", "not UTF-8"),
+    ],
+)
+def test_http_request_is_refused_strictly(body: bytes, fragment: str) -> None:
+    error = refusal(decode_http_request, body, Category.USER)
+    assert fragment in str(error)
+
+
+# --------------------------------------------------------------------------- the token
+
+
+BAD_HELLOS = [
+    f'{{"type":"hello","version":1,"token":"{TOKEN}","extra":true}}',
+    f'{{"type":"hello","version":true,"token":"{TOKEN}"}}',
+    f'{{"type":"hello","version":0,"token":"{TOKEN}"}}',
+    f'{{"type":"hello","version":"{TOKEN}","token":"{TOKEN}"}}',
+    f'{{"type":"hello","token":"{TOKEN}"}}',
+    f'{{"type":"hello","version":1,"token":["{TOKEN}"]}}',
+    f'{{"type":"hello","version":1,"token":{{"{TOKEN}":1}}}}',
+    f'{{"type":"hello","version":1,"token":"{TOKEN}","token":"{TOKEN}"}}',
+    f'{{"type":"hello","version":1,"token":"{TOKEN}"',
+    f'{{"type":"hullo","version":1,"token":"{TOKEN}"}}',
+]
+
+
+def test_hello_repr_never_shows_the_token() -> None:
+    hello = Hello(1, TOKEN)
+    assert TOKEN not in repr(hello)
+    assert TOKEN not in str(hello)
+    assert TOKEN not in repr([hello])
+    assert "<redacted>" in repr(hello)
+    assert hello.token == TOKEN  # still there to be checked
+
+
+@pytest.mark.parametrize("text", BAD_HELLOS)
+def test_a_refused_hello_never_shows_the_token(text: str) -> None:
+    error = refusal(decode_client_frame, text, Category.USER)
+    assert TOKEN not in str(error)
+    assert TOKEN not in repr(error)
+    assert "s3cret" not in str(error)
+
+
+def test_a_hello_refused_by_size_never_shows_the_token() -> None:
+    text = encode_frame(Hello(1, TOKEN))
+    with pytest.raises(SizeLimitError) as info:
+        decode_client_frame(text, max_bytes=10)
+    assert TOKEN not in str(info.value)
+
+
+# --------------------------------------------------------------------------- error frames
+
+
+@pytest.mark.parametrize("code", sorted(ERROR_MESSAGES))
+def test_error_frame_has_the_fixed_message_and_retry_hint(code: str) -> None:
+    for request_id in (None, "r1"):
+        frame = error_frame(code, request_id)
+        assert frame.code == code
+        assert frame.message == ERROR_MESSAGES[code]
+        assert frame.retryable is (code in RETRYABLE)
+        assert frame.id == request_id
+        back = decode_server_frame(encode_frame(frame))
+        assert back == frame
+        plain = json.loads(encode_frame(frame))
+        assert ("id" in plain) is (request_id is not None)
+
+
+def test_the_retryable_codes_are_exactly_these() -> None:
+    assert {code for code in ERROR_MESSAGES if error_frame(code).retryable} == RETRYABLE
+
+
+def test_error_frame_refuses_an_unknown_code() -> None:
+    with pytest.raises(ValidationError, match="unknown relay error code 'teapot'"):
+        error_frame("teapot")
+
+
+def test_an_error_cannot_be_built_with_another_message() -> None:
+    with pytest.raises(ValidationError, match="fixed text of its code"):
+        Error("upstream", "the vendor said: invalid key sk-123")
+    with pytest.raises(ValidationError, match="fixed text of its code"):
+        Error("upstream", ERROR_MESSAGES["unauthorized"])
+    with pytest.raises(ValidationError, match=re.escape("Error.code must be one of")):
+        Error("teapot", "teapot")
+
+
+# --------------------------------------------------------------------------- construction
+
+
+def test_frames_check_their_field_types_at_construction() -> None:
+    user = Message.user("hi")
+    with pytest.raises(ValidationError, match=r"messages\[0\] must be a Message, not int"):
+        Stream("r1", [1])  # type: ignore[list-item]
+    with pytest.raises(ValidationError, match="messages must be a sequence of Message"):
+        HttpRequest("hi")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match=r"tools\[0\] must be a ToolDefinition"):
+        Stream("r1", [user], ["search"])  # type: ignore[list-item]
+    with pytest.raises(
+        ValidationError, match=re.escape("Stream.options must be a ProviderOptions")
+    ):
+        Stream("r1", [user], options={"think": True})  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match=re.escape("Result.result must be a ProviderResult")):
+        Result("r1", "done")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match=re.escape("Abort.partial must be a ProviderResult")):
+        Abort("r1", None)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match=re.escape("Approval.call must be a ToolCall")):
+        Approval("r1", "c1")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match=re.escape("Error.retryable must be true or false")):
+        Error("upstream", ERROR_MESSAGES["upstream"], 1)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match=re.escape("Approve.call must be a non-empty string")):
+        Approve("r1", "", "allow")
+    with pytest.raises(ValidationError, match=re.escape("Hello.token must be a string")):
+        Hello(1, None)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match=re.escape("Hello.version must be an integer >= 1")):
+        Hello(True, "t")
+    with pytest.raises(
+        ValidationError, match=re.escape("Ready.max_streams must be an integer >= 1")
+    ):
+        Ready(1, 10, 0)
+    # Any iterable of the right items is accepted, and stored as a tuple.
+    stream = Stream("r1", iter([user]), (t for t in [ToolDefinition("ls")]))
+    assert stream.messages == (user,)
+    assert stream.tools == (ToolDefinition("ls"),)
+
+
+def test_encode_frame_refuses_what_is_not_a_frame() -> None:
+    with pytest.raises(ValidationError, match="not a relay frame: HttpRequest"):
+        encode_frame(HttpRequest([Message.user("hi")]))  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="not a relay frame: ToolCall"):
+        encode_frame(ToolCall("c1", "ls"))  # type: ignore[arg-type]
+
+
+def test_encoded_frames_omit_defaults_and_are_compact() -> None:
+    text = encode_frame(Approve("r1", "c1", "deny"))
+    assert text == '{"type":"approve","id":"r1","call":"c1","decision":"deny"}'
+    assert loads(text) == json.loads(text)
+    text = encode_frame(Error("budget", ERROR_MESSAGES["budget"]))
+    assert (
+        text
+        == '{"type":"error","code":"budget","message":"the token budget of this token is spent"}'
+    )
