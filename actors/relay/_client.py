@@ -11,6 +11,8 @@ import contextlib
 import itertools
 import logging
 import random
+import ssl
+import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -61,6 +63,9 @@ RelayApprover = Callable[[ToolCall, "str | None"], Awaitable["bool | tuple[bool,
 REQUEST_BUFFER = 256
 
 _GONE = object()
+
+#: The relay's refusals of a websocket handshake, by HTTP status.
+_REFUSED = {401: "unauthorized", 403: "forbidden_origin", 503: "shutdown"}
 
 
 @attrs.frozen
@@ -221,7 +226,6 @@ class RelayProvider(StreamingProvider):
                     last = error
                     continue
                 self._connection = connection
-                self._nursery.start_soon(self._read, connection)
                 return connection
             assert last is not None
             raise last
@@ -230,48 +234,90 @@ class RelayProvider(StreamingProvider):
         assert self._nursery is not None
         try:
             with trio.fail_after(self.connect_timeout):
-                socket = await trio_websocket.connect_websocket_url(
-                    self._nursery,
-                    self.url,
-                    max_message_size=self.max_frame,
-                    message_queue_size=REQUEST_BUFFER,
-                )
-                try:
-                    await socket.send_message(encode_frame(Hello(PROTOCOL_VERSION, self._token)))
-                    frame = decode_server_frame(
-                        await socket.get_message(), max_bytes=self.max_frame
-                    )
-                except BaseException:
-                    with trio.CancelScope(shield=True), trio.move_on_after(1):
-                        await socket.aclose()
-                    raise
+                # Started as a task of the provider's nursery, so that what goes wrong before
+                # the connection is ready (a refused handshake included) is raised here, to the
+                # request, and never into that nursery.
+                connection: _Connection = await self._nursery.start(self._run)
         except trio.TooSlowError:
             raise ProviderError(
                 "the relay did not answer in time", code="timeout", retryable=True
             ) from None
-        except trio_websocket.HandshakeError as error:
-            status = getattr(getattr(error, "response", None), "status_code", None)
+        except trio_websocket.ConnectionRejected as error:
+            status = error.status_code
             raise ProviderError(
                 f"the relay refused the connection (HTTP {status})",
-                code="unauthorized" if status == 401 else "transport",
-                retryable=status is None or status >= 500,
+                code=_REFUSED.get(status, "transport"),
+                retryable=status >= 500,
                 status=status,
             ) from None
         except trio_websocket.ConnectionClosed as error:
             raise _closed_error(error) from None
-        except OSError as error:
+        except (trio_websocket.HandshakeError, OSError) as error:
             raise ProviderError(
                 f"cannot reach the relay ({type(error).__name__})",
                 code="transport",
                 retryable=True,
             ) from None
+        return connection
+
+    async def _run(self, task_status: trio.TaskStatus[_Connection]) -> None:
+        """Open the websocket and say hello; once the relay is ready, route its frames until the
+        connection closes."""
+        parts = urllib.parse.urlsplit(self.url)
+        secure = parts.scheme == "wss"
+        host = parts.hostname or ""
+        port = parts.port or (443 if secure else 80)
+        resource = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        stream: trio.SocketStream | trio.SSLStream[trio.SocketStream]
+        if secure:
+            context = ssl.create_default_context()
+            stream = await trio.open_ssl_over_tcp_stream(
+                host, port, ssl_context=context, https_compatible=True
+            )
+        else:
+            stream = await trio.open_tcp_stream(host, port)
+        # The stream is ours to close: trio-websocket leaves it open when the handshake is
+        # refused.
+        async with stream:
+            try:
+                async with trio.open_nursery() as nursery:
+                    socket = await trio_websocket.wrap_client_stream(
+                        nursery,
+                        stream,
+                        parts.netloc,
+                        resource,
+                        max_message_size=self.max_frame,
+                        message_queue_size=REQUEST_BUFFER,
+                    )
+                    try:
+                        await self._greet(socket, task_status)
+                    finally:
+                        with (
+                            trio.CancelScope(shield=True),
+                            trio.move_on_after(2),
+                            contextlib.suppress(trio_websocket.ConnectionClosed),
+                        ):
+                            await socket.aclose()
+                        nursery.cancel_scope.cancel()
+            except BaseExceptionGroup as group:
+                if len(group.exceptions) == 1:  # the refused handshake, raised by its reader
+                    raise group.exceptions[0] from None
+                raise
+
+    async def _greet(
+        self, socket: trio_websocket.WebSocketConnection, task_status: trio.TaskStatus[_Connection]
+    ) -> None:
+        await socket.send_message(encode_frame(Hello(PROTOCOL_VERSION, self._token)))
+        frame = decode_server_frame(await socket.get_message(), max_bytes=self.max_frame)
         if isinstance(frame, Error):
             raise ProviderError(
                 f"relay: {frame.message}", code=frame.code, retryable=frame.retryable
             )
         if not isinstance(frame, Ready):
             raise ProtocolError("the relay did not answer hello with ready")
-        return _Connection(socket, frame)
+        connection = _Connection(socket, frame)
+        task_status.started(connection)
+        await self._read(connection)
 
     async def _read(self, connection: _Connection) -> None:
         """Route every frame of ``connection`` to its request, until it closes."""
@@ -322,6 +368,7 @@ class _RelayStream(ProviderStream):
         self._result: ProviderResult | None = None
         self._done = False
         self._shown = False
+        self._resent = 0
 
     @property
     def result(self) -> ProviderResult:
@@ -341,12 +388,22 @@ class _RelayStream(ProviderStream):
 
     async def _submit(self) -> trio.MemoryReceiveChannel[Any]:
         provider = self._provider
+        text = encode_frame(self._frame)
         for attempt in range(provider._backoff.attempts + 1):
             connection = await provider._connect()
+            if len(text.encode("utf-8", "surrogatepass")) > connection.ready.max_frame:
+                # The server would refuse it by closing the whole connection (and every other
+                # request on it), and a resend would meet the same refusal.
+                self._done = True
+                raise ProviderError(
+                    "the request is larger than the relay's frame limit",
+                    code="too_large",
+                    retryable=False,
+                )
             send, receive = trio.open_memory_channel[Any](REQUEST_BUFFER)
             connection.requests[self._frame.id] = send
             try:
-                await connection.send(encode_frame(self._frame))
+                await connection.send(text)
             except trio_websocket.ConnectionClosed as error:
                 connection.requests.pop(self._frame.id, None)
                 receive.close()
@@ -367,8 +424,13 @@ class _RelayStream(ProviderStream):
         while True:
             frame: ServerFrame | object = await receive.receive()
             if frame is _GONE:
-                if not self._shown:
+                provider = self._provider
+                if (
+                    not (self._shown or provider._closed)
+                    and self._resent < provider._backoff.attempts
+                ):
                     # Nothing of this request arrived: it may be sent again, on a new connection.
+                    self._resent += 1
                     receive = await self._submit()
                     continue
                 self._done = True
@@ -383,6 +445,7 @@ class _RelayStream(ProviderStream):
                 (self._content if frame.channel == "content" else self._thinking).append(frame.text)
                 return Delta("content" if frame.channel == "content" else "thinking", frame.text)
             if isinstance(frame, Approval):
+                self._shown = True  # a human has been asked: the request is never sent again
                 await self._answer(frame)
                 continue
             self._done = True
@@ -415,7 +478,8 @@ class _RelayStream(ProviderStream):
         decision = "allow" if allowed else "deny"
         assert self._connection is not None
         frame = Approve(self._frame.id, approval.call.id, decision, reason or None)
-        await self._connection.send(encode_frame(frame))
+        with contextlib.suppress(trio_websocket.ConnectionClosed):  # the next frame says so
+            await self._connection.send(encode_frame(frame))
 
     def _forget(self) -> None:
         connection = self._connection

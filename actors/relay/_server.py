@@ -43,6 +43,7 @@ from protocols.relay import (
     Approve,
     Cancel,
     Delta,
+    Error,
     Hello,
     HttpRequest,
     Ready,
@@ -127,7 +128,8 @@ class RelayLimits:
     open at once on one connection; ``idle_timeout``: seconds a connection with no open request
     may stay silent; ``handshake_timeout``: seconds to the ``hello`` (and to a whole HTTP request
     body); ``approval_timeout``: seconds a pending approval waits for its answer (then: denied);
-    ``send_timeout``: seconds one frame may take to leave (a client that stops reading is cut).
+    ``send_timeout``: seconds one frame may take to leave (a client that stops reading is cut:
+    its requests end, their upstream streams are closed, and nothing more is sent to it).
     """
 
     max_frame: int = DEFAULT_MAX_FRAME
@@ -196,9 +198,9 @@ class RelayServer:
     * **Cancellation both ways.** A ``cancel`` frame, a disconnect or :meth:`close` closes the
       upstream stream at once; the client's own ``cancel`` is answered with ``abort`` and the
       partial.
-    * **Back-pressure.** A frame is sent before the next upstream delta is read: a slow client
-      parks its own upstream stream; nothing is buffered without bound, and other connections
-      are not held up.
+    * **Back-pressure.** A frame is handed to the connection's sender before the next upstream
+      delta is read: a slow client parks its own upstream stream; nothing is buffered without
+      bound, and other connections are not held up.
     * **Nothing leaks.** Errors cross as a fixed text per code; the upstream's own message is
       logged, never sent.
 
@@ -376,7 +378,7 @@ class RelayServer:
             await _plain(send, 401, extra=[(b"www-authenticate", b"Bearer")])
             return
         length = headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) >= limits.max_frame):
+        if length is not None and (not length.isdigit() or int(length) > limits.max_frame):
             self._refuse("too_large")
             await _plain(send, 413)
             return
@@ -387,7 +389,7 @@ class RelayServer:
                 if message["type"] == "http.disconnect":
                     return
                 body += message.get("body", b"")
-                if len(body) >= limits.max_frame:
+                if len(body) > limits.max_frame:
                     self._refuse("too_large")
                     await _plain(send, 413)
                     return
@@ -424,6 +426,8 @@ class RelayServer:
         async def line(frame: ServerFrame) -> None:
             nonlocal started
             if not started:
+                if isinstance(frame, Error):
+                    return  # a failure before anything streamed is answered with a 502
                 started = True
                 await send(
                     {
@@ -462,7 +466,10 @@ class RelayServer:
         if isinstance(outcome, _Failed) and not started:
             await _plain(send, 502)
             return None
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        # Shielded: the ASGI server reports the finished response as a disconnect, which cancels
+        # this call -- and the result, uncounted, would never be charged to the token.
+        with trio.CancelScope(shield=True):
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
         return outcome if isinstance(outcome, ProviderResult) else None
 
     # -- the shared core -----------------------------------------------------------------------
@@ -494,10 +501,18 @@ class RelayServer:
                 result = attrs.evolve(result, denied={**result.denied, **denied})
             await emit(Result(request_id, result))
             return result
-        except AgentsError as error:
+        except _Gone:
+            raise
+        except Exception as error:
             # The upstream's message may carry details the client must not see: log it here,
-            # send the fixed text.
-            log.warning("relay request %s failed upstream: %s", request_id, error)
+            # send the fixed text. Any exception (a provider's bug too) fails only its own
+            # request, never the connection and the other requests on it.
+            log.warning(
+                "relay request %s failed upstream: %s",
+                request_id,
+                error,
+                exc_info=not isinstance(error, AgentsError),
+            )
             await emit(error_frame("upstream", request_id))
             return _Failed()
         finally:
@@ -530,7 +545,14 @@ class RelayServer:
         connection = _Connection(self, receive, send)
         self._statistics.connections += 1
         try:
-            await connection.serve(holder)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(connection.sender)
+                try:
+                    await connection.serve(holder)
+                except* _Gone:
+                    pass  # the client left, or was cut: there is nobody to tell
+                finally:
+                    connection.outbox.close()
         finally:
             self._statistics.connections -= 1
 
@@ -551,11 +573,16 @@ class _Connection:
         self.limits = server.limits
         self._receive = receive
         self._send = send
-        self._lock = trio.Lock()
+        # Frames leave through one task, :meth:`sender`: the ASGI server's send need not be
+        # cancellable (hypercorn shields its socket writes), so a request waits -- with the send
+        # timeout, cancellably -- for the sender to take its frame, never inside that send.
+        self.outbox, self._outgoing = trio.open_memory_channel[MutableMapping[str, Any]](0)
+        self._requests: trio.CancelScope | None = None
         self._open: dict[str, trio.CancelScope] = {}
         self._cancelled: set[str] = set()
         self._approvals: dict[tuple[str, str], tuple[trio.Event, list[Approve]]] = {}
         self._closed = False
+        self._idle: trio.CancelScope | None = None
 
     async def _next(self) -> str | bytes | None:
         """The next frame's text, or None when the client left."""
@@ -568,26 +595,44 @@ class _Connection:
         text = message.get("text")
         return text if text is not None else message.get("bytes") or b""
 
-    async def send(self, frame: ServerFrame) -> None:
+    async def sender(self) -> None:
+        """Send what the outbox holds, in order, until it is closed."""
+        async with self._outgoing:
+            async for message in self._outgoing:
+                try:
+                    await self._send(message)
+                except OSError:  # the transport is gone
+                    self._cut()
+                    return
+
+    def _cut(self) -> None:
+        """Stop talking to the client, and stop every request of the connection."""
+        self._closed = True
+        if self._requests is not None:
+            self._requests.cancel()
+
+    async def _put(self, message: MutableMapping[str, Any]) -> None:
         if self._closed:
             raise _Gone
-        async with self._lock:
-            with trio.move_on_after(self.limits.send_timeout) as waited:
-                try:
-                    await self._send({"type": "websocket.send", "text": encode_frame(frame)})
-                except OSError as error:  # the transport is gone
-                    self._closed = True
-                    raise _Gone from error
-            if waited.cancelled_caught:
-                self._closed = True
-                raise _Gone
+        with trio.move_on_after(self.limits.send_timeout) as waited:
+            try:
+                await self.outbox.send(message)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._cut()
+                raise _Gone from None
+        if waited.cancelled_caught:  # the last frame has not left yet: a client that stops
+            self._cut()  # reading is cut
+            raise _Gone
+
+    async def send(self, frame: ServerFrame) -> None:
+        await self._put({"type": "websocket.send", "text": encode_frame(frame)})
 
     async def close(self, code: int) -> None:
         if self._closed:
             return
+        with contextlib.suppress(_Gone):
+            await self._put({"type": "websocket.close", "code": code})
         self._closed = True
-        with contextlib.suppress(OSError):
-            await self._send({"type": "websocket.close", "code": code})
 
     async def fail(self, code: str, close: int, request_id: str | None = None) -> None:
         """Refuse with an error frame, then close the connection."""
@@ -612,11 +657,15 @@ class _Connection:
             if holder is None:  # no hello in time: a slow-loris handshake
                 await self.fail("timeout", _POLICY)
                 return
+        if self.server._closing:  # closed while this one said hello: it is not let in
+            await self.fail("shutdown", _GOING_AWAY)
+            return
         await self.send(Ready(PROTOCOL_VERSION, limits.max_frame, limits.max_streams))
         with trio.CancelScope() as everything:
             server._scopes.add(everything)
             try:
                 async with trio.open_nursery() as nursery:
+                    self._requests = nursery.cancel_scope
                     await self._read(holder, nursery)
                     nursery.cancel_scope.cancel()  # the client left: cut what it had open
             finally:
@@ -648,7 +697,8 @@ class _Connection:
     async def _read(self, holder: _Holder, nursery: trio.Nursery) -> None:
         limits = self.limits
         while True:
-            with trio.move_on_after(limits.idle_timeout) as idle:
+            with trio.CancelScope(deadline=trio.current_time() + limits.idle_timeout) as idle:
+                self._idle = idle
                 text = await self._next()
             if idle.cancelled_caught:
                 if self._open:
@@ -677,7 +727,9 @@ class _Connection:
                     scope.cancel()
             elif isinstance(frame, Approve):
                 waiting = self._approvals.get((frame.id, frame.call))
-                if waiting is None:
+                if waiting is None and frame.id in self._open:
+                    pass  # too late: that approval timed out (denied), the request goes on
+                elif waiting is None:
                     await self._say("unknown_request", frame.id)
                 else:
                     event, answers = waiting
@@ -748,6 +800,9 @@ class _Connection:
             self._open.pop(frame.id, None)
             self._cancelled.discard(frame.id)
             server._settle(holder, result)
+            if not self._open and self._idle is not None:
+                # Idle counts from the end of the last request, not from the last frame read.
+                self._idle.deadline = trio.current_time() + self.limits.idle_timeout
 
 
 def _partial(deltas: Sequence[Delta]) -> ProviderResult:
