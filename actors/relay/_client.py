@@ -131,6 +131,8 @@ class RelayProvider(StreamingProvider):
       retry hint.
     * An ``approval`` the server asks for goes to ``approve`` (none given: denied), and the
       calls the server's policy refused come back in the result's ``denied``.
+    * A frame from the server over ``max_frame`` bytes (default 16 MiB: a ``result`` repeats
+      the whole answer) is refused; what is sent is bounded by the limit the server announces.
     """
 
     name = "relay"
@@ -144,7 +146,7 @@ class RelayProvider(StreamingProvider):
         connect_timeout: float = 10.0,
         reconnects: int = 3,
         backoff: tuple[float, float] = (0.25, 4.0),
-        max_frame: int = DEFAULT_MAX_FRAME,
+        max_frame: int = 16 * DEFAULT_MAX_FRAME,
     ) -> None:
         if not url.startswith(("ws://", "wss://")):
             raise ConfigError(f"a relay url starts with ws:// or wss://, not {url[:20]!r}")
@@ -152,6 +154,15 @@ class RelayProvider(StreamingProvider):
             raise ConfigError("token must be the relay's bearer token (a non-empty string)")
         if not connect_timeout > 0:
             raise ConfigError("connect_timeout must be a number of seconds > 0")
+        if isinstance(reconnects, bool) or not isinstance(reconnects, int) or reconnects < 0:
+            raise ConfigError(f"reconnects must be an integer >= 0, not {reconnects!r}")
+        if isinstance(max_frame, bool) or not isinstance(max_frame, int) or max_frame < 1024:
+            raise ConfigError(f"max_frame must be a number of bytes >= 1024, not {max_frame!r}")
+        low, high = backoff
+        if not 0 <= low <= high:
+            raise ConfigError(
+                "backoff must be (initial, maximum) seconds with 0 <= initial <= maximum"
+            )
         self.url = url
         self._token = token
         self.approve = approve

@@ -24,7 +24,9 @@ import attrs
 import trio
 
 from protocols.authority import Authority, resolve_ask
+from protocols.budget import estimate_tokens
 from protocols.errors import AgentsError, ConfigError, ProtocolError, SizeLimitError
+from protocols.history import estimate_messages
 from protocols.messages import (
     FinishReason,
     Message,
@@ -300,10 +302,23 @@ class RelayServer:
         starts.append(now)
         holder.open += 1
 
-    def _settle(self, holder: _Holder, result: ProviderResult | None) -> None:
+    def _settle(
+        self,
+        holder: _Holder,
+        result: ProviderResult | None,
+        messages: Sequence[Message],
+        streamed: Sequence[Delta],
+    ) -> None:
+        """The request is over: free its slot and charge what it cost -- the reported usage, or
+        for a request cut or failed before reporting any, an estimate of its prompt and of
+        what streamed (so cancelling just before the end does not spend nothing)."""
         holder.open -= 1
         if result is not None and result.usage is not None:
             holder.spent += result.usage.total
+        else:
+            holder.spent += estimate_messages(messages) + sum(
+                estimate_tokens(delta.text) for delta in streamed
+            )
 
     async def _decide(
         self,
@@ -412,19 +427,24 @@ class RelayServer:
             await _plain(send, 503 if refused.code == "shutdown" else 429)
             return
         result: ProviderResult | None = None
+        streamed: list[Delta] = []
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
-                result = await self._http_respond(request, send)
+                result = await self._http_respond(request, send, streamed)
                 nursery.cancel_scope.cancel()
         finally:
-            self._settle(holder, result)
+            self._settle(holder, result, request.messages, streamed)
 
-    async def _http_respond(self, request: HttpRequest, send: Send) -> ProviderResult | None:
+    async def _http_respond(
+        self, request: HttpRequest, send: Send, streamed: list[Delta]
+    ) -> ProviderResult | None:
         started = False
 
         async def line(frame: ServerFrame) -> None:
             nonlocal started
+            if isinstance(frame, Delta):
+                streamed.append(frame)
             if not started:
                 if isinstance(frame, Error):
                     return  # a failure before anything streamed is answered with a 502
@@ -799,7 +819,7 @@ class _Connection:
         finally:
             self._open.pop(frame.id, None)
             self._cancelled.discard(frame.id)
-            server._settle(holder, result)
+            server._settle(holder, result, frame.messages, partial)
             if not self._open and self._idle is not None:
                 # Idle counts from the end of the last request, not from the last frame read.
                 self._idle.deadline = trio.current_time() + self.limits.idle_timeout

@@ -742,6 +742,30 @@ async def test_a_spent_token_budget_refuses_further_requests(
     assert app.statistics().refused == {"budget": 2}
 
 
+async def test_a_cut_request_is_charged_an_estimate_of_its_prompt_and_what_streamed(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    from protocols.budget import estimate_tokens
+    from protocols.history import estimate_messages
+
+    up = Upstream()
+    prompt = [Message.user("hang")]
+    cost = estimate_messages(prompt) + estimate_tokens("partial")
+    app = server(up, tokens=[RelayToken(TOKEN, budget=cost + 1)])
+    async with running(app) as url, relay(url) as provider:
+        async with provider.stream(prompt) as cut:
+            async for _ in cut:
+                break  # leave after the first delta: the request is cancelled, unreported
+        assert cut.partial.content == "partial"
+        # Cancelling did not make it free: one more token of budget is left, so one more
+        # request may start, and the one after that is refused.
+        await drain(provider, "two")
+        with pytest.raises(ProviderError) as failed:
+            await drain(provider, "three")
+        assert failed.value.code == "budget"
+    assert up.calls == 2
+
+
 async def test_a_duplicate_request_id_is_refused_and_the_open_request_goes_on(
     mock_clock: trio.testing.MockClock,
 ) -> None:
