@@ -28,6 +28,7 @@ PROMISED_RATIOS = {
         "concurrent_time_vs_raw_httpx",
         "deltas_per_s_vs_openai_sdk",
     },
+    "relay.py": {"relay_throughput_vs_direct", "relay_p99_added_over_target"},
     "sse_decode.py": {"events_per_s_vs_httpx_sse", "mib8_over_mib4_time"},
 }
 

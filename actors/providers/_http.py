@@ -255,6 +255,12 @@ class ProviderStream(ABC):
     async def aclose(self) -> None:
         """Release what the call holds (idempotent)."""
 
+    def take_ready(self) -> list[Delta]:
+        """The deltas that are already decoded and can be had without waiting, in order, taken
+        as if iterated (they count as yielded to the caller); ``[]`` when the next one needs a
+        wait. For callers that pass deltas on in batches, such as the relay."""
+        return []
+
 
 class _HTTPStream(ProviderStream):
     """A :class:`ProviderStream` over one HTTP response (with retries before the first delta)."""
@@ -310,6 +316,15 @@ class _HTTPStream(ProviderStream):
             content=partial.content[: len(partial.content) - unseen["content"]],
             thinking=partial.thinking[: len(partial.thinking) - unseen["thinking"]],
         )
+
+    def take_ready(self) -> list[Delta]:
+        pending = self._pending
+        if not pending:
+            return []
+        self._shown = True
+        taken = list(pending)
+        pending.clear()
+        return taken
 
     async def __anext__(self) -> Delta:
         pending = self._pending

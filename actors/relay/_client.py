@@ -347,7 +347,10 @@ class RelayProvider(StreamingProvider):
                         log.info("the relay closed the connection: %s", frame.code)
                     continue
                 try:
-                    await channel.send(frame)
+                    try:
+                        channel.send_nowait(frame)  # the usual case: room, and no yield
+                    except trio.WouldBlock:
+                        await channel.send(frame)  # a slow reader: wait, and so does the relay
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     connection.requests.pop(request, None)  # the reader left
         except trio_websocket.ConnectionClosed:

@@ -68,6 +68,10 @@ Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
+#: Frames of one connection that may wait for its sender: enough that a request reads its next
+#: upstream delta while the last one is written, bounded so a slow client still parks them.
+OUTBOX = 16
+
 RELAY_PATH = "/v1/relay"
 STREAM_PATH = "/v1/stream"
 _PAGES = {
@@ -200,9 +204,10 @@ class RelayServer:
     * **Cancellation both ways.** A ``cancel`` frame, a disconnect or :meth:`close` closes the
       upstream stream at once; the client's own ``cancel`` is answered with ``abort`` and the
       partial.
-    * **Back-pressure.** A frame is handed to the connection's sender before the next upstream
-      delta is read: a slow client parks its own upstream stream; nothing is buffered without
-      bound, and other connections are not held up.
+    * **Back-pressure.** At most :data:`OUTBOX` frames of a connection wait to be written; then
+      its requests wait before reading the next upstream delta: a slow client parks its own
+      upstream streams, nothing is buffered without bound, and other connections are not held
+      up. Pieces the upstream has already decoded leave together, as one frame.
     * **Nothing leaks.** Errors cross as a fixed text per code; the upstream's own message is
       logged, never sent.
 
@@ -504,9 +509,10 @@ class RelayServer:
         emit: Callable[[ServerFrame], Awaitable[None]],
         ask: Callable[[Approval], Awaitable[Approve | None]] | None,
     ) -> ProviderResult | _Failed:
-        """Stream one upstream call to ``emit``, a frame per delta, then its result (or an
-        error frame). Each delta is sent before the next is read. A cancel of the caller's
-        scope closes the upstream stream and propagates."""
+        """Stream one upstream call to ``emit`` -- a frame per run of pieces the upstream
+        decoded together, then its result (or an error frame); while ``emit`` waits, nothing
+        more is read. A cancel of the caller's scope closes the upstream stream and
+        propagates."""
         self._statistics.upstream_calls += 1
         self._statistics.streams += 1
         stream = None
@@ -514,7 +520,11 @@ class RelayServer:
             stream = self.provider.stream(messages, tools=tools or None, options=options)
             async with stream:
                 async for delta in stream:
-                    await emit(Delta(request_id, delta.channel, delta.text))
+                    # What the upstream has already decoded goes out with it, consecutive
+                    # pieces of one channel as one frame: a frame per network read instead of
+                    # a frame per token, while a paced stream still goes out piece by piece.
+                    for channel, text in _coalesced([delta, *stream.take_ready()]):
+                        await emit(Delta(request_id, channel, text))
             result = stream.result
             denied = await self._decide(request_id, result.calls, ask)
             if denied:
@@ -596,7 +606,7 @@ class _Connection:
         # Frames leave through one task, :meth:`sender`: the ASGI server's send need not be
         # cancellable (hypercorn shields its socket writes), so a request waits -- with the send
         # timeout, cancellably -- for the sender to take its frame, never inside that send.
-        self.outbox, self._outgoing = trio.open_memory_channel[MutableMapping[str, Any]](0)
+        self.outbox, self._outgoing = trio.open_memory_channel[MutableMapping[str, Any]](OUTBOX)
         self._requests: trio.CancelScope | None = None
         self._open: dict[str, trio.CancelScope] = {}
         self._cancelled: set[str] = set()
@@ -823,6 +833,19 @@ class _Connection:
             if not self._open and self._idle is not None:
                 # Idle counts from the end of the last request, not from the last frame read.
                 self._idle.deadline = trio.current_time() + self.limits.idle_timeout
+
+
+def _coalesced(deltas: Sequence[Any]) -> list[tuple[str, str]]:
+    """Consecutive deltas of one channel joined: (channel, text) pairs, in order."""
+    if len(deltas) == 1:
+        return [(deltas[0].channel, deltas[0].text)]
+    out: list[tuple[str, list[str]]] = []
+    for delta in deltas:
+        if out and out[-1][0] == delta.channel:
+            out[-1][1].append(delta.text)
+        else:
+            out.append((delta.channel, [delta.text]))
+    return [(channel, "".join(texts)) for channel, texts in out]
 
 
 def _partial(deltas: Sequence[Delta]) -> ProviderResult:

@@ -171,6 +171,34 @@ async def test_observe_retries_reports_to_every_enclosing_listener_in_its_block_
     assert "a retry listener of" in caplog.text  # the raising one was logged, nothing changed
 
 
+async def test_take_ready_hands_over_decoded_deltas_without_waiting_in_order() -> None:
+    async def burst(
+        request: h11.Request, body: bytes, stream: trio.SocketStream, connection: h11.Connection
+    ) -> None:
+        await send(stream, connection, sse_response())
+        pieces = b"".join(text_event(word) for word in ("one ", "two ", "three ", "four"))
+        await send(stream, connection, h11.Data(data=pieces))  # one write: one read
+        await send(stream, connection, h11.Data(data=text_event("", "stop") + b"data: [DONE]\n\n"))
+        await send(stream, connection, h11.EndOfMessage())
+
+    async with script_server(burst) as base:
+        provider = OpenAIChat(model="m", base_url=base + "/v1")
+        try:
+            async with provider.stream(MESSAGES) as stream:
+                assert stream.take_ready() == []  # nothing requested yet: nothing to take
+                first = await stream.__anext__()
+                rest = stream.take_ready()
+                assert stream.partial.content == "one two three four"  # taken counts as seen
+                more = [delta async for delta in stream]
+        finally:
+            await provider.aclose()
+    assert first.text == "one "
+    assert [d.text for d in rest] == ["two ", "three ", "four"]
+    assert more == []
+    assert stream.result.content == "one two three four"
+    assert stream.take_ready() == []
+
+
 async def test_retries_are_bounded() -> None:
     async with FaultProviderServer([{"kind": "http-error", "status": 502}]) as server:
         provider = OpenAIChat(model="m", base_url=server.base_url, retry=FAST)

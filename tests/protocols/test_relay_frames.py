@@ -771,3 +771,49 @@ def test_encoded_frames_omit_defaults_and_are_compact() -> None:
         text
         == '{"type":"error","code":"budget","message":"the token budget of this token is spent"}'
     )
+
+
+# -- the delta fast paths agree with the general ones -------------------------------------------
+
+
+@given(
+    st.text(min_size=1, max_size=MAX_REQUEST_ID),
+    st.sampled_from(["content", "thinking"]),
+    st.text(min_size=1, max_size=200),
+)
+@settings(max_examples=300)
+def test_delta_fast_paths_agree_with_the_codec(request_id: str, channel: str, text: str) -> None:
+    from protocols._json import dumps
+    from protocols.codec import from_json, to_json
+    from protocols.relay import _fast_delta
+
+    frame = Delta(request_id, channel, text)
+    general = dumps({"type": "delta", **to_json(frame)})  # type: ignore[dict-item]
+    assert encode_frame(frame) == general
+    fast = _fast_delta(general)
+    data = json.loads(general)
+    del data["type"]
+    expected = from_json(Delta, data)
+    assert decode_server_frame(general) == expected
+    if fast is not None:  # taken only when it is sure; then it is exactly the general answer
+        assert fast == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"type":"delta","id":"a","channel":"content","text":"x","text":"y"}',
+        '{"type":"delta","id":"a","channel":"content","text":"x","extra":1}',
+        '{"type":"delta","id":"a","channel":"content","text":""}',
+        '{"type":"delta","id":"a","channel":"speech","text":"x"}',
+        '{"type":"delta","id":"","channel":"content","text":"x"}',
+        '{"type":"delta","id":"a","channel":"content","text":5}',
+        '{"type":"delta","id":"a","channel":"content"}',
+    ],
+)
+def test_the_delta_fast_path_never_accepts_what_the_codec_refuses(text: str) -> None:
+    from protocols.relay import _fast_delta
+
+    assert _fast_delta(text) is None
+    with pytest.raises(ProtocolError):
+        decode_server_frame(text)
