@@ -309,7 +309,12 @@ class RelayProvider(StreamingProvider):
                             contextlib.suppress(trio_websocket.ConnectionClosed),
                         ):
                             await socket.aclose()
-                        nursery.cancel_scope.cancel()
+                        # Not cancelled at once: trio-websocket's reader ends by itself once the
+                        # close handshake is done, and a close begun elsewhere (aclose) waits
+                        # for that handshake. Bounded all the same.
+                        nursery.cancel_scope.deadline = min(
+                            nursery.cancel_scope.deadline, trio.current_time() + 2
+                        )
             except BaseExceptionGroup as group:
                 if len(group.exceptions) == 1:  # the refused handshake, raised by its reader
                     raise group.exceptions[0] from None

@@ -755,6 +755,21 @@ async def test_a_spent_token_budget_refuses_further_requests(
     assert app.statistics().refused == {"budget": 2}
 
 
+async def test_closing_the_provider_completes_the_close_handshake_without_waiting_out_a_timeout(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    app = server(Upstream())
+    async with running(app) as url:
+        provider = relay(url)
+        async with provider:
+            await drain(provider, "hello")
+            assert app.statistics().connections == 1
+            start = trio.current_time()
+        # Virtual time: a close that waited for its 2 s fallback would show here.
+        assert trio.current_time() - start < 1
+        await until(lambda: app.statistics().connections == 0)
+
+
 async def test_a_cut_request_is_charged_an_estimate_of_its_prompt_and_what_streamed(
     mock_clock: trio.testing.MockClock,
 ) -> None:
