@@ -208,6 +208,7 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "RetryEvent",
         "RetryPolicy",
         "StreamingProvider",
+        "TextStream",
         "Timeouts",
         "WireFormat",
         "observe_retries",

@@ -8,6 +8,7 @@ from ._http import ProviderStream as ProviderStream
 from ._http import RetryEvent as RetryEvent
 from ._http import RetryPolicy as RetryPolicy
 from ._http import StreamingProvider as StreamingProvider
+from ._http import TextStream as TextStream
 from ._http import Timeouts as Timeouts
 from ._http import WireFormat as WireFormat
 from ._http import observe_retries as observe_retries
@@ -27,6 +28,7 @@ __all__ = [
     "RetryEvent",
     "RetryPolicy",
     "StreamingProvider",
+    "TextStream",
     "Timeouts",
     "WireFormat",
     "observe_retries",

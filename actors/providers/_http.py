@@ -21,7 +21,14 @@ import trio
 from protocols._json import dumpb
 from protocols.errors import ConfigError, ProtocolError, ProviderError, ValidationError
 from protocols.history import unanswered_calls
-from protocols.messages import Delta, Message, ProviderOptions, ProviderResult, ToolDefinition
+from protocols.messages import (
+    Delta,
+    FinishReason,
+    Message,
+    ProviderOptions,
+    ProviderResult,
+    ToolDefinition,
+)
 from protocols.ndjson import NDJSONDecoder
 from protocols.sse import SSEComment, SSEDecoder
 from protocols.wire import StreamAssembler, classify_status
@@ -34,6 +41,7 @@ __all__ = [
     "RetryEvent",
     "RetryPolicy",
     "StreamingProvider",
+    "TextStream",
     "Timeouts",
     "WireFormat",
     "observe_retries",
@@ -260,6 +268,33 @@ class ProviderStream(ABC):
         as if iterated (they count as yielded to the caller); ``[]`` when the next one needs a
         wait. For callers that pass deltas on in batches, such as the relay."""
         return []
+
+
+class TextStream(ProviderStream):
+    """A :class:`ProviderStream` that keeps what it yielded: subclasses append each delta's text
+    to ``_content`` or ``_thinking`` as they yield it and set ``_result`` at the end; then
+    :attr:`partial` is the yielded text (finish ``cancelled``) and :attr:`result` the result."""
+
+    def __init__(self) -> None:
+        self._content: list[str] = []
+        self._thinking: list[str] = []
+        self._result: ProviderResult | None = None
+
+    @property
+    def result(self) -> ProviderResult:
+        if self._result is None:
+            raise RuntimeError("the stream has not finished: iterate it to the end first")
+        return self._result
+
+    @property
+    def partial(self) -> ProviderResult:
+        if self._result is not None:
+            return self._result
+        return ProviderResult(
+            content="".join(self._content),
+            thinking="".join(self._thinking),
+            finish=FinishReason.CANCELLED,
+        )
 
 
 class _HTTPStream(ProviderStream):

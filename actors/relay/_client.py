@@ -23,10 +23,8 @@ import trio_websocket
 from protocols.errors import ConfigError, ProtocolError, ProviderError
 from protocols.messages import (
     Delta,
-    FinishReason,
     Message,
     ProviderOptions,
-    ProviderResult,
     ToolCall,
     ToolDefinition,
 )
@@ -48,7 +46,7 @@ from protocols.relay import (
 )
 from protocols.relay import Delta as DeltaFrame
 
-from ..providers import ProviderStream, StreamingProvider
+from ..providers import ProviderStream, StreamingProvider, TextStream
 
 __all__ = ["RelayApprover", "RelayProvider"]
 
@@ -376,34 +374,16 @@ def _closed_error(error: trio_websocket.ConnectionClosed) -> ProviderError:
     )
 
 
-class _RelayStream(ProviderStream):
+class _RelayStream(TextStream):
     def __init__(self, provider: RelayProvider, frame: Stream) -> None:
+        super().__init__()
         self._provider = provider
         self._frame = frame
         self._connection: _Connection | None = None
         self._receive: trio.MemoryReceiveChannel[Any] | None = None
-        self._content: list[str] = []
-        self._thinking: list[str] = []
-        self._result: ProviderResult | None = None
         self._done = False
         self._shown = False
         self._resent = 0
-
-    @property
-    def result(self) -> ProviderResult:
-        if self._result is None:
-            raise RuntimeError("the stream has not finished: iterate it to the end first")
-        return self._result
-
-    @property
-    def partial(self) -> ProviderResult:
-        if self._result is not None:
-            return self._result
-        return ProviderResult(
-            content="".join(self._content),
-            thinking="".join(self._thinking),
-            finish=FinishReason.CANCELLED,
-        )
 
     async def _submit(self) -> trio.MemoryReceiveChannel[Any]:
         provider = self._provider

@@ -20,7 +20,7 @@ from protocols.messages import (
     Usage,
 )
 
-from ..providers import ProviderStream, StreamingProvider
+from ..providers import ProviderStream, StreamingProvider, TextStream
 
 __all__ = ["Fail", "Hang", "Reply", "ScriptExhausted", "ScriptedCall", "ScriptedProvider"]
 
@@ -101,16 +101,14 @@ def _pieces(text: str, size: int) -> list[str]:
     return [text[start : start + size] for start in range(0, len(text), size)]
 
 
-class _ScriptedStream(ProviderStream):
+class _ScriptedStream(TextStream):
     def __init__(self, provider: ScriptedProvider, call: ScriptedCall) -> None:
+        super().__init__()
         self._provider = provider
         self._call = call
         self._step: Step | None = None
         self._queue: deque[Delta] = deque()
         self._delay = 0.0
-        self._content: list[str] = []
-        self._thinking: list[str] = []
-        self._result: ProviderResult | None = None
         self._started = False
 
     async def __anext__(self) -> Delta:
@@ -158,22 +156,6 @@ class _ScriptedStream(ProviderStream):
             self._queue.extend(Delta("content", piece) for piece in _pieces(step.text, step.chunk))
         elif isinstance(step, Hang):
             self._queue.extend(Delta("content", piece) for piece in _pieces(step.text, 0))
-
-    @property
-    def result(self) -> ProviderResult:
-        if self._result is None:
-            raise RuntimeError("the stream has not finished: iterate it to the end first")
-        return self._result
-
-    @property
-    def partial(self) -> ProviderResult:
-        if self._result is not None:
-            return self._result
-        return ProviderResult(
-            content="".join(self._content),
-            thinking="".join(self._thinking),
-            finish=FinishReason.CANCELLED,
-        )
 
     async def aclose(self) -> None:
         await trio.lowlevel.checkpoint()
