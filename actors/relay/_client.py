@@ -297,6 +297,7 @@ class RelayProvider(StreamingProvider):
                         resource,
                         max_message_size=self.max_frame,
                         message_queue_size=REQUEST_BUFFER,
+                        receive_buffer_size=65536,  # a read per burst of frames, not per 4 KiB
                     )
                     try:
                         await self._greet(socket, task_status)

@@ -266,6 +266,7 @@ class Raw:
         self.status: int | None = None  # the HTTP status of a refused handshake
         self._events: list[ws_events.Event] = []
         self._parts: list[str] = []
+        self.pings = 0  # keep-alive pings the server sent (each answered)
 
     @classmethod
     @asynccontextmanager
@@ -319,6 +320,7 @@ class Raw:
                     await self.tcp.send_all(self.ws.send(event.response()))
                 return None
             elif isinstance(event, ws_events.Ping):
+                self.pings += 1
                 await self.tcp.send_all(self.ws.send(event.response()))
 
     async def frame(self) -> ServerFrame:
@@ -753,6 +755,26 @@ async def test_a_spent_token_budget_refuses_further_requests(
         await drain(other, "the other token still has its budget")
     assert up.calls == 3
     assert app.statistics().refused == {"budget": 2}
+
+
+async def test_serve_keeps_a_quiet_connection_alive_with_pings(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    up = Upstream()
+    app = server(up)
+    async with trio.open_nursery() as nursery:
+        (url,) = await nursery.start(functools.partial(serve, app, port=0, ping_interval=5))
+        async with Raw.connect(url) as raw:
+            await raw.ready()
+            await raw.send(stream("a", "silent"))  # nothing comes for a while...
+            await until(lambda: up.parked == 1)
+            with trio.move_on_after(12):
+                await raw.receive()  # ...but pings do, and are answered while waiting here
+            assert raw.pings >= 2
+            up.gate.set()
+            frames = await raw.frames_until("a")
+            assert isinstance(frames[-1], Result)
+        nursery.cancel_scope.cancel()
 
 
 async def test_closing_the_provider_completes_the_close_handshake_without_waiting_out_a_timeout(
