@@ -487,7 +487,12 @@ class RelayServer:
             finally:
                 self._scopes.discard(scope)
         if scope.cancelled_caught:
-            return None  # the client left, or the server is closing: nobody to answer
+            if self._closing and started:
+                # Cut by close(): the response ends properly, its last line saying why.
+                with trio.CancelScope(shield=True), trio.move_on_after(self.limits.send_timeout):
+                    await line(error_frame("shutdown", HTTP_REQUEST_ID))
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return None  # else the client left: nobody to answer
         if isinstance(outcome, _Failed) and not started:
             await _plain(send, 502)
             return None
