@@ -127,8 +127,9 @@ class RelayProvider(StreamingProvider):
     * The server's refusals and failures arrive as :class:`~protocols.errors.ProviderError`
       with the relay's code (``unauthorized``, ``rate_limited``, ``upstream``, ...) and its
       retry hint.
-    * An ``approval`` the server asks for goes to ``approve`` (none given: denied), and the
-      calls the server's policy refused come back in the result's ``denied``.
+    * An ``approval`` the server asks for goes to ``approve`` (none given, or no answer within
+      ``approval_timeout`` seconds: denied), and the calls the server's policy refused come
+      back in the result's ``denied``.
     * A frame from the server over ``max_frame`` bytes (default 16 MiB: a ``result`` repeats
       the whole answer) is refused; what is sent is bounded by the limit the server announces.
     """
@@ -142,6 +143,7 @@ class RelayProvider(StreamingProvider):
         token: str,
         approve: RelayApprover | None = None,
         connect_timeout: float = 10.0,
+        approval_timeout: float = 300.0,
         reconnects: int = 3,
         backoff: tuple[float, float] = (0.25, 4.0),
         max_frame: int = 16 * DEFAULT_MAX_FRAME,
@@ -152,6 +154,8 @@ class RelayProvider(StreamingProvider):
             raise ConfigError("token must be the relay's bearer token (a non-empty string)")
         if not connect_timeout > 0:
             raise ConfigError("connect_timeout must be a number of seconds > 0")
+        if not approval_timeout > 0:
+            raise ConfigError("approval_timeout must be a number of seconds > 0")
         if isinstance(reconnects, bool) or not isinstance(reconnects, int) or reconnects < 0:
             raise ConfigError(f"reconnects must be an integer >= 0, not {reconnects!r}")
         if isinstance(max_frame, bool) or not isinstance(max_frame, int) or max_frame < 1024:
@@ -165,6 +169,7 @@ class RelayProvider(StreamingProvider):
         self._token = token
         self.approve = approve
         self.connect_timeout = connect_timeout
+        self.approval_timeout = approval_timeout
         self.max_frame = max_frame
         self._backoff = _Backoff(reconnects, *backoff)
         self._nursery: trio.Nursery | None = None
@@ -469,8 +474,10 @@ class _RelayStream(TextStream):
         approve = self._provider.approve
         allowed, reason = False, "no approver is attached to the relay client"
         if approve is not None:
+            answer: bool | tuple[bool, str] = (False, "no answer in time")
             try:
-                answer = await approve(approval.call, approval.reason)
+                with trio.move_on_after(self._provider.approval_timeout):
+                    answer = await approve(approval.call, approval.reason)
             except Exception:
                 log.warning("the relay approver raised; denying", exc_info=True)
                 answer = (False, "the approver failed")

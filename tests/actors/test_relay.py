@@ -1906,6 +1906,24 @@ async def test_an_approver_that_raises_denies(mock_clock: trio.testing.MockClock
     assert up.calls == 1
 
 
+async def test_an_approver_that_never_answers_is_a_deny_after_the_clients_timeout(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    up = Upstream(calls=[ToolCall("c1", "add", {"a": 1, "b": 2})])
+    app = server(up, authority=Authority([Rule("ask", tools=("add",))]))
+
+    async def away(call: ToolCall, reason: str | None) -> bool:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async with running(app) as url, relay(url, approve=away, approval_timeout=5) as provider:
+        start = trio.current_time()
+        _, result = await drain(provider, "quiet")
+        assert 5 <= trio.current_time() - start < 300  # the client's bound, not the server's
+    assert result.denied == {"c1": "denied: no answer in time"}
+    assert up.calls == 1
+
+
 async def test_no_bearer_token_reaches_the_logs(
     mock_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
