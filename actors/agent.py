@@ -330,11 +330,6 @@ class _Request:
     result: AgentResult | None = None
     error: BaseException | None = None
 
-    @property
-    def chunks(self) -> bool:
-        """Whether anybody reads the chunks."""
-        return self.send is not None
-
     async def submit(self, ref: ActorRef[Any, Any]) -> None:
         """Queue this run in the agent's mailbox (without a yield when there is room)."""
         try:

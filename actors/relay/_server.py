@@ -448,8 +448,6 @@ class RelayServer:
 
         async def line(frame: ServerFrame) -> None:
             nonlocal started
-            if isinstance(frame, Delta):
-                streamed.append(frame)
             if not started:
                 if isinstance(frame, Error):
                     return  # a failure before anything streamed is answered with a 502
@@ -483,6 +481,7 @@ class RelayServer:
                     options=request.options,
                     emit=line,
                     ask=None,
+                    streamed=streamed,
                 )
             finally:
                 self._scopes.discard(scope)
@@ -513,11 +512,12 @@ class RelayServer:
         options: ProviderOptions | None,
         emit: Callable[[ServerFrame], Awaitable[None]],
         ask: Callable[[Approval], Awaitable[Approve | None]] | None,
+        streamed: list[Delta],
     ) -> ProviderResult | _Failed:
         """Stream one upstream call to ``emit`` -- a frame per run of pieces the upstream
         decoded together, then its result (or an error frame); while ``emit`` waits, nothing
-        more is read. A cancel of the caller's scope closes the upstream stream and
-        propagates."""
+        more is read. Each delta frame is also kept in ``streamed`` (what the client was
+        sent). A cancel of the caller's scope closes the upstream stream and propagates."""
         self._statistics.upstream_calls += 1
         self._statistics.streams += 1
         stream = None
@@ -529,7 +529,9 @@ class RelayServer:
                     # pieces of one channel as one frame: a frame per network read instead of
                     # a frame per token, while a paced stream still goes out piece by piece.
                     for channel, text in _coalesced([delta, *stream.take_ready()]):
-                        await emit(Delta(request_id, channel, text))
+                        piece = Delta(request_id, channel, text)
+                        streamed.append(piece)
+                        await emit(piece)
             result = stream.result
             denied = await self._decide(request_id, result.calls, ask)
             if denied:
@@ -808,13 +810,7 @@ class _Connection:
     async def _stream(self, frame: Stream, holder: _Holder, scope: trio.CancelScope) -> None:
         server = self.server
         result: ProviderResult | None = None
-        partial: list[Any] = []
-
-        async def emit(out: ServerFrame) -> None:
-            if isinstance(out, Delta):
-                partial.append(out)
-            await self.send(out)
-
+        streamed: list[Delta] = []
         try:
             with scope:
                 outcome = await server._relay(
@@ -822,19 +818,20 @@ class _Connection:
                     messages=frame.messages,
                     tools=frame.tools,
                     options=frame.options,
-                    emit=emit,
+                    emit=self.send,
                     ask=self._ask,
+                    streamed=streamed,
                 )
                 if isinstance(outcome, ProviderResult):
                     result = outcome
             if scope.cancelled_caught and frame.id in self._cancelled:
-                await self.send(Abort(frame.id, _partial(partial)))
+                await self.send(Abort(frame.id, _partial(streamed)))
         except _Gone:
             pass
         finally:
             self._open.pop(frame.id, None)
             self._cancelled.discard(frame.id)
-            server._settle(holder, result, frame.messages, partial)
+            server._settle(holder, result, frame.messages, streamed)
             if not self._open and self._idle is not None:
                 # Idle counts from the end of the last request, not from the last frame read.
                 self._idle.deadline = trio.current_time() + self.limits.idle_timeout

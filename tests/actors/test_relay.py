@@ -1025,9 +1025,9 @@ async def test_pieces_decoded_together_leave_as_one_frame_and_the_others_one_by_
     assert [d.text for d in paced] == ["one ", "two ", "three ", "four ", "five "]
 
 
-async def test_an_upstream_failure_crosses_as_a_fixed_text_without_its_secret(
-    mock_clock: trio.testing.MockClock,
-) -> None:
+@asynccontextmanager
+async def failing_upstream() -> AsyncIterator[tuple[FaultProviderServer, OpenAIChat]]:
+    """An upstream holding a secret key whose every call fails with HTTP 500 (no retries)."""
     plan: list[dict[str, Any]] = [{"kind": "http-error", "status": 500}]
     async with FaultProviderServer(plan) as fault:
         upstream = OpenAIChat(
@@ -1037,25 +1037,28 @@ async def test_an_upstream_failure_crosses_as_a_fixed_text_without_its_secret(
             retry=RetryPolicy(retries=0),
         )
         try:
-            app = server(upstream)
-            async with running(app) as url:
-                async with Raw.connect(url) as raw:
-                    await raw.ready()
-                    await raw.send(stream("a", "hi"))
-                    assert await raw.frame() == Error(
-                        "upstream", "relay provider failed", True, "a"
-                    )
-                    await raw.send(stream("b", "the connection stays"))
-                    assert await raw.frame() == Error(
-                        "upstream", "relay provider failed", True, "b"
-                    )
-                    assert no_secret(*raw.texts)
-                    assert not any("fault" in text for text in raw.texts)
-                async with relay(url) as provider:
-                    with pytest.raises(ProviderError) as failed:
-                        await drain(provider, "hi")
+            yield fault, upstream
         finally:
             await upstream.aclose()
+
+
+async def test_an_upstream_failure_crosses_as_a_fixed_text_without_its_secret(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    async with failing_upstream() as (fault, upstream):
+        app = server(upstream)
+        async with running(app) as url:
+            async with Raw.connect(url) as raw:
+                await raw.ready()
+                await raw.send(stream("a", "hi"))
+                assert await raw.frame() == Error("upstream", "relay provider failed", True, "a")
+                await raw.send(stream("b", "the connection stays"))
+                assert await raw.frame() == Error("upstream", "relay provider failed", True, "b")
+                assert no_secret(*raw.texts)
+                assert not any("fault" in text for text in raw.texts)
+            async with relay(url) as provider:
+                with pytest.raises(ProviderError) as failed:
+                    await drain(provider, "hi")
         assert fault.calls() == 3
     assert (failed.value.code, failed.value.retryable) == ("upstream", True)
     assert failed.value.partial is None
@@ -1564,20 +1567,10 @@ async def test_http_routes_methods_and_the_page(mock_clock: trio.testing.MockClo
 async def test_http_502_when_the_upstream_fails_before_streaming(
     mock_clock: trio.testing.MockClock,
 ) -> None:
-    plan: list[dict[str, Any]] = [{"kind": "http-error", "status": 500}]
-    async with FaultProviderServer(plan) as fault:
-        upstream = OpenAIChat(
-            model="m",
-            base_url=fault.base_url,
-            api_key=UPSTREAM_SECRET,
-            retry=RetryPolicy(retries=0),
-        )
-        try:
-            app = server(upstream)
-            async with running(app) as url, httpx.AsyncClient() as client:
-                response = await client.post(f"{url}/v1/stream", headers=bearer(), json=body())
-        finally:
-            await upstream.aclose()
+    async with failing_upstream() as (fault, upstream):
+        app = server(upstream)
+        async with running(app) as url, httpx.AsyncClient() as client:
+            response = await client.post(f"{url}/v1/stream", headers=bearer(), json=body())
         assert fault.calls() == 1
     assert response.status_code == 502
     assert response.content == b""
