@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 
@@ -20,14 +20,22 @@ if TYPE_CHECKING:
 __all__ = ["build_parser", "main"]
 
 
-def _interval(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 <= value <= 10:
-        raise argparse.ArgumentTypeError(f"must be from 0 to 10 seconds, not {text}")
-    return value
+def _seconds(low: float, high: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+        if not low <= value <= high:  # also refuses nan
+            raise argparse.ArgumentTypeError(
+                f"must be from {low:g} to {high:g} seconds, not {text}"
+            )
+        return value
+
+    return parse
+
+
+_interval = _seconds(0, 10)
 
 
 def _count(low: int, high: int) -> Callable[[str], int]:
@@ -176,6 +184,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BYTES",
         help="the largest frame or request body accepted (default: %(default)s)",
     )
+    relay.add_argument(
+        "--grace",
+        type=_seconds(0, 3600),
+        default=5.0,
+        metavar="SECONDS",
+        help="on Ctrl-C or SIGTERM, how long open requests get to receive their shutdown frame "
+        "or line before they are cut (default: %(default)s)",
+    )
+    relay.add_argument(
+        "--allowed-host",
+        action="append",
+        dest="allowed_hosts",
+        metavar="HOST",
+        help="a host name the relay answers to besides the bind address and localhost "
+        "(repeatable; checked against the Host header)",
+    )
     _endpoint_options(relay, 0.02, think=False)  # thinking is each client's option
     return parser
 
@@ -188,6 +212,19 @@ def _endpoint(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Endp
     from ._demo import Endpoint  # noqa: PLC0415 - rich loads only when a command runs
 
     return Endpoint(model=args.model, base_url=args.base_url, api_key=args.api_key)
+
+
+def _serve_extras(function: Callable[..., int], args: argparse.Namespace) -> dict[str, Any]:
+    """``--grace`` and ``--allowed-host`` for ``_serve_cmd.main``, as far as it takes them yet.
+
+    Transitional: the relay's side of these flags lands separately; once ``_serve_cmd.main``
+    takes both, they are passed straight through.
+    """
+    import inspect  # noqa: PLC0415
+
+    taken = inspect.signature(function).parameters
+    extras = {"grace": args.grace, "allowed_hosts": args.allowed_hosts}
+    return {name: value for name, value in extras.items() if name in taken}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -230,6 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             endpoint=_endpoint(parser, args),
             interval=args.interval,
             max_frame=args.max_frame,
+            **_serve_extras(_serve_cmd.main, args),
         )
     parser.print_help()
     return 0
