@@ -93,7 +93,13 @@ def main() -> None:
     deltas, result = replay(RECORDED, random.Random(7))
     for delta in deltas:
         print(f"{delta.channel:>8}: {delta.text!r}")
+    # -> thinking: 'The user asks 19 + 23.'
+    # -> thinking: ' 19 + 23 = 42.'
+    # ->  content: '19 + 23 = '
+    # ->  content: '42.'
     print("result:", encode(result))
+    # -> result: {"content":"19 + 23 = 42.","thinking":"The user asks 19 + 23. 19 + 23 = 42.",...}
+
     # Any other chunking of the same bytes assembles the same result.
     for seed in range(20):
         assert replay(RECORDED, random.Random(seed))[1] == result
