@@ -91,7 +91,8 @@ def encode_request(
       parts -- its text first (left out when empty), then one ``image_url`` part per image as a
       ``data:`` URL (a payload that already is a ``data:`` URL is sent as is, otherwise its media
       type is sniffed by :func:`~protocols.wire.image_media_type`); an ``assistant`` message sends
-      its content (``null`` when empty and it has calls) and its calls, with arguments as compact
+      its content (``""`` when empty, also with calls: never ``null``, which llama.cpp-based
+      servers refuse with a 500) and its calls, with arguments as compact
       JSON text. An assistant message's ``thinking``, ``continuation`` and ``interrupted`` mark
       are never sent.
     * ``tools`` become ``function`` tools (an empty description is left out); no ``tools`` key is
@@ -143,10 +144,9 @@ def _encode_message(message: Message) -> dict[str, Any]:
         )
         return {"role": "user", "content": parts}
     if role is Role.ASSISTANT:
-        encoded: dict[str, Any] = {
-            "role": "assistant",
-            "content": message.content if message.content or not message.calls else None,
-        }
+        # Never null: the API allows ``null`` with tool calls, but llama.cpp-based servers answer
+        # 500 to it, and every server takes "".
+        encoded: dict[str, Any] = {"role": "assistant", "content": message.content}
         if message.calls:
             encoded["tool_calls"] = [
                 {

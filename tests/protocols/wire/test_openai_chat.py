@@ -107,7 +107,7 @@ def test_encode_image_only_user_message_has_no_text_part() -> None:
     ]
 
 
-def test_encode_assistant_with_calls_and_no_text_sends_null_content() -> None:
+def test_encode_assistant_with_calls_and_no_text_sends_empty_content_never_null() -> None:
     calls = [
         ToolCall("call_a", "get_weather", {"city": "Zürich", "days": [1, 2]}),
         ToolCall("call_b", "ping"),
@@ -119,7 +119,7 @@ def test_encode_assistant_with_calls_and_no_text_sends_null_content() -> None:
     assert body["messages"] == [
         {
             "role": "assistant",
-            "content": None,
+            "content": "",  # null makes llama.cpp-based servers answer 500
             "tool_calls": [
                 {
                     "id": "call_a",
