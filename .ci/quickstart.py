@@ -1,6 +1,7 @@
 """Print a command line from the README's "Quick start" block.
 
-``python3 .ci/quickstart.py test`` prints the test line (the one that runs pytest);
+``python3 .ci/quickstart.py test`` prints the test line (the one that runs ``scripts/test.py``,
+which sets up what the suite needs and runs pytest);
 ``python3 .ci/quickstart.py demo`` prints the demo line. `.ci/run` runs the test line, and the test
 suite checks the same extraction, so CI always runs exactly what the README tells people to run.
 """
@@ -34,11 +35,17 @@ def quickstart_lines(text: str) -> list[str]:
     raise SystemExit("README.md's Quick start has no complete ```bash block")
 
 
+def is_test_line(line: str) -> bool:
+    """Whether ``line`` runs the test suite (through ``scripts/test.py``, or pytest itself)."""
+    return "scripts/test" in line or "pytest" in line
+
+
 def command(kind: str, text: str) -> str:
-    """The test line (mentions pytest) or the demo line (every other line) of the block."""
+    """The test line (see :func:`is_test_line`) or the demo line (every other line) of the
+    block."""
     lines = quickstart_lines(text)
-    tests = [line for line in lines if "pytest" in line]
-    demos = [line for line in lines if "pytest" not in line]
+    tests = [line for line in lines if is_test_line(line)]
+    demos = [line for line in lines if not is_test_line(line)]
     chosen = tests if kind == "test" else demos
     if len(chosen) != 1:
         raise SystemExit(f"README.md's Quick start must have exactly one {kind} line: {chosen}")
