@@ -80,6 +80,16 @@ def blocks(text: str) -> list[Block]:
     ]
 
 
+#: A fence that looks like Python but is not the runner's exact ```python at column 0.
+_STRAY = re.compile(r"^(?!```python$)[ \t>]*```[ \t]*(py|python|python3|pycon)\b.*$", re.MULTILINE)
+
+
+def stray_fences(text: str) -> list[int]:
+    """Lines of fences that open Python code the runner would not run (```py, an indented
+    ```python, ...): the runner refuses them rather than skip them silently."""
+    return [text.count("\n", 0, match.start()) + 1 for match in _STRAY.finditer(text)]
+
+
 def padded(block: Block) -> str:
     """The block's code preceded by newlines, so that line numbers are the Markdown file's."""
     return "\n" * (block.line - 1) + block.code
@@ -263,6 +273,12 @@ def run_page(
 ) -> None:
     """Run every Python block of a Markdown page under the conventions above; raise
     ``PageError`` (or the block's own exception) at the first problem."""
+    stray = stray_fences(text)
+    if stray:
+        raise PageError(
+            f"{filename}:{stray[0]}: a Python block must open with ```python at the start of "
+            "its line, or the runner does not run it"
+        )
     page = blocks(text)
     check_structure(page, filename)
     stated: list[Statement] = []

@@ -253,6 +253,19 @@ def test_foreign_names_sees_through_scopes() -> None:
     assert foreign_names(code) == {"helper", "other", "items"}
 
 
+@pytest.mark.parametrize(
+    "fence", ["```py", "```python3", "  ```python", "```pycon", "> ```python", "``` python"]
+)
+def test_a_python_block_the_runner_would_skip_is_refused(fence: str) -> None:
+    text = f"# A page\n\n{fence}\nassert False\n```\n"
+    with pytest.raises(PageError, match=r"stray\.md:3: a Python block must open"):
+        run_page(text, "stray.md")
+
+
+def test_other_languages_are_not_run() -> None:
+    run_page("```bash\nexit 1\n```\n\n```text\nprint(1)  # 2\n```\n", "other.md")
+
+
 def test_wildcards_match_any_text() -> None:
     assert matches("id ... done", "id 7f3a done")
     assert matches("...", "anything\nat all")
