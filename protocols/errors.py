@@ -12,6 +12,10 @@ No error here ever renders a secret: messages are built by the raiser from bound
 from __future__ import annotations
 
 import enum
+import json
+import re
+import urllib.parse
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
@@ -27,6 +31,9 @@ __all__ = [
     "SizeLimitError",
     "ToolError",
     "ValidationError",
+    "excerpt",
+    "redact",
+    "scrub",
 ]
 
 #: The most vendor text a :class:`ProviderError` keeps (characters).
@@ -209,3 +216,133 @@ class AbortError(AgentsError):
         super().__init__(message)
         self.partial = partial
         self.reason = reason
+
+
+# ---------------------------------------------------------------------------------------------
+# Secrets in error text
+
+#: What replaces a secret in text.
+REDACTED = "[redacted]"
+
+#: Secrets at least this long are removed wherever they appear, even inside a longer word;
+#: shorter ones only where they stand as a whole token (see :func:`redact`).
+ANYWHERE_LENGTH = 8
+
+#: Marks of a cut text, before which a cut-off start of a secret is looked for.
+_CUT_MARKS = ("\u2026", "...")
+
+
+def _variants(secret: str) -> list[str]:
+    """The forms a secret may take in echoed text: as is, JSON-escaped, percent-encoded."""
+    forms = [secret]
+    for form in (json.dumps(secret)[1:-1], urllib.parse.quote(secret, safe="")):
+        if form not in forms:
+            forms.append(form)
+    return forms
+
+
+def _pattern(secret: str) -> re.Pattern[str]:
+    body = re.escape(secret)
+    if len(secret) >= ANYWHERE_LENGTH:
+        return re.compile(body)
+    # A whole token: not next to a letter, a digit, "_" or any character of the secret itself.
+    near = "".join(sorted({re.escape(char) for char in secret}))
+    return re.compile(rf"(?<![\w{near}]){body}(?![\w{near}])")
+
+
+def _cut_tail(text: str, secret: str) -> str:
+    """``text`` with a cut-off start of ``secret`` (at least :data:`ANYWHERE_LENGTH` characters)
+    replaced where the text ends or a cut mark follows it."""
+    if len(secret) <= ANYWHERE_LENGTH:
+        return text
+    ends = [len(text)]
+    for mark in _CUT_MARKS:
+        at = text.find(mark)
+        while at >= 0:
+            ends.append(at)
+            at = text.find(mark, at + 1)
+    for end in sorted(set(ends), reverse=True):
+        for size in range(min(len(secret) - 1, end), ANYWHERE_LENGTH - 1, -1):
+            if text.startswith(secret[:size], end - size):
+                text = text[: end - size] + REDACTED + text[end:]
+                break
+    return text
+
+
+def redact(text: str, secrets: Iterable[str | None]) -> str:
+    """``text`` with every secret of ``secrets`` replaced by ``[redacted]``.
+
+    The rule, for each secret (``None``, empty and all-blank secrets are skipped):
+
+    * A secret of at least :data:`ANYWHERE_LENGTH` (8) characters -- every real API key -- is
+      removed wherever it appears, also inside a longer word, and so is its cut-off start (8
+      characters or more) where the text ends or a cut mark (``...`` or ``\u2026``) follows it,
+      which is how a truncated excerpt would show part of it.
+    * A shorter secret (``"x"``, ``"none"``, ``"ollama"``: what local servers are given) is
+      removed only where it stands as a whole token: not next to a letter, a digit, ``_`` or a
+      character of the secret itself. So ``api_key="x"`` leaves ``"expected"`` readable but
+      turns ``"bad key x"`` into ``"bad key [redacted]"``. A key that is an ordinary word is
+      removed where that word stands alone, even when the text meant the word: the guarantee
+      comes first.
+    * The secret's JSON-escaped and percent-encoded forms are removed the same way.
+
+    Guarantees: every standalone occurrence of each secret is gone, and of a secret of 8
+    characters or more every occurrence at all; text already redacted stays as it is
+    (``redact(redact(t, s), s) == redact(t, s)``); text without a secret is returned unchanged.
+    """
+    kept = [secret for secret in secrets if secret and secret.strip()]
+    if not kept or not text:
+        return text
+    forms = sorted({form for secret in kept for form in _variants(secret)}, key=len, reverse=True)
+    pieces = text.split(REDACTED)
+    for form in forms:
+        pattern = _pattern(form)
+        pieces = [pattern.sub(REDACTED, piece) if form in piece else piece for piece in pieces]
+    redacted = REDACTED.join(pieces)
+    for form in forms:
+        redacted = _cut_tail(redacted, form)
+    return redacted
+
+
+def excerpt(text: str, limit: int = 200) -> str:
+    """At most ``limit`` characters of ``text`` for an error message, on one line: control
+    characters become spaces and a cut is marked with ``\u2026`` (which :func:`redact` knows)."""
+    flat = "".join(char if char.isprintable() else " " for char in text[: limit + 1])
+    if len(text) <= limit:
+        return flat
+    return flat[: max(0, limit - 1)] + "\u2026"
+
+
+def scrub(error: BaseException, secrets: Iterable[str | None]) -> None:
+    """Redact ``secrets`` (see :func:`redact`) from ``error`` in place, and from every exception
+    it was raised from or during (``__cause__``, ``__context__``): its string ``args`` and every
+    string attribute (an :class:`AgentsError`'s ``message``; a :class:`ProviderError`'s
+    ``excerpt``, ``vendor_type`` and ``vendor_code``; the document a ``json.JSONDecodeError``
+    keeps). Redaction is idempotent, so it may be applied on every path an
+    error takes."""
+    kept = tuple(secret for secret in secrets if secret and secret.strip())
+    seen: set[int] = set()
+    current: BaseException | None = error
+    stack: list[BaseException] = []
+    while current is not None or stack:
+        if current is None:
+            current = stack.pop()
+        if id(current) in seen:
+            current = None
+            continue
+        seen.add(id(current))
+        if kept:
+            _scrub_one(current, kept)
+        if current.__context__ is not None:
+            stack.append(current.__context__)
+        current = current.__cause__
+
+
+def _scrub_one(error: BaseException, secrets: tuple[str, ...]) -> None:
+    error.args = tuple(redact(arg, secrets) if isinstance(arg, str) else arg for arg in error.args)
+    # Every text attribute: an AgentsError's message, a ProviderError's excerpt and vendor
+    # labels, and what other exceptions keep (json.JSONDecodeError keeps the whole document).
+    attributes = getattr(error, "__dict__", {})
+    for name, value in list(attributes.items()):
+        if isinstance(value, str):
+            attributes[name] = redact(value, secrets)

@@ -24,9 +24,11 @@ __all__ = [
     "Pass",
     "Slow",
     "StreamCut",
+    "StreamError",
     "TimeoutBeforeFirstByte",
     "UsageMissing",
     "done_event",
+    "error_event",
     "parse_plan",
     "slow_tokens",
     "text_event",
@@ -91,19 +93,51 @@ class StreamCut:
     after_bytes: int = attrs.field(validator=_non_negative_int)
 
 
+def _line(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    _text(instance, attribute, value)
+    assert isinstance(value, str)
+    if "\n" in value or "\r" in value:
+        raise ValidationError(f"{attribute.name} must be one line, not {value!r}")
+
+
+def _optional_text(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None:
+        _text(instance, attribute, value)
+
+
 @attrs.frozen
 class HttpError:
-    """An error response with ``status`` and body ``{"error": {"message": "fault <status>"}}``."""
+    """An error response with ``status`` and body ``{"error": {"message": ...}}``: ``message``,
+    or ``"fault <status>"`` when it is ``None``."""
 
     kind: ClassVar[str] = "http-error"
     status: int = attrs.field(validator=_status)
+    message: str | None = attrs.field(default=None, validator=_optional_text)
+
+    @property
+    def text(self) -> str:
+        """The error message the body carries."""
+        return self.message if self.message is not None else f"fault {self.status}"
 
 
 @attrs.frozen
 class BadJson:
-    """A 200 SSE body whose one record is not JSON, then ``[DONE]``."""
+    """A 200 SSE body whose one record, ``record`` (one line, default ``{not-json}``), is not
+    JSON, then ``[DONE]``."""
 
     kind: ClassVar[str] = "bad-json"
+    record: str = attrs.field(default="{not-json}", validator=_line)
+
+
+@attrs.frozen
+class StreamError:
+    """A 200 SSE body: ``text`` as a content delta (none when empty), then an in-stream error
+    record ``{"error": {"message": message, "type": "server_error"}}`` -- what a server sends
+    when it fails after the status line."""
+
+    kind: ClassVar[str] = "stream-error"
+    message: str = attrs.field(default="fault in the stream", validator=_text)
+    text: str = attrs.field(default="", validator=_text)
 
 
 @attrs.frozen
@@ -138,6 +172,7 @@ FaultStep: TypeAlias = (
     | StreamCut
     | HttpError
     | BadJson
+    | StreamError
     | Slow
     | UsageMissing
 )
@@ -148,8 +183,9 @@ _KINDS: dict[str, tuple[type[Any], dict[str, str]]] = {
     "connection-refused": (ConnectionRefused, {}),
     "timeout-before-first-byte": (TimeoutBeforeFirstByte, {"milliseconds": "milliseconds"}),
     "stream-cut": (StreamCut, {"afterBytes": "after_bytes"}),
-    "http-error": (HttpError, {"status": "status"}),
-    "bad-json": (BadJson, {}),
+    "http-error": (HttpError, {"status": "status", "message": "message"}),
+    "bad-json": (BadJson, {"record": "record"}),
+    "stream-error": (StreamError, {"message": "message", "text": "text"}),
     "slow": (Slow, {"text": "text", "tokensPerSecond": "tokens_per_second"}),
     "usage-missing": (UsageMissing, {"text": "text"}),
 }
@@ -228,6 +264,12 @@ def usage_event() -> bytes:
         "choices": [],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
     }
+    return b"data: " + dumpb(record) + b"\n\n"
+
+
+def error_event(message: str) -> bytes:
+    """An OpenAI-style in-stream error record carrying ``message`` as an SSE event."""
+    record = {"error": {"message": message, "type": "server_error", "code": None}}
     return b"data: " + dumpb(record) + b"\n\n"
 
 

@@ -18,8 +18,16 @@ import attrs
 import httpx
 import trio
 
-from protocols._json import dumpb
-from protocols.errors import ConfigError, ProtocolError, ProviderError, ValidationError
+from protocols._json import dumpb, dumps
+from protocols.errors import (
+    ConfigError,
+    ProtocolError,
+    ProviderError,
+    ValidationError,
+    excerpt,
+    redact,
+    scrub,
+)
 from protocols.history import unanswered_calls
 from protocols.messages import (
     Delta,
@@ -30,7 +38,7 @@ from protocols.messages import (
     ToolDefinition,
 )
 from protocols.ndjson import NDJSONDecoder
-from protocols.sse import SSEComment, SSEDecoder
+from protocols.sse import SSEComment, SSEDecoder, SSEEvent
 from protocols.wire import StreamAssembler, classify_status
 from protocols.wire.schema import Vendor, project
 
@@ -51,6 +59,18 @@ log = logging.getLogger(__name__)
 
 #: How much of an error response body is read (the rest never is).
 ERROR_BODY_LIMIT = 2048
+
+#: How much of a record that failed to decode an error message shows (characters).
+RECORD_EXCERPT_LIMIT = 200
+
+#: How much of the NDJSON line being received is kept, to show it if it fails to decode.
+_LINE_HEAD = 1024
+
+#: Words in a header name that mark its value as a credential (redacted from errors).
+_CREDENTIAL_WORDS = ("auth", "key", "token", "secret", "password", "cookie", "signature")
+
+#: How many credential values supplied by an ``auth=`` hook are remembered for redaction.
+_REMEMBERED_CREDENTIALS = 16
 
 #: Headers the engine sets itself; ``headers=`` may not override them.
 PROTECTED_HEADERS = frozenset(
@@ -314,6 +334,7 @@ class _HTTPStream(ProviderStream):
         self._response: httpx.Response | None = None
         self._chunks: AsyncIterator[bytes] | None = None
         self._decoder: SSEDecoder | NDJSONDecoder | None = None
+        self._line_head = b""  # the start of the NDJSON line being received
         self._reader: Any = None
         self._shown = False  # a delta reached the caller: never retry from here on
         self._attempts = 0
@@ -369,6 +390,19 @@ class _HTTPStream(ProviderStream):
             await trio.lowlevel.checkpoint_if_cancelled()
             self._shown = True
             return pending.popleft()
+        try:
+            return await self._advance()
+        except StopAsyncIteration:
+            raise
+        except Exception as error:
+            # The one place every failure of a call leaves through: whatever built the error
+            # (a status body, a vendor's in-stream error record, a decode failure, a transport
+            # error, an auth hook), the provider's secrets are redacted from it here.
+            self._provider.scrub(error)
+            raise
+
+    async def _advance(self) -> Delta:
+        """:meth:`__anext__` past its hot path: start the call, read, retry."""
         if not self._started:
             self._started = True
             self._deadline = trio.current_time() + self._provider.timeouts.deadline
@@ -445,6 +479,7 @@ class _HTTPStream(ProviderStream):
             raise _Attempt(await self._status_error(response))
         self._chunks = response.aiter_bytes()
         self._decoder = provider.new_decoder()
+        self._line_head = b""
         self._reader = provider.new_reader()
         self._idle_deadline = trio.current_time() + provider.timeouts.first_event
 
@@ -470,8 +505,15 @@ class _HTTPStream(ProviderStream):
                     retryable=True,
                 )
             )
+        decoder = self._decoder
+        before = decoder.lines if type(decoder) is NDJSONDecoder else 0
         try:
-            items = self._decoder.close() if chunk is None else self._decoder.feed(chunk)
+            try:
+                items = decoder.close() if chunk is None else decoder.feed(chunk)
+            except ProtocolError as error:
+                raise self._undecodable_line(error, chunk, before) from None
+            if type(decoder) is NDJSONDecoder and chunk:
+                self._follow_line(chunk)
             if items:
                 self._add(items)
             if chunk is None:
@@ -496,15 +538,56 @@ class _HTTPStream(ProviderStream):
         add = self._assembler.add
         pending = self._pending
         events = 0
-        for item in items:
-            # An SSEComment is a keep-alive: it proves nothing and does not reset the idle timer.
-            if type(item) is not SSEComment:
-                events += 1
-                pending.extend(add(read(item)))
+        item: Any = None
+        try:
+            for item in items:
+                # An SSEComment is a keep-alive: it proves nothing and does not reset the idle
+                # timer.
+                if type(item) is not SSEComment:
+                    events += 1
+                    pending.extend(add(read(item)))
+        except ProtocolError as error:
+            raise ProtocolError(
+                f"{error.message}; the record: {self._record_excerpt(item)}", code=error.code
+            ) from None
         if events:
             # Every record of a chunk arrived at once, so one reset after them is the same as
             # one per record.
             self._idle_deadline = trio.current_time() + self._provider.timeouts.idle
+
+    def _follow_line(self, chunk: bytes) -> None:
+        """Keep the start of the NDJSON line being received (for :meth:`_undecodable_line`)."""
+        end = chunk.rfind(b"\n")
+        if end >= 0:
+            self._line_head = chunk[end + 1 : end + 1 + _LINE_HEAD]
+        elif len(self._line_head) < _LINE_HEAD:
+            self._line_head = (self._line_head + chunk)[:_LINE_HEAD]
+
+    def _undecodable_line(
+        self, error: ProtocolError, chunk: bytes | None, before: int
+    ) -> ProtocolError:
+        """``error`` (a framing decoder's), with an excerpt of the NDJSON line that failed."""
+        decoder = self._decoder
+        if error.code != "json" or type(decoder) is not NDJSONDecoder:
+            return error
+        lines = (self._line_head + (chunk or b"")).split(b"\n")
+        index = decoder.lines - before - 1
+        if not 0 <= index < len(lines):
+            return error
+        shown = excerpt(lines[index].decode("utf-8", "replace"), RECORD_EXCERPT_LIMIT)
+        return ProtocolError(f"{error.message}; the record: {shown}", code=error.code)
+
+    @staticmethod
+    def _record_excerpt(item: Any) -> str:
+        """A short excerpt of one record, as received (SSE data) or as parsed (NDJSON)."""
+        if isinstance(item, SSEEvent):
+            text = item.data
+        else:
+            try:
+                text = dumps(item)
+            except ValidationError:
+                text = repr(item)
+        return excerpt(text, RECORD_EXCERPT_LIMIT)
 
     # -- errors --------------------------------------------------------------------------------
 
@@ -513,8 +596,7 @@ class _HTTPStream(ProviderStream):
         # renews the client when it sees one.
         code = "pool_timeout" if isinstance(error, httpx.PoolTimeout) else "transport"
         return ProviderError(
-            f"{self._provider.name}: {type(error).__name__}: "
-            f"{self._provider.redact(str(error))[:300]}",
+            f"{self._provider.name}: {type(error).__name__}: {str(error)[:300]}",
             code=code,
             retryable=True,
         )
@@ -541,12 +623,12 @@ class _HTTPStream(ProviderStream):
                         break
             except httpx.TransportError:
                 pass
-            excerpt = provider.redact(raw.decode("utf-8", "replace"))
+            excerpt = raw.decode("utf-8", "replace")
         vendor_type, vendor_code, message = provider.error_details(excerpt)
         code, retryable = classify_status(response.status_code, message)
         text = f"{provider.name} error: {response.status_code}"
         if message:
-            text += f" - {provider.redact(message)[:300]}"
+            text += f" - {message[:300]}"
         return ProviderError(
             text,
             code=code,
@@ -631,6 +713,7 @@ class HTTPProvider(StreamingProvider):
         self.retry = retry if retry is not None else RetryPolicy()
         self._extra_headers = extra
         self._auth = auth
+        self._supplied_credentials: list[str] = []
         self.split_think = split_think
         self.on_retry = on_retry
         self.max_event_size = max_event_size
@@ -739,14 +822,51 @@ class HTTPProvider(StreamingProvider):
         headers.update(self.auth_headers())
         if self._auth is not None:
             supplied = await self._auth()
+            for value in supplied.values():
+                self._remember_credential(value)
             headers.update({key.lower(): value for key, value in supplied.items()})
         return headers
 
+    def _remember_credential(self, value: str) -> None:
+        remembered = self._supplied_credentials
+        if value in remembered:
+            return
+        remembered.append(value)
+        del remembered[:-_REMEMBERED_CREDENTIALS]
+
+    def secrets(self) -> tuple[str, ...]:
+        """What this provider never lets into an error: the API key, the values of credential
+        headers among ``headers=`` (names holding auth, key, token, secret, password, cookie
+        or signature), and the latest values the ``auth=`` hook supplied -- each also without
+        its scheme (``Bearer``, ...)."""
+        values: list[str] = [self._api_key] if self._api_key else []
+        values.extend(
+            value
+            for name, value in self._extra_headers.items()
+            if any(word in name.lower() for word in _CREDENTIAL_WORDS)
+        )
+        values.extend(self._supplied_credentials)
+        found: list[str] = []
+        for value in values:
+            found.append(value)
+            scheme, _, credential = value.strip().partition(" ")
+            if credential.strip() and scheme.isalpha():
+                found.append(credential.strip())
+        return tuple(found)
+
     def redact(self, text: str) -> str:
-        """``text`` with the API key (if any) replaced by ``[redacted]``."""
-        if self._api_key and self._api_key in text:
-            return text.replace(self._api_key, "[redacted]")
-        return text
+        """``text`` with this provider's :meth:`secrets` replaced by ``[redacted]``, by the rule
+        of :func:`protocols.errors.redact`: a secret of 8 characters or more wherever it appears
+        (and its start where a cut text ends with it), a shorter one -- ``api_key="x"``, as local
+        servers are often given -- only where it stands as a whole token, so ``"expected"`` stays
+        readable."""
+        return redact(text, self.secrets())
+
+    def scrub(self, error: BaseException) -> None:
+        """Redact this provider's :meth:`secrets` from ``error`` in place: its message, ``args``,
+        excerpt and vendor labels, and those of the exceptions it was raised from. Every error a
+        stream of this provider raises has been through this."""
+        scrub(error, self.secrets())
 
     def stream(
         self,
@@ -756,7 +876,11 @@ class HTTPProvider(StreamingProvider):
         options: ProviderOptions | None = None,
     ) -> ProviderStream:
         """Stream a completion (see :class:`ProviderStream`). Encoding errors raise here."""
-        return _HTTPStream(self, messages, tools, options)
+        try:
+            return _HTTPStream(self, messages, tools, options)
+        except Exception as error:
+            self.scrub(error)
+            raise
 
     def renew_client(self) -> None:
         """Replace a closed client of this provider's own with a fresh one (a new pool).

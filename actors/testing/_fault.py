@@ -17,9 +17,11 @@ from protocols.faults import (
     Pass,
     Slow,
     StreamCut,
+    StreamError,
     TimeoutBeforeFirstByte,
     UsageMissing,
     done_event,
+    error_event,
     parse_plan,
     slow_tokens,
     text_event,
@@ -120,11 +122,17 @@ class FaultProviderServer(LoopbackServer):
                 await send(h11.Data(data=partial))
             # Closing here (the `async with stream` exit) cuts the body mid-chunk.
         elif isinstance(step, HttpError):
-            body = dumpb({"error": {"message": f"fault {step.status}"}})
+            body = dumpb({"error": {"message": step.text}})
             await exchange.send_json(step.status, body, close=True)
         elif isinstance(step, BadJson):
             await sse_start()
-            await send(h11.Data(data=b"data: {not-json}\n\n" + done_event()))
+            record = b"data: " + step.record.encode("utf-8", "replace") + b"\n\n"
+            await send(h11.Data(data=record + done_event()))
+            await sse_end()
+        elif isinstance(step, StreamError):
+            await sse_start()
+            body = text_event(step.text) if step.text else b""
+            await send(h11.Data(data=body + error_event(step.message)))
             await sse_end()
         elif isinstance(step, Slow):
             await sse_start()

@@ -91,6 +91,35 @@ async def test_http_error_returns_the_status_and_a_json_error() -> None:
     assert response.json() == {"error": {"message": "fault 429"}}
 
 
+async def test_http_error_carries_a_given_message() -> None:
+    plan = [{"kind": "http-error", "status": 401, "message": "bad key sk-123"}]
+    async with FaultProviderServer(plan) as server, httpx.AsyncClient() as client:
+        response = await post(client, server)
+    assert response.status_code == 401
+    assert response.json() == {"error": {"message": "bad key sk-123"}}
+
+
+async def test_bad_json_sends_a_given_record() -> None:
+    plan = [{"kind": "bad-json", "record": "{oops sk-123"}]
+    async with FaultProviderServer(plan) as server, httpx.AsyncClient() as client:
+        response = await post(client, server)
+    assert response.content == b"data: {oops sk-123\n\ndata: [DONE]\n\n"
+
+
+@pytest.mark.parametrize("text", ["", "partial"])
+async def test_stream_error_answers_200_then_an_error_record(text: str) -> None:
+    plan = [{"kind": "stream-error", "message": "quota exceeded", "text": text}]
+    async with FaultProviderServer(plan) as server, httpx.AsyncClient() as client:
+        response = await post(client, server)
+    assert response.status_code == 200
+    events = events_of(response.content)
+    if text:
+        assert loads(events.pop(0))["choices"][0]["delta"] == {"content": text}
+    assert [loads(event) for event in events] == [
+        {"error": {"message": "quota exceeded", "type": "server_error", "code": None}}
+    ]
+
+
 async def test_bad_json_sends_an_unparsable_record_then_done() -> None:
     async with FaultProviderServer([{"kind": "bad-json"}]) as server, httpx.AsyncClient() as client:
         response = await post(client, server)

@@ -265,6 +265,71 @@ async def test_bad_json_is_surfaced_never_skipped() -> None:
     assert failure.value.code == "json"
 
 
+async def test_a_record_that_fails_to_decode_is_shown_short_and_redacted() -> None:
+    key = "sk-live-0123456789abcdef"
+    record = '{"choices": [{"delta": {"content": "key ' + key + '"' + "x" * 500
+    async with FaultProviderServer([{"kind": "bad-json", "record": record}]) as server:
+        provider = OpenAIChat(model="m", base_url=server.base_url, api_key=key, retry=FAST)
+        with pytest.raises(ProviderError) as failure:
+            await provider.generate(MESSAGES)
+        await provider.aclose()
+    error = failure.value
+    assert error.code == "json"
+    shown = error.message.split("; the record: ", 1)[1]
+    assert shown.startswith('{"choices": [{"delta": {"content": "key [redacted]"xxx')
+    assert shown.endswith("\u2026")
+    assert len(shown) <= 200 + len("[redacted]") - len(key)
+    assert key not in str(error)
+
+
+@pytest.mark.parametrize(
+    ("transcript", "shown"),
+    [
+        # split over two chunks: the line's start came with the chunk before
+        (
+            [b'{"message": {"content": "a"}, "done": false}\n{"mess', b'age": oops}\n'],
+            '{"message": oops}',
+        ),
+        ([b'{"done": false}\n\n{bad}\n'], "{bad}"),
+        ([b'{"done": false}\n{unterminated'], "{unterminated"),  # no final newline
+    ],
+)
+async def test_an_ndjson_line_that_fails_to_decode_is_shown(
+    transcript: list[bytes], shown: str
+) -> None:
+    async def respond(
+        request: h11.Request, body: bytes, stream: trio.SocketStream, connection: h11.Connection
+    ) -> None:
+        await send(stream, connection, sse_response(b"application/x-ndjson"))
+        for piece in transcript:
+            await send(stream, connection, h11.Data(data=piece))
+        await send(stream, connection, h11.EndOfMessage())
+
+    async with script_server(respond) as base:
+        provider = OllamaChat(model="m", base_url=base, retry=RetryPolicy(retries=0))
+        with pytest.raises(ProviderError) as failure:
+            await provider.generate(MESSAGES)
+        await provider.aclose()
+    assert failure.value.code == "json"
+    assert failure.value.message.endswith(f"; the record: {shown}")
+
+
+async def test_a_record_of_the_wrong_shape_is_shown_too() -> None:
+    async def respond(
+        request: h11.Request, body: bytes, stream: trio.SocketStream, connection: h11.Connection
+    ) -> None:
+        await send(stream, connection, sse_response())
+        await send(stream, connection, h11.Data(data=b'data: ["not", "an", "object"]\n\n'))
+        await send(stream, connection, h11.EndOfMessage())
+
+    async with script_server(respond) as base:
+        provider = OpenAIChat(model="m", base_url=base + "/v1", retry=RetryPolicy(retries=0))
+        with pytest.raises(ProviderError, match="must be a JSON object") as failure:
+            await provider.generate(MESSAGES)
+        await provider.aclose()
+    assert failure.value.message.endswith('; the record: ["not", "an", "object"]')
+
+
 async def test_usage_missing_is_unavailable_not_zero() -> None:
     async with FaultProviderServer([{"kind": "usage-missing"}]) as server:
         provider = OpenAIChat(model="m", base_url=server.base_url)
