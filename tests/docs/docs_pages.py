@@ -11,9 +11,9 @@ The conventions (also stated in docs/index.md, "Writing the docs"):
   of the form ``# -> TEXT``: one at the end of the statement's (last) line, and/or whole comment
   lines right below it, one per output line (``# ->`` alone is an empty line). Everything that
   print writes while the page runs -- every time it runs, in order, with the final newline
-  dropped -- must equal the stated lines. ``...`` in a stated line matches any text (across
-  lines too), for output that legitimately varies (ids, timings, a real model's words). A
-  stated print that never runs fails.
+  dropped, trailing spaces ignored -- must equal the stated lines. ``...`` in a stated line
+  matches any text (across lines too), for output that legitimately varies (ids, timings, a
+  real model's words). A stated print that never runs fails.
 * **No unchecked claims.** A comment at the end of a print's line, or the first comment line
   right below a print, must be a ``# ->`` line (leave a blank line before any other comment);
   a ``# ->`` comment anywhere else is an error.

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import pathlib
+import re
 import subprocess
 import sys
 import threading
@@ -126,6 +127,16 @@ def test_there_is_something_to_run() -> None:
     assert sum(len(blocks(doc.read_text(encoding="utf-8"))) for doc in DOCUMENTS) >= 5
     for name in PAGE_ENVIRONMENTS:
         assert (ROOT / "docs" / name).exists()
+
+
+def test_every_page_is_linked_from_the_index_and_every_link_resolves() -> None:
+    index = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    linked = set(re.findall(r"\]\(([\w-]+\.md)(?:#[\w-]*)?\)", index))
+    pages = {doc.name for doc in DOCUMENTS if doc.parent.name == "docs"} - {"index.md"}
+    assert pages - linked == set(), "pages docs/index.md does not link"
+    for doc in DOCUMENTS:
+        for target in re.findall(r"\]\(([\w./-]+\.md)(?:#[\w-]*)?\)", doc.read_text("utf-8")):
+            assert (doc.parent / target).exists(), f"{doc.name} links {target}, which is missing"
 
 
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.name)
