@@ -653,7 +653,8 @@ def _anthropic_frames(request: SimRequest, result: SimAnswer, seq: int) -> Itera
     yield _event("ping", {"type": "ping"})
     index = 0
     if result.thinking:
-        thinking_block = {"type": "thinking", "thinking": ""}
+        # As the API sends it (the official SDK's ThinkingBlock requires the signature).
+        thinking_block = {"type": "thinking", "thinking": "", "signature": ""}
         yield _event("content_block_start", _block_start(index, thinking_block))
         for piece in _WORDS.findall(result.thinking):
             yield _event(

@@ -667,6 +667,41 @@ def test_every_frame_is_one_complete_record(vendor: Vendor, style: ThinkStyle) -
             assert sse.close() == []
 
 
+def test_anthropic_frames_have_the_documented_shape() -> None:
+    """Each event's data has the fields Anthropic's streaming docs show and the official SDK's
+    types require (the ``anthropic`` package is not installed here to drive it directly): a
+    thinking block starts with ``"thinking": ""`` and ``"signature": ""``, a text block with
+    ``"text": ""``, a tool_use block with its id, name and ``"input": {}``."""
+    _, _, frames = frames_for("anthropic", 'call add with {"a": 1}', [ADD])
+    _, _, more = frames_for("anthropic", "count to 2")
+    records = [loads(item.data) for frame in frames + more for item in SSEDecoder().feed(frame)]
+    starts = [
+        record["content_block"] for record in records if record["type"] == "content_block_start"
+    ]
+    by_type = {block["type"]: block for block in starts}
+    assert by_type["thinking"] == {"type": "thinking", "thinking": "", "signature": ""}
+    assert by_type["text"] == {"type": "text", "text": ""}
+    assert set(by_type["tool_use"]) == {"type", "id", "name", "input"}
+    assert by_type["tool_use"]["input"] == {}
+    for record in records:
+        if record["type"] == "message_start":
+            assert set(record["message"]) == {
+                "id",
+                "type",
+                "role",
+                "model",
+                "content",
+                "stop_reason",
+                "stop_sequence",
+                "usage",
+            }
+        elif record["type"] in ("content_block_start", "content_block_delta"):
+            assert isinstance(record["index"], int)
+        elif record["type"] == "message_delta":
+            assert set(record["delta"]) == {"stop_reason", "stop_sequence"}
+            assert "output_tokens" in record["usage"]
+
+
 @pytest.mark.parametrize(("vendor", "style"), FORMATS, ids=FORMAT_IDS)
 def test_every_content_delta_is_its_own_frame(vendor: Vendor, style: ThinkStyle) -> None:
     _, sim, frames = frames_for(vendor, "count to 6", style=style)
