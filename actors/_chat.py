@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 import attrs
@@ -20,10 +20,11 @@ import trio
 from rich.console import Console
 from rich.text import Text
 
-from protocols.errors import AgentsError
-from protocols.messages import AgentResult, ToolSuccess
+from protocols.errors import AgentsError, Category
+from protocols.history import ConversationSnapshot
+from protocols.messages import AgentResult, Role, ToolSuccess
 
-from ._demo import SYSTEM, Endpoint, add, thinking_provider
+from ._demo import SYSTEM, Endpoint, add, thinking_provider, tokens_text
 from ._runtime import Runtime, open_runtime
 from .agent import Agent, Chunk
 from .conversation import Conversation, ConversationManager
@@ -31,17 +32,29 @@ from .providers import OpenAIChat
 from .store import SQLiteConversationStore
 from .testing import Simulator
 
-__all__ = ["HELP", "ChatSession", "chat_session", "main", "open_chat"]
+__all__ = ["HELP", "ChatError", "ChatSession", "chat_session", "main", "open_chat"]
 
 HELP = """commands:
-  /reset  start a new conversation (the current one is forgotten unless saved)
-  /save   save the conversation to the SQLite file
-  /help   show this help
-  /quit   leave (also /exit, Ctrl-D)
+  /reset    start a new conversation (the current one is forgotten unless saved)
+  /save     save the conversation to the SQLite file
+  /load ID  continue a saved conversation (/load alone lists them)
+  /help     show this help
+  /quit     leave (also /exit, Ctrl-D)
 Ctrl-C cancels the answer being written; the partial answer is kept."""
+
+#: How many saved conversations ``/load`` lists.
+LISTED = 20
 
 #: The reason recorded when Ctrl-C cancels an answer.
 INTERRUPTED = "interrupted by Ctrl-C"
+
+
+class ChatError(AgentsError):
+    """The chat cannot do what was asked: a conversation id that is not saved, a ``--db`` that
+    cannot be used."""
+
+    default_code = "chat"
+    default_category = Category.USER
 
 
 @attrs.define
@@ -65,6 +78,7 @@ class ChatSession:
         *,
         db: str,
         where: str,
+        base_url: str | None = None,
     ) -> None:
         self.runtime = runtime
         self.agent = agent
@@ -72,6 +86,8 @@ class ChatSession:
         self.console = console
         self.db = db
         self.where = where
+        #: The real endpoint's base URL (``None`` with the simulator), named in its errors.
+        self.base_url = base_url
         #: Every answer's result, in order (a cancelled one is partial).
         self.results: list[AgentResult] = []
         self.quit = False
@@ -132,22 +148,86 @@ class ChatSession:
             await self.manager.remove(old.id)
             console.print("(new conversation)", style="dim")
         elif name == "/save":
-            await self.save()
+            await self._guarded(self.save())
+        elif name == "/load":
+            words = text.split()
+            if len(words) > 2:
+                self.error("/load takes one conversation id (/load alone lists them)")
+            elif len(words) == 2:
+                await self._guarded(self.load(words[1]))
+            else:
+                await self._guarded(self.list_saved())
         else:
             console.print(f"unknown command {name} (try /help)", style="red", markup=False)
+
+    def error(self, text: str) -> None:
+        """Show an error (one line, red); the chat goes on."""
+        self.console.print(
+            f"error: {text}", style="red", markup=False, highlight=False, soft_wrap=True
+        )
+
+    async def _guarded(self, work: Awaitable[None]) -> None:
+        """Run a command; a store that cannot be used is shown as an error, and the chat (with
+        its conversation) goes on."""
+        try:
+            await work
+        except (AgentsError, OSError) as error:
+            self.error(self.describe(error))
+
+    def describe(self, error: BaseException) -> str:
+        from .cli import describe_error  # noqa: PLC0415 - cli imports this module lazily
+
+        return describe_error(error, self.base_url) or str(error)
+
+    def _note(self, text: str) -> None:
+        self.console.print(text, style="dim", markup=False, highlight=False, soft_wrap=True)
 
     async def save(self) -> None:
         """Write the conversation to the SQLite file (opened for the write)."""
         messages = await self.conversation.messages()
         async with await SQLiteConversationStore.open(self.db) as store:
             await store.set(await self.conversation.snapshot())
-        self.console.print(
-            f"saved conversation {self.conversation.id} ({len(messages)} messages) to {self.db}",
-            style="dim",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
+        self._note(
+            f"saved conversation {self.conversation.id} ({len(messages)} messages) to {self.db}"
         )
+
+    async def load(self, conversation_id: str) -> None:
+        """Continue a conversation saved in the SQLite file: it replaces the current one (which
+        is forgotten unless saved). An id that is not saved raises :class:`ChatError`."""
+        snapshot = await read_snapshot(self.db, conversation_id)
+        await self.resume(snapshot)
+
+    async def resume(self, snapshot: ConversationSnapshot) -> None:
+        """Make ``snapshot`` the conversation the agent continues."""
+        old = self.conversation
+        self.agent.conversation = await self.manager.add(snapshot=snapshot)
+        if old.id != snapshot.id:
+            await self.manager.remove(old.id)
+        self._note(
+            f"(continuing conversation {snapshot.id}: {len(snapshot.messages)} messages"
+            f"{_last_exchange(snapshot)})"
+        )
+
+    async def list_saved(self) -> None:
+        """Show the conversations saved in the SQLite file (at most :data:`LISTED`)."""
+        if not await trio.Path(self.db).exists():
+            self._note(f"(nothing saved yet: {self.db} does not exist)")
+            return
+        async with await SQLiteConversationStore.open(self.db) as store:
+            ids = await store.list(limit=LISTED + 1)
+            lines = []
+            for conversation_id in ids[:LISTED]:
+                snapshot = await store.get(conversation_id)
+                if snapshot is not None:
+                    lines.append(
+                        f"  {conversation_id}  {len(snapshot.messages)} messages"
+                        f"{_last_exchange(snapshot)}"
+                    )
+        if not lines:
+            self._note(f"(nothing saved yet in {self.db})")
+            return
+        more = f" (the first {LISTED})" if len(ids) > LISTED else ""
+        self._note(f"saved in {self.db}{more}; /load ID continues one:\n" + "\n".join(lines))
 
     async def ask(self, text: str) -> AgentResult | None:
         """Stream the agent's answer to ``text``: thinking dimmed, tool calls and their results
@@ -163,14 +243,16 @@ class ChatSession:
                         listener(chunk)
             result = run.result
         except AgentsError as error:
-            console.print(f"\nerror: {error}", style="red", markup=False, highlight=False)
+            if turn.kind:
+                console.out("")
+            self.error(self.describe(error))
             return None
         finally:
             self._answering = False
         self.results.append(result)
         if turn.kind:
             console.out("")
-        footer = f"({result.turns} turn(s), {result.usage.total} tokens)"
+        footer = f"({result.turns} turn(s), {_tokens(result)})"
         if result.partial:
             console.print(
                 f"[{result.stop.value}: the partial answer is kept] {footer}",
@@ -204,6 +286,46 @@ class ChatSession:
             turn.kind = ""
 
 
+def _tokens(result: AgentResult) -> str:
+    shown = tokens_text(result)
+    return "tokens unknown" if shown == "unknown" else f"{shown} tokens"
+
+
+def _last_exchange(snapshot: ConversationSnapshot) -> str:
+    """``; last: ...`` with the conversation's last question, short; empty without one."""
+    asked = [m.content for m in snapshot.messages if m.role is Role.USER and m.content]
+    if not asked:
+        return ""
+    last = " ".join(asked[-1].split())
+    return f"; last asked: {last[:40]}{'…' if len(last) > 40 else ''}"
+
+
+async def read_snapshot(db: str, conversation_id: str) -> ConversationSnapshot:
+    """The conversation ``conversation_id`` saved in the SQLite file ``db``; a
+    :class:`ChatError` when the file or the conversation does not exist."""
+    if not await trio.Path(db).exists():
+        raise ChatError(f"no conversation {conversation_id} to continue: {db} does not exist")
+    async with await SQLiteConversationStore.open(db) as store:
+        snapshot = await store.get(conversation_id)
+    if snapshot is None:
+        raise ChatError(
+            f"no conversation {conversation_id} in {db} (/load in the chat lists the saved ones)"
+        )
+    return snapshot
+
+
+async def check_db(db: str) -> None:
+    """Fail now, not at the first ``/save``, when ``db`` cannot be used: an existing file must
+    open as a conversation store (owner-only, a SQLite store); a new one needs its folder."""
+    path = trio.Path(db)
+    if await path.exists():
+        async with await SQLiteConversationStore.open(db):
+            return
+    folder = (await path.absolute()).parent
+    if not await folder.is_dir():
+        raise ChatError(f"cannot save to {db}: the folder {folder} does not exist")
+
+
 @contextlib.asynccontextmanager
 async def open_chat(
     console: Console,
@@ -212,11 +334,17 @@ async def open_chat(
     interval: float = 0.0,
     think: bool | None = None,
     db: str | os.PathLike[str] = "trio-agents-chat.sqlite3",
+    resume: str | None = None,
 ) -> AsyncIterator[ChatSession]:
     """A :class:`ChatSession` for the ``async with`` block: a runtime, a
     :class:`~actors.testing.Simulator` pacing deltas ``interval`` seconds apart (or
     ``endpoint``), one provider connection and an agent. ``think`` asks for reasoning (default:
-    on for the simulator only); ``/save`` writes to ``db``. Leaving the block stops them all."""
+    on for the simulator only); ``/save`` writes to ``db`` (checked first: see
+    :func:`check_db`). ``resume`` continues the conversation with that id saved in ``db``
+    (:class:`ChatError` when there is none). Leaving the block stops them all."""
+    db = os.fspath(db)
+    await check_db(db)
+    snapshot = await read_snapshot(db, resume) if resume is not None else None
     async with contextlib.AsyncExitStack() as stack:
         make: Callable[[], OpenAIChat]
         if endpoint is None:
@@ -229,11 +357,19 @@ async def open_chat(
         runtime = await stack.enter_async_context(open_runtime())
         connection = await runtime.connect(thinking_provider(make, think), name="provider")
         manager = ConversationManager(runtime)
-        conversation = await manager.add()
+        conversation = await manager.add(snapshot=snapshot)
         agent = await Agent.start(
             runtime, connection, conversation=conversation, system=SYSTEM, tools=[add], limit=6
         )
-        yield ChatSession(runtime, agent, manager, console, db=os.fspath(db), where=where)
+        yield ChatSession(
+            runtime,
+            agent,
+            manager,
+            console,
+            db=db,
+            where=where,
+            base_url=endpoint.where if endpoint is not None else None,
+        )
 
 
 async def _lines(source: AsyncIterator[str] | Iterable[str]) -> AsyncGenerator[str, None]:
@@ -266,6 +402,12 @@ async def chat_session(
             highlight=False,
             soft_wrap=True,
         )
+        if options.get("resume") is not None:
+            snapshot = await session.conversation.snapshot()
+            session._note(
+                f"(continuing conversation {snapshot.id}: {len(snapshot.messages)} messages"
+                f"{_last_exchange(snapshot)})"
+            )
         if on_start is not None:
             on_start(session)
         async with contextlib.aclosing(_lines(input_lines)) as lines:
@@ -314,13 +456,15 @@ def main(
     db: str = "trio-agents-chat.sqlite3",
     endpoint: Endpoint | None = None,
     console: Console | None = None,
+    resume: str | None = None,
 ) -> int:
-    """Run the terminal chat until the user leaves; the exit status."""
+    """Run the terminal chat until the user leaves; the exit status. Errors that stop it from
+    starting (``db``, ``resume``) propagate (the command line makes them one line)."""
     console = console or Console(highlight=False)
     try:
         trio.run(
             lambda: run_terminal_chat(
-                console, interval=interval, think=think, db=db, endpoint=endpoint
+                console, interval=interval, think=think, db=db, endpoint=endpoint, resume=resume
             )
         )
     except KeyboardInterrupt:  # pragma: no cover - SIGINT is caught while the chat runs

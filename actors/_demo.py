@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -56,6 +57,7 @@ __all__ = [
     "run_demo",
     "run_team",
     "team",
+    "tokens_text",
 ]
 
 #: What the single-stream demo asks when no prompt is given.
@@ -77,6 +79,32 @@ _DIM = "\x1b[2m"
 _RESET = "\x1b[0m"
 
 Role = Literal["add", "count", "cancel", "budget"]
+
+
+def tokens_text(result: AgentResult | ProviderResult | None) -> str:
+    """A result's token count as shown: ``"123"``, ``"~123"`` when it was estimated (the
+    provider reported no usage and a budget charged an estimate), ``"unknown"`` when the
+    provider never reported usage, ``"-"`` without a result."""
+    if result is None:
+        return "-"
+    usage = result.usage
+    if usage is None:
+        return "unknown"
+    estimated = bool(getattr(result, "usage_estimated", False) or getattr(usage, "estimated", 0))
+    return f"~{usage.total}" if estimated else str(usage.total)
+
+
+def total_tokens(results: Sequence[AgentResult]) -> str:
+    """The tokens of several results, as shown: their sum, ``~`` when any is estimated,
+    ``unknown`` when none is known, and how many are unknown when some are."""
+    shown = [tokens_text(result) for result in results]
+    known = [text for text in shown if text != "unknown"]
+    if not known:
+        return "tokens unknown" if shown else "0 tokens"
+    total = sum(int(text.lstrip("~")) for text in known)
+    mark = "~" if any(text.startswith("~") for text in known) else ""
+    unknown = len(shown) - len(known)
+    return f"{mark}{total} tokens" + (f" ({unknown} run(s) unknown)" if unknown else "")
 
 
 @tool
@@ -104,6 +132,11 @@ class Endpoint:
     def where(self) -> str:
         """The base URL the provider will use."""
         return self.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+
+    @property
+    def has_key(self) -> bool:
+        """Whether an API key will be sent (given, or in ``$OPENAI_API_KEY``)."""
+        return bool(self.api_key if self.api_key is not None else os.environ.get("OPENAI_API_KEY"))
 
 
 class _Thinking(StreamingProvider):
@@ -192,8 +225,10 @@ class MemberProgress:
     deltas: int = 0
     thinking: int = 0
     tool_calls: int = 0
-    tokens: int = 0
+    #: Tokens reported so far (``None`` until the provider reports usage).
+    tokens: int | None = None
     result: AgentResult | None = None
+    #: Why the run failed (one line), when it raised.
     error: str | None = None
 
     def observe(self, chunk: Chunk) -> None:
@@ -209,7 +244,7 @@ class MemberProgress:
             self.tool_calls += 1
             self.content = ""  # the next turn's text is the answer
         elif chunk.kind == "usage" and chunk.usage is not None:
-            self.tokens += chunk.usage.total
+            self.tokens = (self.tokens or 0) + chunk.usage.total
 
     @property
     def stop(self) -> str:
@@ -269,22 +304,31 @@ def results_table(members: Sequence[MemberProgress], *, title: str = "Results") 
     table.add_column("stop", no_wrap=True, min_width=9)
     table.add_column("turns", justify="right", no_wrap=True, min_width=5)
     table.add_column("tokens", justify="right", no_wrap=True, min_width=6)
-    table.add_column("answer", no_wrap=True, overflow="ellipsis", min_width=12)
+    # Answers are elided to one line; why a run failed is wrapped, whole.
+    table.add_column("answer", min_width=12)
     for progress in members:
         result = progress.result
         turns = str(result.turns) if result is not None else "-"
-        tokens = str(result.usage.total) if result is not None else str(progress.tokens)
-        answer = progress.error or (result.content if result is not None else progress.content)
+        answer: Text
+        if progress.error is not None:  # why it failed, whole: wrapped, never elided
+            answer = Text(progress.error, style="red", no_wrap=False, overflow="fold")
+        else:
+            text = result.content if result is not None else progress.content
+            answer = Text(_short(text), no_wrap=True, overflow="ellipsis")
         stop = progress.stop
         table.add_row(
             progress.member.name,
             progress.member.prompt,
             Text(stop, style=_STYLES.get(stop, "cyan")),
             turns,
-            tokens,
-            _short(answer),
+            tokens_text(result) if result is not None else _live_tokens(progress),
+            answer,
         )
     return table
+
+
+def _live_tokens(progress: MemberProgress) -> str:
+    return "-" if progress.tokens is None else str(progress.tokens)
 
 
 def _live_view(members: Sequence[MemberProgress], height: int) -> Group:
@@ -307,7 +351,7 @@ def _live_view(members: Sequence[MemberProgress], height: int) -> Group:
             Text(state, style=_STYLES.get(state, "cyan")),
             str(progress.deltas),
             str(progress.tool_calls),
-            str(progress.tokens),
+            tokens_text(progress.result) if progress.result is not None else _live_tokens(progress),
             tail,
         )
     header = Text(f"{done}/{len(members)} agents finished", style="bold")
@@ -315,7 +359,11 @@ def _live_view(members: Sequence[MemberProgress], height: int) -> Group:
 
 
 async def _drive(
-    agent: Agent, progress: MemberProgress, everyone: Sequence[MemberProgress], console: Console
+    agent: Agent,
+    progress: MemberProgress,
+    everyone: Sequence[MemberProgress],
+    console: Console,
+    where: str,
 ) -> None:
     member = progress.member
     progress.state = "waiting"
@@ -333,15 +381,24 @@ async def _drive(
                     agent.abort("cancelled by the demo mid-stream")
         progress.result = run.result
     except AgentsError as error:
-        progress.error = f"{type(error).__name__}: {error}"
+        progress.error = _why(error, where)
     if not console.is_terminal:
         done = sum(1 for p in everyone if p.result is not None or p.error is not None)
         width = len(str(len(everyone)))
+        why = f": {progress.error}" if progress.error is not None else ""
         console.print(
-            f"[{done:>{width}}/{len(everyone)}] {member.name} {progress.stop}",
+            f"[{done:>{width}}/{len(everyone)}] {member.name} {progress.stop}{why}",
             highlight=False,
             markup=False,
+            soft_wrap=True,
         )
+
+
+def _why(error: AgentsError, where: str) -> str:
+    """One line saying why a run failed (as the command line says it)."""
+    from .cli import describe_error  # noqa: PLC0415 - cli imports this module lazily
+
+    return describe_error(error, where) or str(error)
 
 
 async def run_team(
@@ -369,6 +426,14 @@ async def run_team(
     progress = [MemberProgress(member) for member in members]
     show_live = console.is_terminal if live is None else live
     async with contextlib.AsyncExitStack() as stack:
+        # The store first: a --db that cannot be used fails before anything else starts.
+        if db is None:
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="trio-agents-demo-"))
+            path, temporary = os.path.join(folder, "conversations.sqlite3"), True
+        else:
+            path, temporary = os.fspath(db), False
+        store = await SQLiteConversationStore.open(path)
+        stack.push_async_callback(store.aclose)
         make: Callable[[], OpenAIChat]
         if endpoint is None:
             simulator = await stack.enter_async_context(Simulator(interval=interval))
@@ -379,13 +444,6 @@ async def run_team(
             where = endpoint.where
             make = endpoint.provider
             think = bool(think)
-        if db is None:
-            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="trio-agents-demo-"))
-            path, temporary = os.path.join(folder, "conversations.sqlite3"), True
-        else:
-            path, temporary = os.fspath(db), False
-        store = await SQLiteConversationStore.open(path)
-        stack.push_async_callback(store.aclose)
         runtime = await stack.enter_async_context(open_runtime())
         connection = await runtime.connect(
             thinking_provider(make, think), name="provider", limit=concurrency
@@ -416,7 +474,7 @@ async def run_team(
             )
         async with trio.open_nursery() as nursery:
             for agent, each in zip(started, progress, strict=True):
-                nursery.start_soon(_drive, agent, each, progress, console)
+                nursery.start_soon(_drive, agent, each, progress, console, where)
             if show_live:
                 view = Live(console=console, auto_refresh=False, transient=True)
                 with view:
@@ -436,8 +494,8 @@ def _print_report(console: Console, report: TeamReport, path: str, temporary: bo
     stops = report.stops()
     order = ["complete", "cancelled", "budget", "timeout", "exhausted", "error"]
     counts = ", ".join(f"{stops[stop]} {stop}" for stop in order if stops[stop])
-    tokens = sum(p.result.usage.total for p in report.members if p.result is not None)
-    console.print(f"{len(report.members)} agents: {counts}; {tokens} tokens", highlight=False)
+    tokens = total_tokens([p.result for p in report.members if p.result is not None])
+    console.print(f"{len(report.members)} agents: {counts}; {tokens}", highlight=False)
     kept = "a temporary file, now removed; --db PATH keeps it" if temporary else "kept"
     console.print(
         f"saved {report.saved} conversation(s) to {path} ({kept})", highlight=False, soft_wrap=True
@@ -495,7 +553,7 @@ async def run_demo(
     counts = (
         f"{usage.prompt} prompt + {usage.completion} completion tokens"
         if usage is not None
-        else "usage not reported"
+        else "tokens unknown (the server reported no usage)"
     )
     out.write(f"{reset}\n-- finish: {result.finish}; {counts}\n")
     out.flush()
@@ -505,6 +563,7 @@ async def run_demo(
 def main(
     *,
     out: TextIO,
+    err: TextIO | None = None,
     prompt: str | None = None,
     interval: float = 0.05,
     think: bool | None = None,
@@ -514,7 +573,9 @@ def main(
     concurrency: int = 16,
 ) -> int:
     """Run the demo -- the team, or one stream of ``prompt`` when given -- to completion; the
-    exit status (1 when a member's run raised, 130 on Ctrl-C)."""
+    exit status (1 when a member's run raised -- then one line on ``err``, default stderr, says
+    how many and why -- 130 on Ctrl-C). Other errors propagate (the command line turns them
+    into one line)."""
     try:
         if prompt is not None:
             single = think if think is not None else endpoint is None
@@ -539,4 +600,11 @@ def main(
     except KeyboardInterrupt:
         out.write("\ninterrupted\n")
         return 130
-    return 0 if report.ok else 1
+    if report.ok:
+        return 0
+    failed = [p.error for p in report.members if p.error is not None]
+    print(
+        f"trio-agents demo: {len(failed)} of {len(report.members)} run(s) failed: {failed[0]}",
+        file=err or sys.stderr,
+    )
+    return 1

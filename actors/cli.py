@@ -8,16 +8,22 @@ The commands' modules (and ``rich``) are imported only when a command runs, so i
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import sys
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+import urllib.parse
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ._version import __version__
 
 if TYPE_CHECKING:
     from ._demo import Endpoint
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "describe_error", "main"]
+
+#: The loggers the command line shows on stderr (the library logs under this name).
+LOGGER = "trio_agents"
 
 
 def _seconds(low: float, high: float) -> Callable[[str], float]:
@@ -51,6 +57,20 @@ def _count(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+def _url(text: str) -> str:
+    """An http(s) URL with a host, as ``--base-url`` takes it."""
+    try:
+        parts = urllib.parse.urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not a URL: {text!r} ({error})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(
+            f"not an http(s) URL with a host: {text!r} (for example http://localhost:8080/v1)"
+        )
+    return text
+
+
 def _endpoint_options(
     parser: argparse.ArgumentParser, interval: float, *, think: bool = True
 ) -> None:
@@ -61,6 +81,7 @@ def _endpoint_options(
     )
     model.add_argument(
         "--base-url",
+        type=_url,
         metavar="URL",
         help="an OpenAI-compatible endpoint ending in /v1 (default: $OPENAI_BASE_URL, else "
         "OpenAI's); needs --model",
@@ -87,6 +108,17 @@ def _endpoint_options(
     )
 
 
+DEBUG_HELP = (
+    "show the traceback of an error (instead of one line) and the library's debug log on stderr"
+)
+
+
+def _debug_option(parser: argparse.ArgumentParser) -> None:
+    """``--debug`` after the sub-command too (``trio-agents demo --debug``); it keeps the
+    top-level value when not given here."""
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``trio-agents`` command and its sub-commands."""
     parser = argparse.ArgumentParser(
@@ -96,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--version", action="version", version=f"%(prog)s {__version__}", help="print the version"
     )
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo = commands.add_parser(
         "demo",
@@ -135,22 +168,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="save the conversations to this SQLite file (default: a temporary one)",
     )
     _endpoint_options(demo, 0.05)
+    _debug_option(demo)
     chat = commands.add_parser(
         "chat",
         help="chat in the terminal, with the simulator or a real endpoint",
         description=(
             "An interactive chat: answers stream as they come, thinking shown dimmed. Ctrl-C "
             "cancels the answer in progress (the partial answer is kept) and returns to the "
-            "prompt. Commands: /reset, /save, /help, /quit."
+            "prompt. Commands: /reset, /save, /load, /help, /quit."
         ),
     )
     chat.add_argument(
         "--db",
         metavar="PATH",
         default="trio-agents-chat.sqlite3",
-        help="where /save writes the conversation (default: %(default)s)",
+        help="where /save writes the conversation and /load reads (default: %(default)s)",
+    )
+    chat.add_argument(
+        "--resume",
+        metavar="ID",
+        help="continue the conversation with this id, saved in --db (/load lists them)",
     )
     _endpoint_options(chat, 0.02)
+    _debug_option(chat)
     relay = commands.add_parser(
         "serve",
         help="run a relay with a browser chat page, in front of the simulator or an endpoint",
@@ -201,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(repeatable; checked against the Host header)",
     )
     _endpoint_options(relay, 0.02, think=False)  # thinking is each client's option
+    _debug_option(relay)
     return parser
 
 
@@ -227,13 +268,121 @@ def _serve_extras(function: Callable[..., int], args: argparse.Namespace) -> dic
     return {name: value for name, value in extras.items() if name in taken}
 
 
+def describe_error(error: BaseException, where: str | None = None) -> str | None:
+    """One line saying what went wrong, for an error the user can act on: a trio-agents error
+    (a model that cannot be reached or refuses the key, a store that cannot be opened, a bad
+    setting) or an operating-system error, alone or grouped. ``None`` for anything else -- a
+    bug, whose traceback should be seen. ``where`` is the model's base URL, named when the model
+    cannot be reached."""
+    from protocols.errors import AgentsError, ProviderError  # noqa: PLC0415
+
+    leaves = list(_leaves(error))
+    lines: list[str] = []
+    for leaf in leaves:
+        if isinstance(leaf, ProviderError) and leaf.code in ("transport", "pool_timeout"):
+            at = f" at {where}" if where else ""
+            lines.append(f"cannot reach the model{at}: {leaf}")
+        elif isinstance(leaf, ProviderError) and leaf.code == "auth":
+            at = f" at {where}" if where else ""
+            lines.append(
+                f"the model{at} refused the API key (--api-key or $OPENAI_API_KEY): {leaf}"
+            )
+        elif isinstance(leaf, AgentsError):
+            lines.append(str(leaf))
+        elif isinstance(leaf, OSError):
+            lines.append(_os_error(leaf))
+        elif type(leaf).__module__.startswith("httpx") and type(leaf).__name__ == "InvalidURL":
+            lines.append(f"invalid URL: {leaf}")
+        else:
+            return None
+    if not lines:
+        return None
+    distinct = list(dict.fromkeys(" ".join(line.split()) for line in lines))
+    more = f" (and {len(distinct) - 1} other error(s))" if len(distinct) > 1 else ""
+    return distinct[0] + more
+
+
+def _leaves(error: BaseException) -> Iterator[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        for member in error.exceptions:
+            yield from _leaves(member)
+    else:
+        yield error
+
+
+def _os_error(error: OSError) -> str:
+    if error.strerror and error.filename is not None:
+        return f"{error.filename}: {error.strerror}"
+    return error.strerror or str(error) or type(error).__name__
+
+
+class _OneLine(logging.Formatter):
+    """A log record as one line, without its traceback (``--debug`` shows those)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = " ".join(record.getMessage().split())
+        return f"trio-agents: {record.levelname.lower()}: {record.name}: {message}"
+
+
+@contextlib.contextmanager
+def _logging(debug: bool, stream: TextIO) -> Iterator[None]:
+    """While a command runs: the library's warnings as one line each on ``stream``, or with
+    ``debug`` everything it logs, tracebacks included. Put back as it was afterwards."""
+    logger = logging.getLogger(LOGGER)
+    handler = logging.StreamHandler(stream)
+    if debug:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    else:
+        handler.setFormatter(_OneLine())
+        handler.setLevel(logging.WARNING)
+    level = logger.level
+    if debug:
+        logger.setLevel(logging.DEBUG)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def _warn_without_key(command: str, endpoint: Endpoint | None) -> None:
+    if endpoint is not None and not endpoint.has_key:
+        print(
+            f"trio-agents {command}: warning: no API key for {endpoint.where} "
+            "(--api-key or $OPENAI_API_KEY); fine for a local server that needs none",
+            file=sys.stderr,
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default: ``sys.argv[1:]``) and return the exit status.
 
-    With no sub-command it prints the help and returns 0.
+    With no sub-command it prints the help and returns 0. An error the user can act on (see
+    :func:`describe_error`) is one line on stderr and exit status 1; ``--debug`` shows its
+    traceback instead.
     """
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+    if args.command is None:
+        parser.print_help()
+        return 0
+    endpoint = _endpoint(parser, args)
+    if args.command in ("demo", "chat"):
+        _warn_without_key(args.command, endpoint)
+    with _logging(args.debug, sys.stderr):
+        try:
+            return _run(args, endpoint)
+        except Exception as error:
+            where = endpoint.where if endpoint is not None else None
+            line = None if args.debug else describe_error(error, where)
+            if line is None:
+                raise
+            print(f"trio-agents {args.command}: {line}", file=sys.stderr)
+            return 1
+
+
+def _run(args: argparse.Namespace, endpoint: Endpoint | None) -> int:
     if args.command == "demo":
         from . import _demo  # noqa: PLC0415 - rich loads only when a command runs
 
@@ -244,7 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             think=args.think,
             agents=args.agents,
             db=args.db,
-            endpoint=_endpoint(parser, args),
+            endpoint=endpoint,
             concurrency=args.concurrency,
         )
     if args.command == "chat":
@@ -254,20 +403,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             interval=args.interval,
             think=args.think,
             db=args.db,
-            endpoint=_endpoint(parser, args),
+            endpoint=endpoint,
+            resume=args.resume,
         )
-    if args.command == "serve":
-        from . import _serve_cmd  # noqa: PLC0415 - hypercorn loads only when a command runs
+    from . import _serve_cmd  # noqa: PLC0415 - hypercorn loads only when a command runs
 
-        return _serve_cmd.main(
-            host=args.host,
-            port=args.port,
-            token=args.token,
-            origins=args.origins,
-            endpoint=_endpoint(parser, args),
-            interval=args.interval,
-            max_frame=args.max_frame,
-            **_serve_extras(_serve_cmd.main, args),
-        )
-    parser.print_help()
-    return 0
+    return _serve_cmd.main(
+        host=args.host,
+        port=args.port,
+        token=args.token,
+        origins=args.origins,
+        endpoint=endpoint,
+        interval=args.interval,
+        max_frame=args.max_frame,
+        **_serve_extras(_serve_cmd.main, args),
+    )
