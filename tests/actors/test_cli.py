@@ -455,6 +455,113 @@ async def test_chat_reports_a_failed_answer_and_goes_on() -> None:
         assert "sk-wrong" not in text
 
 
+def chat_command(
+    argv: list[str],
+    typed: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> tuple[int, str, str]:
+    """``trio-agents chat ARGV`` with ``typed`` as its input: the status, stdout and stderr."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO(typed))
+    status = main(["chat", "--interval", "0", "--no-think", *argv])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_chat_resume_continues_a_saved_conversation(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "chat.sqlite3")
+    status, out, _ = chat_command(["--db", db], "What is 19 + 23?\n/save\n", monkeypatch, capsys)
+    assert status == 0
+    saved = out.split("saved conversation ", 1)[1].split()[0]
+    # A new chat, the same conversation: the next question lands after the saved ones.
+    status, out, err = chat_command(
+        ["--db", db, "--resume", saved], "count to 3\n/save\n", monkeypatch, capsys
+    )
+    assert status == 0, err
+    assert f"(continuing conversation {saved}: 4 messages; last asked: What is 19 + 23?)" in out
+    assert f"saved conversation {saved} (6 messages) to {db}" in out
+
+    async def read() -> list[tuple[Role, str]]:
+        async with await SQLiteConversationStore.open(db) as store:
+            assert await store.list() == [saved], "continued, not copied"
+            snapshot = await store.get(saved)
+        assert snapshot is not None
+        return [(m.role, m.content) for m in snapshot.messages]
+
+    messages = trio.run(read)
+    assert [content for role, content in messages if role is Role.USER] == [
+        "What is 19 + 23?",
+        "count to 3",
+    ]
+    assert messages[-1] == (Role.ASSISTANT, "1 2 3")
+    # An id that is not saved: one line, and the chat does not start.
+    for argv, why in (
+        (["--db", db, "--resume", "nope"], f"no conversation nope in {db}"),
+        (
+            ["--db", f"{db}.new", "--resume", saved],
+            f"no conversation {saved} to continue: {db}.new does not exist",
+        ),
+    ):
+        status, out, err = chat_command(argv, "hello\n", monkeypatch, capsys)
+        assert status == 1
+        assert err.startswith(f"trio-agents chat: {why}")
+        assert err.count("\n") == 1
+        assert "you>" not in out
+
+
+async def test_chat_load_lists_and_continues_saved_conversations(tmp_path: pathlib.Path) -> None:
+    db = tmp_path / "chat.sqlite3"
+    console, out = buffer_console(width=200)
+    started: list[ChatSession] = []
+    ids: list[str] = []
+
+    async def typed() -> AsyncIterator[str]:
+        yield "/load"  # nothing saved yet
+        yield "/load nope"
+        yield "What is 19 + 23?"
+        yield "/save"
+        ids.append(started[0].conversation.id)
+        yield "/reset"
+        yield "hello"  # a conversation never saved, left by the /load below
+        yield "/load"
+        yield f"/load {ids[0]}"
+        yield "count to 3"
+        yield "/save"
+        yield f"/load {ids[0]}"  # the conversation in use, from its file: still answers
+        yield "What is 2 + 3?"
+        yield "/load nope"
+        yield "/load a b"
+
+    session = await chat_session(typed(), console, interval=0, db=db, on_start=started.append)
+    text = out.getvalue()
+    saved = ids[0]
+    assert session.conversation.id == saved
+    messages = await session.conversation.messages()
+    assert [m.content for m in messages if m.role is Role.USER] == [
+        "What is 19 + 23?",
+        "count to 3",
+        "What is 2 + 3?",
+    ]
+    assert [r.content for r in session.results] == [
+        "The answer is 42.",
+        "You said: hello",
+        "1 2 3",
+        "The answer is 5.",
+    ]
+    assert f"(nothing saved yet: {db} does not exist)" in text
+    assert f"error: no conversation nope to continue: {db} does not exist" in text
+    assert f"saved in {db}; /load ID continues one:\n  {saved}  4 messages; last asked: " in text
+    assert f"(continuing conversation {saved}: 4 messages; last asked: What is 19 + 23?)" in text
+    assert f"(continuing conversation {saved}: 6 messages; last asked: count to 3)" in text
+    assert f"error: no conversation nope in {db} (/load in the chat lists the saved ones)" in text
+    assert "error: /load takes one conversation id (/load alone lists them)" in text
+    assert session.manager.count == 1, "the conversation left by /load is stopped and forgotten"
+    async with await SQLiteConversationStore.open(db) as store:
+        assert await store.list() == [saved]
+
+
 # -- serve -------------------------------------------------------------------------------------
 
 SERVE_TOKEN = "serve-token-for-tests-0123"
