@@ -94,7 +94,7 @@ def tokens_text(result: AgentResult | ProviderResult | None) -> str:
     return f"~{usage.total}" if estimated else str(usage.total)
 
 
-def total_tokens(results: Sequence[AgentResult]) -> str:
+def total_tokens(results: Sequence[AgentResult | ProviderResult]) -> str:
     """The tokens of several results, as shown: their sum, ``~`` when any is estimated,
     ``unknown`` when none is known, and how many are unknown when some are."""
     shown = [tokens_text(result) for result in results]

@@ -13,6 +13,7 @@ import sysconfig
 from collections.abc import AsyncIterator
 from importlib.metadata import version
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -21,11 +22,21 @@ from rich.console import Console
 import actors
 from actors import SQLiteConversationStore
 from actors._chat import HELP, INTERRUPTED, ChatSession, chat_session, open_chat
-from actors._demo import BUDGET, CANCEL_AFTER, Endpoint, run_demo, run_team, team
+from actors._demo import (
+    BUDGET,
+    CANCEL_AFTER,
+    Endpoint,
+    run_demo,
+    run_team,
+    team,
+    tokens_text,
+    total_tokens,
+)
 from actors.agent import Chunk
 from actors.cli import main
-from actors.testing import Simulator
-from protocols.messages import Role, StopReason
+from actors.testing import FaultProviderServer, Simulator
+from protocols.faults import UsageMissing
+from protocols.messages import ProviderResult, Role, StopReason, Usage
 
 
 def test_version_flag_prints_the_distribution_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -75,6 +86,40 @@ def test_demo_without_thinking_prints_only_the_answer(capsys: pytest.CaptureFixt
     out = capsys.readouterr().out
     assert "[thinking]" not in out
     assert "\n1 2 3 4 5 6 7 8 9 10 11 12\n" in out
+
+
+async def test_demo_says_tokens_unknown_when_the_server_reports_no_usage(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Like llama-cpp-python, which ignores stream_options: a complete answer, no usage chunk.
+    async with FaultProviderServer([UsageMissing(text="forty-two")]) as server:
+        argv = ["demo", "--model", "m", "--base-url", server.base_url, "--api-key", "k", "hi"]
+        assert await trio.to_thread.run_sync(lambda: main(argv)) == 0
+    out = capsys.readouterr().out
+    assert "forty-two" in out
+    assert out.rstrip().endswith("-- finish: stop; tokens unknown (the server reported no usage)")
+    assert " 0 " not in out.splitlines()[-1]
+
+
+def test_token_counts_are_shown_as_known_unknown_or_estimated() -> None:
+    reported = ProviderResult(content="x", usage=Usage(prompt=3, completion=4))
+    unreported = ProviderResult(content="x", usage=None)
+    assert tokens_text(reported) == "7"
+    assert tokens_text(unreported) == "unknown"
+    assert tokens_text(None) == "-"
+
+    @attrs.frozen
+    class Estimated:  # what the agent reports once a budget charged an estimate
+        usage: Usage | None
+        usage_estimated: bool = True
+
+    estimated = Estimated(Usage(prompt=0, completion=40))
+    assert tokens_text(estimated) == "~40"
+    assert total_tokens([reported, reported]) == "14 tokens"
+    assert total_tokens([reported, estimated]) == "~47 tokens"
+    assert total_tokens([reported, unreported]) == "7 tokens (1 run(s) unknown)"
+    assert total_tokens([unreported]) == "tokens unknown"
+    assert total_tokens([]) == "0 tokens"
 
 
 @pytest.mark.parametrize("interval", ["-1", "11", "fast"])
