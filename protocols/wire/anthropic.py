@@ -372,7 +372,8 @@ class _UsageCounts:
     Anthropic's ``input_tokens`` counts only the uncached part of the prompt; our
     :attr:`Usage.prompt` is the whole prompt, so it is ``input_tokens + cache_read_input_tokens +
     cache_creation_input_tokens``, and :attr:`Usage.cached` is ``cache_read_input_tokens``
-    (``None`` while Anthropic has not reported it).
+    (``None`` while Anthropic has not reported it). Until some count has been reported, the
+    usage is unknown (``None``), never zeros.
     """
 
     __slots__ = ("cache_creation", "cache_read", "input", "output")
@@ -383,7 +384,7 @@ class _UsageCounts:
         self.cache_creation: object = None
         self.output: object = None
 
-    def merge(self, usage: Mapping[str, Any]) -> Usage:
+    def merge(self, usage: Mapping[str, Any]) -> Usage | None:
         # Counts are cumulative: a later report of a field replaces the earlier one.
         if usage.get("input_tokens") is not None:
             self.input = usage["input_tokens"]
@@ -395,7 +396,12 @@ class _UsageCounts:
             self.output = usage["output_tokens"]
         return self.usage()
 
-    def usage(self) -> Usage:
+    def usage(self) -> Usage | None:
+        if all(
+            count is None
+            for count in (self.input, self.cache_read, self.cache_creation, self.output)
+        ):
+            return None
         cache_read = sanitize_count(self.cache_read)
         prompt = sanitize_count(self.input) + cache_read + sanitize_count(self.cache_creation)
         return Usage.sanitize(

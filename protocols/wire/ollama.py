@@ -185,7 +185,8 @@ class OllamaReader:
       object is serialised; a string, which some Ollama-compatible servers send, is passed through
       for the assembler to parse).
     * ``done: true`` makes the increment terminal, with the usage (``prompt_eval_count``,
-      ``eval_count``, sanitised) and the finish reason from ``done_reason``: ``stop`` is ``stop``
+      ``eval_count``, sanitised; ``None`` when the line has neither) and the finish reason
+      from ``done_reason``: ``stop`` is ``stop``
       (``tool_calls`` when the stream made tool calls, since Ollama reports ``stop`` then),
       ``length`` is ``length``, and any other reason (``load``, ``unload``, ...) is ``other``. A
       missing ``done_reason`` leaves the finish to the assembler's default.
@@ -232,12 +233,16 @@ class OllamaReader:
             return Increment(content=content, thinking=thinking, calls=calls)
         if done is not True:
             raise ProtocolError(f"Ollama 'done' is not true or false (got {_kind(done)})")
+        prompt, completion = record.get("prompt_eval_count"), record.get("eval_count")
         return Increment(
             content=content,
             thinking=thinking,
             calls=calls,
-            usage=Usage.sanitize(
-                prompt=record.get("prompt_eval_count"), completion=record.get("eval_count")
+            # A server that counts nothing (some Ollama-compatible ones) leaves usage unknown.
+            usage=(
+                None
+                if prompt is None and completion is None
+                else Usage.sanitize(prompt=prompt, completion=completion)
             ),
             finish=self._finish(record.get("done_reason")),
             terminal=True,

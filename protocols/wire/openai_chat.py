@@ -246,16 +246,15 @@ def _usage(record: Mapping[str, Any]) -> Usage | None:
     usage: dict[str, Any] | None = _field(record, "usage", dict, "record")
     if usage is None:
         return None
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    total = usage.get("total_tokens")
+    if prompt is None and completion is None and total is None:
+        return None  # an empty usage object reports nothing: usage stays unknown
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     if cached is None:
         cached = usage.get("prompt_cache_hit_tokens")  # DeepSeek's name for it
-    return Usage.sanitize(
-        prompt=usage.get("prompt_tokens"),
-        completion=usage.get("completion_tokens"),
-        total=usage.get("total_tokens"),
-        cached=cached,
-    )
+    return Usage.sanitize(prompt=prompt, completion=completion, total=total, cached=cached)
 
 
 def _first_choice(record: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -415,8 +414,9 @@ class OpenAIChatReader:
       terminal. ``[DONE]`` and a usage-only chunk may still follow it: keep reading to the end of
       the stream.
     * A top-level ``usage`` object (normally in a last chunk with no choices) becomes
-      :class:`~protocols.messages.Usage`, sanitised; ``prompt_tokens_details.cached_tokens`` is the
-      cached part.
+      :class:`~protocols.messages.Usage`, sanitised (one without any count is no report: usage
+      stays unknown, ``None``, as when a server never sends usage);
+      ``prompt_tokens_details.cached_tokens`` is the cached part.
     * Only the choice with index 0 is read. Unknown fields, ``null`` fields, missing or empty
       ``choices`` are fine; a record that contributes nothing gives an empty increment.
 

@@ -581,6 +581,10 @@ def replay_server(
         ("anthropic", "tool_use.sse"),
         ("ollama", "tool_calls.ndjson"),
         ("ollama", "thinking.ndjson"),
+        # servers that report no usage: it stays unknown (None), never zeros
+        ("openai_chat", "no_usage.sse"),
+        ("anthropic", "no_usage.sse"),
+        ("ollama", "no_usage.ndjson"),
     ],
 )
 @pytest.mark.parametrize("seed", [1, 2])
@@ -615,3 +619,5 @@ async def test_recorded_transcripts_replay_through_the_adapters(
             continuation=result.continuation,
         )
     assert result == expected
+    if name.startswith("no_usage"):
+        assert result.usage is None

@@ -467,6 +467,21 @@ def test_message_delta_may_restate_input_counts() -> None:
     assert increment == Increment(usage=Usage(prompt=59, completion=4, cached=50))
 
 
+def test_usage_nobody_reported_stays_unknown_not_zero() -> None:
+    reader = AnthropicReader()
+    start = event("message_start", message={"id": "msg_1", "type": "message", "content": []})
+    assert reader.read(start) == Increment(usage=None)
+    assert reader.read(event("message_start", message={"usage": {}})).usage is None
+    finish = event("message_delta", delta={"stop_reason": "end_turn"})
+    assert reader.read(finish) == Increment(finish=FinishReason.STOP)
+    assert read_response({"content": [], "usage": {}}).usage is None
+    assert read_response({"content": []}).usage is None
+    # one reported count makes the usage known (the others are then zero)
+    assert reader.read(event("message_delta", delta={}, usage={"output_tokens": 3})).usage == (
+        Usage(completion=3)
+    )
+
+
 def test_silly_usage_counts_are_sanitised() -> None:
     reader = AnthropicReader()
     increment = reader.read(start_event(input_tokens=-5, read=None, creation=None, output=1))
@@ -870,7 +885,7 @@ def test_streamed_and_whole_responses_agree() -> None:
 
 # --------------------------------------------------------------------------- recorded streams
 
-SUCCESSFUL = ["text", "thinking", "tool_use", "cached_usage"]
+SUCCESSFUL = ["text", "thinking", "tool_use", "cached_usage", "no_usage"]
 SPLITS = 50
 
 

@@ -40,7 +40,7 @@ from protocols.wire.ollama import (
 )
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "ollama"
-SUCCESSFUL = ["text", "thinking", "tool_calls", "think_tags"]
+SUCCESSFUL = ["text", "thinking", "tool_calls", "think_tags", "no_usage"]
 
 PNG = (
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9aw"
@@ -534,18 +534,19 @@ def test_done_false_is_not_terminal() -> None:
 @pytest.mark.parametrize(
     ("fields", "usage"),
     [
-        ({"prompt_eval_count": None, "eval_count": None}, Usage()),
+        ({"prompt_eval_count": None, "eval_count": None}, None),  # nothing reported
         ({"prompt_eval_count": -3, "eval_count": "many"}, Usage()),
         ({"prompt_eval_count": 7.0, "eval_count": True}, Usage(prompt=7)),
     ],
 )
-def test_usage_is_sanitised(fields: dict[str, Any], usage: Usage) -> None:
+def test_usage_is_sanitised(fields: dict[str, Any], usage: Usage | None) -> None:
     record = final(**fields)
     assert read(record)[0].usage == usage
 
 
-def test_usage_when_counts_are_absent() -> None:
-    assert read({"done": True})[0] == Increment(usage=Usage(), terminal=True)
+def test_usage_when_counts_are_absent_is_unknown_not_zero() -> None:
+    assert read({"done": True})[0] == Increment(usage=None, terminal=True)
+    assert read({"done": True, "eval_count": 4})[0].usage == Usage(completion=4)
 
 
 def test_error_record_raises_provider_error() -> None:

@@ -455,6 +455,18 @@ def test_usage_variants_are_sanitised() -> None:
     assert read_one(json.dumps({"usage": too_cached})).usage == Usage(2, 0, 2, cached=2)
 
 
+def test_usage_without_any_count_is_unknown_not_zero() -> None:
+    for usage in ({}, {"prompt_tokens": None, "completion_tokens": None}, {"x": 1}):
+        assert read_one(json.dumps({"choices": [], "usage": usage})) == Increment()
+    assert read_one(chunk({}, "stop", usage={})).usage is None
+    # a stream that never reports usage assembles to usage None
+    assembler, reader = StreamAssembler(), OpenAIChatReader()
+    for data in (chunk({"content": "hi"}), chunk({}, "stop"), "[DONE]"):
+        assembler.add(reader.read(SSEEvent(data=data)))
+    assert assembler.result().usage is None
+    assert assembler.partial().usage is None
+
+
 def test_tool_call_fragments() -> None:
     first, later = read(
         chunk(
@@ -841,6 +853,7 @@ TRANSCRIPTS = {
     "parallel_tools": False,
     "think_tags": False,
     "think_close_only": True,
+    "no_usage": False,  # llama-cpp-python's shape: no usage record at all
 }
 
 
