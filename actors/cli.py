@@ -274,6 +274,8 @@ def describe_error(error: BaseException, where: str | None = None) -> str | None
     setting) or an operating-system error, alone or grouped. ``None`` for anything else -- a
     bug, whose traceback should be seen. ``where`` is the model's base URL, named when the model
     cannot be reached."""
+    import httpx  # noqa: PLC0415 - loaded (by the providers) before any such error
+
     from protocols.errors import AgentsError, ProviderError  # noqa: PLC0415
 
     leaves = list(_leaves(error))
@@ -291,8 +293,8 @@ def describe_error(error: BaseException, where: str | None = None) -> str | None
             lines.append(str(leaf))
         elif isinstance(leaf, OSError):
             lines.append(_os_error(leaf))
-        elif type(leaf).__module__.startswith("httpx") and type(leaf).__name__ == "InvalidURL":
-            lines.append(f"invalid URL: {leaf}")
+        elif isinstance(leaf, httpx.InvalidURL):  # $OPENAI_BASE_URL is not checked by argparse
+            lines.append(f"invalid URL{f' {where}' if where else ''}: {leaf}")
         else:
             return None
     if not lines:

@@ -13,6 +13,7 @@ import socket
 import sys
 from collections.abc import AsyncIterator, Iterator
 
+import httpx
 import pytest
 import trio
 from rich.console import Console
@@ -327,6 +328,9 @@ def test_describe_error_knows_user_errors_and_leaves_bugs_alone() -> None:
     for bug in (KeyError("x"), ExceptionGroup("g", [refused, TypeError("bug")]), RuntimeError()):
         assert describe_error(bug) is None
     assert describe_error(ValidationError("bad")) == "bad"
+    assert (
+        describe_error(httpx.InvalidURL("Invalid port: ':1'")) == "invalid URL: Invalid port: ':1'"
+    )
 
 
 def test_library_warnings_are_one_line_and_debug_shows_everything() -> None:
