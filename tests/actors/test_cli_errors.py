@@ -328,8 +328,10 @@ def test_describe_error_knows_user_errors_and_leaves_bugs_alone() -> None:
     for bug in (KeyError("x"), ExceptionGroup("g", [refused, TypeError("bug")]), RuntimeError()):
         assert describe_error(bug) is None
     assert describe_error(ValidationError("bad")) == "bad"
-    assert (
-        describe_error(httpx.InvalidURL("Invalid port: ':1'")) == "invalid URL: Invalid port: ':1'"
+    invalid = httpx.InvalidURL("Invalid port: ':1'")
+    assert describe_error(invalid) == "invalid URL: Invalid port: ':1'"
+    assert describe_error(invalid, "http://[::1/v1") == (
+        "invalid URL http://[::1/v1: Invalid port: ':1'"
     )
 
 
