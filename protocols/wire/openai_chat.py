@@ -39,6 +39,7 @@ __all__ = [
     "DEFAULT_BASE_URL",
     "PATH",
     "RESERVED_KEYS",
+    "THINK_EFFORT",
     "OpenAIChatReader",
     "encode_request",
     "error_details",
@@ -53,6 +54,9 @@ DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
 
 #: Request-body keys :func:`encode_request` owns; ``ProviderOptions.extra`` may not set them.
 RESERVED_KEYS: Final = frozenset({"model", "messages", "tools", "stream", "stream_options"})
+
+#: ``reasoning_effort`` sent for ``think=True``: the level OpenAI's reasoning models default to.
+THINK_EFFORT: Final = "medium"
 
 #: The most characters of vendor error text kept in a message.
 _MESSAGE_LIMIT: Final = 300
@@ -105,9 +109,14 @@ def encode_request(
       ``tool_choice`` as ``"auto"``/``"none"``/``"required"`` or, for a tool name, the
       function-choice object (sent as given, also when there are no tools: the server judges);
       ``schema`` as a ``json_schema`` ``response_format`` named
-      ``"output"``. The format has no standard switch for ``think``, so it is not sent: use the
-      server's own field through ``extra``, e.g. ``{"reasoning_effort": "low"}`` for OpenAI or
-      ``{"chat_template_kwargs": {"enable_thinking": False}}`` for vLLM serving Qwen3.
+      ``"output"``. ``think=True`` is sent as ``"reasoning_effort": "medium"``
+      (:data:`THINK_EFFORT`), the format's reasoning setting (OpenAI's reasoning models, vLLM,
+      Groq, OpenRouter read it; a model that cannot reason may refuse it with a 400, which is
+      better than being silently ignored); ``think=False`` sends nothing, since the format has
+      no "off" every server takes -- turn reasoning off with the server's own field through
+      ``extra``, e.g. ``{"reasoning_effort": "minimal"}`` for OpenAI or
+      ``{"chat_template_kwargs": {"enable_thinking": False}}`` for vLLM or llama.cpp serving
+      Qwen3.
     * ``options.extra`` is merged last and overrides the fields above, except the keys this
       function owns (:data:`RESERVED_KEYS`).
 
@@ -183,6 +192,8 @@ def _encode_options(body: dict[str, Any], options: ProviderOptions) -> None:
         body["temperature"] = options.temperature
     if options.stop:
         body["stop"] = list(options.stop)
+    if options.think:
+        body["reasoning_effort"] = THINK_EFFORT
     choice = options.tool_choice
     if choice is not None:
         if choice in ("auto", "none", "required"):

@@ -23,6 +23,7 @@ import trio.testing
 from actors.providers import AnthropicMessages, OllamaChat, OpenAIChat, RetryPolicy
 from actors.testing import Simulator
 from protocols import (
+    ConfigError,
     Delta,
     FinishReason,
     Message,
@@ -789,3 +790,28 @@ async def test_partial_holds_only_the_text_handed_to_the_caller() -> None:
                     break
         assert stream.partial.content == "".join(seen) == "1 2 3"
         await provider.aclose()
+
+
+# --------------------------------------------------------------------------- think=True
+
+
+@pytest.mark.parametrize("vendor", VENDORS)
+async def test_think_true_asks_every_adapter_for_reasoning(vendor: Vendor) -> None:
+    """``think=True`` is never silently dropped: each adapter sends its vendor's reasoning
+    setting (OpenAI-compatible ``reasoning_effort``, Anthropic ``thinking``, Ollama ``think``),
+    and the simulator, which reads each, thinks first."""
+    async with serving(vendor) as (simulator, provider):
+        options = ProviderOptions(think=True)
+        _, result = await drain(provider, [Message.user("Say hi")], options=options)
+        sent = simulator.requests[-1]
+    assert sent.think
+    assert result.thinking
+    assert result.content == "You said: Say hi"
+
+
+async def test_think_true_that_anthropic_cannot_honour_fails_before_any_request() -> None:
+    async with serving("anthropic") as (simulator, provider):
+        options = ProviderOptions(think=True, max_tokens=1000)
+        with pytest.raises(ConfigError, match="thinking on Anthropic needs max_tokens"):
+            await provider.generate([Message.user("hi")], options=options)
+        assert simulator.requests == ()

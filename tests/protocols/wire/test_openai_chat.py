@@ -203,6 +203,7 @@ def test_encode_options() -> None:
         "max_tokens": 256,
         "temperature": 1.0,
         "stop": ["\n\n", "END"],
+        "reasoning_effort": "medium",
         "tool_choice": "required",
         "response_format": {
             "type": "json_schema",
@@ -228,10 +229,18 @@ def test_encode_tool_choice_name_is_a_function_choice() -> None:
 def test_encode_default_options_add_nothing() -> None:
     plain = encode_request([Message.user("x")], model="m")
     assert encode_request([Message.user("x")], model="m", options=ProviderOptions()) == plain
-    # think has no standard field: it is never sent, whichever way it is set
-    for think in (True, False):
-        options = ProviderOptions(think=think)
-        assert encode_request([Message.user("x")], model="m", options=options) == plain
+    # think=False has no "off" every server takes: nothing is sent
+    options = ProviderOptions(think=False)
+    assert encode_request([Message.user("x")], model="m", options=options) == plain
+
+
+def test_encode_think_asks_for_reasoning_effort_and_extra_may_override_it() -> None:
+    body = encode_request([Message.user("x")], model="m", options=ProviderOptions(think=True))
+    assert body["reasoning_effort"] == "medium"
+    options = ProviderOptions(think=True, extra={"reasoning_effort": "high"})
+    assert encode_request([Message.user("x")], model="m", options=options)["reasoning_effort"] == (
+        "high"
+    )
 
 
 def test_encode_extra_is_merged_last() -> None:
