@@ -546,6 +546,7 @@ def stream_frames(
     *,
     seq: int = 0,
     think_style: ThinkStyle = "tags",
+    usage: bool = True,
 ) -> Iterator[bytes]:
     """The streamed response for ``result`` in ``request``'s wire format, one frame per delta.
 
@@ -554,13 +555,17 @@ def stream_frames(
     it; Anthropic SSE events from ``message_start`` to ``message_stop``; Ollama NDJSON records
     ending in a ``done: true`` record with the counts); every content or thinking delta is its own
     frame, so a server pacing frames paces deltas; tool-call arguments are sent in small fragments
-    (OpenAI and Anthropic) that a client must assemble. ``seq`` makes the ids.
+    (OpenAI and Anthropic) that a client must assemble. ``seq`` makes the ids. ``usage=False``
+    leaves every count out (no usage chunk, no ``usage`` objects, no Ollama counts), as some
+    servers do (llama-cpp-python ignores ``stream_options``).
     """
     if request.vendor == "openai":
+        if not usage:
+            request = attrs.evolve(request, include_usage=False)
         return _openai_frames(request, result, seq, think_style)
     if request.vendor == "anthropic":
-        return _anthropic_frames(request, result, seq)
-    return _ollama_frames(request, result)
+        return _anthropic_frames(request, result, seq, usage)
+    return _ollama_frames(request, result, usage)
 
 
 def _openai_frames(
@@ -638,7 +643,9 @@ def _event(name: str, data: Mapping[str, Any]) -> bytes:
     return b"event: " + name.encode() + b"\ndata: " + dumpb(data) + b"\n\n"
 
 
-def _anthropic_frames(request: SimRequest, result: SimAnswer, seq: int) -> Iterator[bytes]:
+def _anthropic_frames(
+    request: SimRequest, result: SimAnswer, seq: int, usage: bool
+) -> Iterator[bytes]:
     message: dict[str, Any] = {
         "id": _ids("anthropic", seq),
         "type": "message",
@@ -649,6 +656,8 @@ def _anthropic_frames(request: SimRequest, result: SimAnswer, seq: int) -> Itera
         "stop_sequence": None,
         "usage": {"input_tokens": result.usage.prompt, "output_tokens": 1},
     }
+    if not usage:
+        del message["usage"]
     yield _event("message_start", {"type": "message_start", "message": message})
     yield _event("ping", {"type": "ping"})
     index = 0
@@ -689,11 +698,12 @@ def _anthropic_frames(request: SimRequest, result: SimAnswer, seq: int) -> Itera
             yield _event("content_block_delta", _block_delta(index, delta))
         yield _event("content_block_stop", {"type": "content_block_stop", "index": index})
         index += 1
-    end = {
+    end: dict[str, Any] = {
         "type": "message_delta",
         "delta": {"stop_reason": _ANTHROPIC_STOP[result.finish], "stop_sequence": None},
-        "usage": {"output_tokens": result.usage.completion},
     }
+    if usage:
+        end["usage"] = {"output_tokens": result.usage.completion}
     yield _event("message_delta", end)
     yield _event("message_stop", {"type": "message_stop"})
 
@@ -706,7 +716,7 @@ def _block_delta(index: int, delta: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "content_block_delta", "index": index, "delta": delta}
 
 
-def _ollama_frames(request: SimRequest, result: SimAnswer) -> Iterator[bytes]:
+def _ollama_frames(request: SimRequest, result: SimAnswer, usage: bool) -> Iterator[bytes]:
     head = (
         b'{"model":'
         + _string(request.model)
@@ -724,13 +734,14 @@ def _ollama_frames(request: SimRequest, result: SimAnswer) -> Iterator[bytes]:
             {"function": {"name": call.name, "arguments": call.arguments}} for call in result.calls
         ]
         yield head + b'"content":"","tool_calls":' + dumpb(calls) + tail
-    yield dumpb(_ollama_final(request, result, {"role": "assistant", "content": ""})) + b"\n"
+    final = _ollama_final(request, result, {"role": "assistant", "content": ""}, usage)
+    yield dumpb(final) + b"\n"
 
 
 def _ollama_final(
-    request: SimRequest, result: SimAnswer, message: dict[str, Any]
+    request: SimRequest, result: SimAnswer, message: dict[str, Any], usage: bool
 ) -> dict[str, Any]:
-    return {
+    final = {
         "model": request.model,
         "created_at": _CREATED_AT,
         "message": message,
@@ -740,16 +751,35 @@ def _ollama_final(
         "prompt_eval_count": result.usage.prompt,
         "eval_count": result.usage.completion,
     }
+    if not usage:
+        del final["prompt_eval_count"], final["eval_count"]
+    return final
 
 
 def response_body(
-    request: SimRequest, result: SimAnswer, *, seq: int = 0, think_style: ThinkStyle = "tags"
+    request: SimRequest,
+    result: SimAnswer,
+    *,
+    seq: int = 0,
+    think_style: ThinkStyle = "tags",
+    usage: bool = True,
 ) -> dict[str, Any]:
     """The one-shot (non-streamed) JSON response for ``result`` in ``request``'s wire format.
 
     Guarantees: it carries the same content, thinking, calls, finish reason and usage as
-    :func:`stream_frames` would stream, in the vendor's response shape.
+    :func:`stream_frames` would stream, in the vendor's response shape (``usage=False``: no
+    counts at all).
     """
+    body = _response_body(request, result, seq, think_style)
+    if not usage:
+        for key in ("usage", "prompt_eval_count", "eval_count"):
+            body.pop(key, None)
+    return body
+
+
+def _response_body(
+    request: SimRequest, result: SimAnswer, seq: int, think_style: ThinkStyle
+) -> dict[str, Any]:
     if request.vendor == "openai":
         message: dict[str, Any] = {"role": "assistant"}
         content = result.text
@@ -816,7 +846,7 @@ def response_body(
         reply["tool_calls"] = [
             {"function": {"name": call.name, "arguments": call.arguments}} for call in result.calls
         ]
-    return _ollama_final(request, result, reply)
+    return _ollama_final(request, result, reply, True)
 
 
 def error_body(vendor: Vendor, status: int, message: str) -> dict[str, Any]:

@@ -76,6 +76,8 @@ class Simulator(LoopbackServer):
     * ``api_key``: when set, requests must carry it (``Authorization: Bearer`` or ``x-api-key``)
       or get a 401; it never appears in a response or in ``repr``.
     * ``max_request_bytes``: larger requests get a 413 without their body being read.
+    * ``report_usage``: ``False`` makes it answer without any token counts, as servers that
+      never report usage do (llama-cpp-python ignores ``stream_options``).
     * ``host`` / ``port``: where to listen (default 127.0.0.1 and a free port).
 
     Guarantees: connections are kept alive between requests; a client that goes away mid-stream
@@ -93,6 +95,7 @@ class Simulator(LoopbackServer):
         think_style: ThinkStyle = "tags",
         api_key: str | None = None,
         max_request_bytes: int = 8 * 1024 * 1024,
+        report_usage: bool = True,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -111,6 +114,7 @@ class Simulator(LoopbackServer):
         self.think_style: ThinkStyle = think_style
         self._api_key = api_key
         self._max_request_bytes = max_request_bytes
+        self.report_usage = bool(report_usage)
         self._requests: list[SimRequest] = []
         self._answered = 0
         self._streaming = 0
@@ -247,14 +251,18 @@ class Simulator(LoopbackServer):
         self._requests.append(parsed)
         result = answer(parsed)
         if not parsed.stream:
-            body = response_body(parsed, result, seq=seq, think_style=self.think_style)
+            body = response_body(
+                parsed, result, seq=seq, think_style=self.think_style, usage=self.report_usage
+            )
             await exchange.send_json(200, dumpb(body))
             return
         headers = [("content-type", MEDIA_TYPES[vendor]), ("cache-control", "no-cache")]
         await exchange.send(h11.Response(status_code=200, headers=headers))
         self._streaming += 1
         try:
-            frames = stream_frames(parsed, result, seq=seq, think_style=self.think_style)
+            frames = stream_frames(
+                parsed, result, seq=seq, think_style=self.think_style, usage=self.report_usage
+            )
             if self.interval > 0:
                 for frame in frames:
                     await trio.sleep(self.interval)

@@ -815,3 +815,29 @@ async def test_think_true_that_anthropic_cannot_honour_fails_before_any_request(
         with pytest.raises(ConfigError, match="thinking on Anthropic needs max_tokens"):
             await provider.generate([Message.user("hi")], options=options)
         assert simulator.requests == ()
+
+
+# --------------------------------------------------------------------------- unknown usage
+
+
+@pytest.mark.parametrize("vendor", VENDORS)
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_simulator_that_reports_no_usage_leaves_usage_unknown(
+    vendor: Vendor, stream: bool
+) -> None:
+    """Like llama-cpp-python (which ignores ``stream_options``): no counts at all, and every
+    adapter keeps usage ``None`` rather than inventing zeros."""
+    async with serving(vendor, Simulator(report_usage=False)) as (simulator, provider):
+        if stream:
+            _, result = await drain(provider, [Message.user("count to 3")])
+        else:
+            async with httpx.AsyncClient() as client:
+                body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+                if vendor == "anthropic":
+                    body["max_tokens"] = 10
+                body["stream"] = False
+                raw = (await client.post(simulator.base_url + PATHS[vendor], json=body)).json()
+            assert not {"usage", "prompt_eval_count", "eval_count"} & set(raw)
+            return
+    assert result.content == "1 2 3"
+    assert result.usage is None
