@@ -33,6 +33,7 @@ from ._supervisor import TerminateChild as TerminateChild
 from ._version import __version__ as __version__
 from .agent import Agent as Agent
 from .agent import AgentRun as AgentRun
+from .agent import CycleError as CycleError
 from .cli import main as main
 from .conversation import CompactionError as CompactionError
 from .conversation import Conversation as Conversation
@@ -72,6 +73,7 @@ __all__ = [
     "Conversation",
     "ConversationManager",
     "ConversationStore",
+    "CycleError",
     "ExitKind",
     "FileSystemWorkspace",
     "MemoryConversationStore",

@@ -81,6 +81,21 @@ class Abort:
         assert self._reason is not None
         return self._reason
 
+    def on_cancel(self, callback: Callable[[str], object]) -> Callable[[], None]:
+        """Call ``callback(reason)`` once, synchronously, when the token trips (at once if it
+        already has). Returns a function that removes the callback (a no-op once it ran); a
+        callback held by a long-lived token should be removed when it is no longer wanted."""
+        if self._reason is not None:
+            callback(self._reason)
+            return _nothing
+        key = object()
+        self._callbacks[key] = callback
+
+        def remove() -> None:
+            self._callbacks.pop(key, None)
+
+        return remove
+
     @contextmanager
     def open_scope(self) -> Iterator[trio.CancelScope]:
         """Enter a new :class:`trio.CancelScope` bound to this token for the ``with`` block.
@@ -123,3 +138,7 @@ class Abort:
         for token in tokens:
             token._derived.add(derived)
         return derived
+
+
+def _nothing() -> None:
+    """What :meth:`Abort.on_cancel` returns for a token that had already tripped."""

@@ -25,6 +25,7 @@ agents run concurrently. A :meth:`Agent.stream` that is never iterated never tak
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import logging
 from collections.abc import Callable, Iterable, Sequence
@@ -37,7 +38,14 @@ from protocols._json import dumps, loads
 from protocols.accounting import BudgetMeter, TokenBudget
 from protocols.authority import Authority
 from protocols.context import Instructions, Scope, build
-from protocols.errors import AgentsError, ConfigError, ProtocolError, ValidationError
+from protocols.errors import (
+    AgentsError,
+    Category,
+    ConfigError,
+    ProtocolError,
+    ToolError,
+    ValidationError,
+)
 from protocols.messages import (
     AgentResult,
     Message,
@@ -78,11 +86,13 @@ __all__ = [
     "OUTPUT_FEEDBACK",
     "OUTPUT_INSTRUCTION",
     "TOOLS_OFF",
+    "UNKNOWN_TOOLS_FALLBACK",
     "Agent",
     "AgentEvent",
     "AgentRun",
     "AgentStatus",
     "Chunk",
+    "CycleError",
     "OutputError",
     "RunOptions",
 ]
@@ -107,6 +117,12 @@ EXHAUST_INSTRUCTION = (
 
 #: The answer recorded when that final call answers with nothing.
 FALLBACK_SUMMARY = "I reached my turn limit before I could finish, and have nothing to add."
+
+#: The answer recorded when the final call after unknown tools answers with nothing.
+UNKNOWN_TOOLS_FALLBACK = (
+    "I could not finish: the tools I tried to use do not exist ({names}), and I have nothing "
+    "to add."
+)
 
 #: Called with the error and the event when an event listener raises.
 ErrorHandler = Callable[[BaseException, "AgentEvent"], None]
@@ -197,15 +213,26 @@ class _OutputSpec:
 class AgentEvent:
     """Something that happened in a run, delivered to listeners after it happened.
 
-    ``kind``: ``start``; ``turn`` (a provider call begins; ``turn`` is its number); ``retry``
-    (the provider call failed before anything streamed and is tried again: ``attempt`` (the
-    failed attempt, from 1), ``delay`` (seconds until the next), ``reason`` (the error code and
-    HTTP status)); ``tool`` (a
-    call's ``result`` is in); ``deny`` (the authority refused ``call``; ``reason``); ``usage``
-    (a turn's ``usage``); ``guard`` (a guard refused a batch; ``reason``); ``fault`` (automatic
-    compaction failed, the run goes on; ``error``); ``abort`` (the run was
-    cut; ``reason``, ``stop``); ``exhaust`` (the turn limit was reached); ``finish`` (the run
-    ended; ``partial``, ``stop``); ``error`` (the run raised ``error``).
+    ``run`` is the run's number on this agent; ``turn`` the provider calls made so far. By
+    ``kind``:
+
+    * ``start``: the run began (a run withdrawn while it waited never starts);
+    * ``turn``: a provider call begins;
+    * ``retry``: the provider call failed before anything streamed and is tried again --
+      ``attempt`` (the failed attempt, from 1), ``delay`` (seconds until the next), ``reason``
+      (the error code and HTTP status);
+    * ``tool``: a call's ``result`` is in;
+    * ``tool_error``: the tool behind ``call`` raised ``error``; ``result`` is the failure the
+      model reads;
+    * ``deny``: the authority refused ``call`` (``reason``);
+    * ``usage``: a turn's ``usage`` (``None``: not reported; ``estimated``: charged to the
+      budget by estimate because it was not reported);
+    * ``guard``: a guard refused a batch (``reason``);
+    * ``fault``: automatic compaction failed and the run goes on (``error``);
+    * ``abort``: the run was cut, or withdrawn before it began (``reason``, ``stop``);
+    * ``exhaust``: the turn limit was reached;
+    * ``finish``: the run ended (``partial``, ``stop``);
+    * ``error``: the run raised ``error``.
     """
 
     kind: Literal[
@@ -213,6 +240,7 @@ class AgentEvent:
         "turn",
         "retry",
         "tool",
+        "tool_error",
         "deny",
         "usage",
         "guard",
@@ -233,18 +261,21 @@ class AgentEvent:
     error: BaseException | None = None
     attempt: int | None = None
     delay: float | None = None
+    estimated: bool = False
 
 
 @attrs.frozen
 class Chunk:
     """One piece of a run, in order: ``content`` or ``thinking`` text, a ``tool_call`` the model
-    made, a ``tool_result``, or the ``usage`` of a finished turn."""
+    made, a ``tool_result``, or the ``usage`` of a finished turn (``None`` when the provider
+    reported none; ``estimated`` when the run's budget charged it by estimate instead)."""
 
     kind: Literal["content", "thinking", "tool_call", "tool_result", "usage"]
     text: str = ""
     call: ToolCall | None = None
     result: ToolResult | None = None
     usage: Usage | None = None
+    estimated: bool = False
 
 
 def _positive(name: str, value: object) -> None:
@@ -269,7 +300,11 @@ class RunOptions:
     wants tools); ``max_repeats``: how often one identical call (name and arguments) may run in
     one run before a batch repeating it is refused; ``schema``: a JSON Schema (a dict) or an
     attrs class the final answer must follow (see :class:`OutputError`); ``schema_retries``: how
-    many more answers a wrong one may be followed by (default 2).
+    many more answers a wrong one may be followed by (default 2); ``on_tool_error``: what a
+    tool that raises does -- ``"record"`` (the default: the model reads the error, a
+    ``tool_error`` event and a WARNING log with the traceback tell you) or ``"raise"`` (the
+    batch's results are committed, then the run fails with a
+    :class:`~protocols.errors.ToolError` chained to the tool's exception).
     """
 
     limit: int | None = None
@@ -282,11 +317,16 @@ class RunOptions:
     max_repeats: int | None = None
     schema: dict[str, Any] | type | None = None
     schema_retries: int | None = None
+    on_tool_error: Literal["record", "raise"] | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.on_exhaust not in (None, "stop", "summarize"):
             raise ValidationError(
                 f"on_exhaust must be 'stop' or 'summarize', not {self.on_exhaust!r}"
+            )
+        if self.on_tool_error not in (None, "record", "raise"):
+            raise ValidationError(
+                f"on_tool_error must be 'record' or 'raise', not {self.on_tool_error!r}"
             )
         if self.max_repeats is not None and (
             isinstance(self.max_repeats, bool)
@@ -314,37 +354,163 @@ class RunOptions:
                 raise ValidationError(f"abort takes Abort tokens, not {type(token).__name__}")
 
 
-_END = object()
+class _State(enum.Enum):
+    QUEUED = "queued"  # submitted (or about to be), not taken by the agent yet
+    RUNNING = "running"  # taken: it commits as any run does
+    DONE = "done"  # ended (its result or error is set)
+    WITHDRAWN = "withdrawn"  # given up before it began: nothing of it is ever committed
+
+
+#: The chain of runs the current task is inside of, outermost first (agents, by identity).
+_chain: contextvars.ContextVar[tuple[Agent, ...]] = contextvars.ContextVar(
+    "trio_agents_run_chain", default=()
+)
+
+
+class CycleError(AgentsError):
+    """A run was requested on an agent whose run the requesting task is already inside of (an
+    agent calling itself, or A -> B -> A): it would wait on itself. Refused at once, before
+    anything is queued or committed; ``chain`` names the agents, outermost first. A tool that
+    makes such a request fails with this text, which the model reads."""
+
+    def __init__(self, chain: Sequence[str], agent: str) -> None:
+        path = " -> ".join([*chain, agent])
+        super().__init__(
+            f"refused: a run of agent {agent!r} was requested from inside its own run "
+            f"({path}); it would wait on itself",
+            code="cycle",
+            category=Category.USER,
+            retryable=False,
+        )
+        self.chain = (*chain, agent)
 
 
 @attrs.define
 class _Request:
-    """One run as queued in the agent's mailbox."""
+    """One run, from its request to its end: what was asked, where it is, how it ended.
 
+    A request is *queued* until the agent's actor takes it. A queued request whose tokens trip,
+    or whose caller gives up, is *withdrawn* at once: it resolves as cancelled with nothing
+    committed, and the actor skips it when it reaches it.
+    """
+
+    agent: Agent
     input: tuple[Message, ...]
     options: RunOptions
     #: Where chunks and the outcome go (None: generate(), which only wants the outcome).
     send: trio.MemorySendChannel[Any] | None
+    #: The run's own token (``AgentRun.abort``, ``Agent.abort``, a caller that gave up).
     token: Abort = attrs.field(factory=Abort)
     finished: trio.Event = attrs.field(factory=trio.Event)
     result: AgentResult | None = None
     error: BaseException | None = None
+    state: _State = _State.QUEUED
+    #: Everything that cancels the run: its own token, the agent's and the caller's tokens.
+    watch: Abort | None = None
+    chain: tuple[Agent, ...] = ()
+    _unwatch: Callable[[], None] | None = None
+    _waiting: bool = False  # counted in the agent's queued runs
 
     async def submit(self, ref: ActorRef[Any, Any]) -> None:
-        """Queue this run in the agent's mailbox (without a yield when there is room)."""
+        """Queue this run in the agent's mailbox (without a yield when there is room).
+
+        Raises :class:`CycleError` when the calling task is inside a run of this agent; a
+        request whose tokens already tripped is withdrawn without being queued."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        chain = _chain.get()
+        agent = self.agent
+        if agent in chain:
+            self.state = _State.WITHDRAWN
+            raise CycleError([a.name for a in chain], agent.name)
+        self.chain = (*chain, agent)
+        sources = (*agent.defaults.abort, *self.options.abort)
+        self.watch = watch = Abort.any(self.token, *sources) if sources else self.token
+        self._unwatch = watch.on_cancel(self._tripped)
+        if self.state is not _State.QUEUED:  # already tripped: never queued
+            return
         try:
-            await trio.lowlevel.checkpoint_if_cancelled()
             ref.send_nowait(self)
         except trio.WouldBlock:
-            await ref.send(self)
+            try:
+                await ref.send(self)
+            except BaseException:
+                self.withdraw("the request was never delivered", quiet=True)
+                raise
+        except BaseException:
+            self.withdraw("the request was never delivered", quiet=True)
+            raise
+        if self.state is _State.QUEUED:
+            self._waiting = True
+            agent._queued += 1
 
-    async def wait_committed(self) -> None:
-        """After the caller gave up on the run: abort it and wait (shielded, bounded) until it
-        has committed its partial."""
-        self.token.cancel("the stream was closed before the run ended")
-        with trio.CancelScope(shield=True) as shield:
-            shield.deadline = trio.current_time() + COMMIT_DEADLINE + 1
-            await self.finished.wait()
+    def _settle(self) -> None:
+        if self._unwatch is not None:
+            self._unwatch()
+            self._unwatch = None
+        if self._waiting:
+            self._waiting = False
+            self.agent._queued -= 1
+
+    def _tripped(self, reason: str) -> None:
+        if self.state is _State.QUEUED:
+            self.withdraw(reason)
+
+    def begin(self) -> bool:
+        """The actor takes the run: False when it was withdrawn (skip it)."""
+        if self.state is not _State.QUEUED:
+            return False
+        self.state = _State.RUNNING
+        self._settle()
+        return True
+
+    def withdraw(self, reason: str, *, quiet: bool = False) -> None:
+        """Give up a queued run: it resolves cancelled, partial, with no messages, at once."""
+        if self.state is not _State.QUEUED:
+            return
+        self.state = _State.WITHDRAWN
+        self._settle()
+        self.input = ()
+        self.result = result = AgentResult(stop=StopReason.CANCELLED)
+        self.deliver(("result", result))
+        self.close()
+        self.finished.set()
+        agent = self.agent
+        agent._statistics["withdrawn"] += 1
+        if agent._listeners and not quiet:
+            agent._runs += 1
+            number = agent._runs
+            agent._emit(AgentEvent("abort", number, reason=reason, stop=StopReason.CANCELLED))
+            agent._emit(AgentEvent("finish", number, stop=StopReason.CANCELLED, partial=True))
+
+    def deliver(self, item: Any) -> bool:
+        """Hand ``item`` to the consumer; False (and nothing raised) when it has gone away."""
+        send = self.send
+        if send is None:
+            return False
+        try:
+            send.send_nowait(item)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self.send = None
+            return False
+        return True
+
+    def close(self) -> None:
+        if self.send is not None:
+            self.send.close()
+            self.send = None
+
+    async def give_up(self, reason: str) -> None:
+        """The caller stopped waiting for the run (its scope was cancelled, it left the stream):
+        a queued run is withdrawn at once; a running one is aborted, and this waits (shielded,
+        bounded) until it has committed its partial."""
+        if self.state is _State.QUEUED:
+            self.withdraw(reason)
+            return
+        self.token.cancel(reason)
+        if self.state is _State.RUNNING:
+            with trio.CancelScope(shield=True) as shield:
+                shield.deadline = trio.current_time() + COMMIT_DEADLINE + 1
+                await self.finished.wait()
 
 
 class AgentRun:
@@ -370,16 +536,23 @@ class AgentRun:
         return self._result
 
     def abort(self, reason: str = "cancelled") -> None:
-        """Cancel this run (a no-op once it has ended)."""
+        """Cancel this run (a no-op once it has ended). A run still waiting its turn is
+        withdrawn at once: it commits nothing and ends ``cancelled``."""
         self._request.token.cancel(reason)
 
     async def __aenter__(self) -> AgentRun:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Leave the run (what leaving the ``async with`` block does): a run still queued is
+        withdrawn at once and commits nothing; a running one is aborted and this waits, briefly
+        and even when the caller is being cancelled, until it has committed its partial."""
         if self._submitted and not self._ended:
-            # Let the run commit its partial, even when our own task is being cancelled.
-            await self._request.wait_committed()
+            await self._request.give_up("the stream was closed before the run ended")
+        self._ended = True
         self._receive.close()
 
     def __aiter__(self) -> AgentRun:
@@ -393,7 +566,11 @@ class AgentRun:
             # cancelled, the agent stopped) delivered nothing.
             await self._request.submit(self._agent.ref)
             self._submitted = True
-        item = await self._receive.receive()
+        try:
+            item = await self._receive.receive()
+        except trio.EndOfChannel:  # the run ended without a word (it cannot, but never hang)
+            self._ended = True
+            raise StopAsyncIteration from None
         if isinstance(item, Chunk):
             return item
         self._ended = True
@@ -424,28 +601,28 @@ class _AgentActor(Actor[_Request, None]):
         self._agent = agent
 
     async def handle(self, message: _Request) -> None:
+        if not message.begin():  # withdrawn while it waited: nothing of it happens
+            return
         agent = self._agent
         agent._current = message
         agent.status = AgentStatus.RUNNING
         agent._runs += 1
         number = agent._runs
-        send = message.send
+        chain = _chain.set(message.chain)
         try:
             result = await agent._run(message, number)
         except Exception as error:
             agent.status = AgentStatus.ERROR
             agent._statistics["errors"] += 1
             message.error = error
-            if send is not None:
-                send.send_nowait(("error", error))
+            message.deliver(("error", error))
             if agent._listeners:
                 agent._emit(AgentEvent("error", number, error=error))
         else:
             agent.status = AgentStatus.DONE
             agent._statistics["runs"] += 1
             message.result = result
-            if send is not None:
-                send.send_nowait(("result", result))
+            message.deliver(("result", result))
             if agent._listeners:
                 agent._emit(
                     AgentEvent(
@@ -457,10 +634,11 @@ class _AgentActor(Actor[_Request, None]):
                     )
                 )
         finally:
+            _chain.reset(chain)
             agent._current = None
+            message.state = _State.DONE
             message.finished.set()
-            if send is not None:
-                send.close()
+            message.close()
 
 
 class Agent:
@@ -469,8 +647,8 @@ class Agent:
     Start one with :meth:`start`. ``provider`` is any provider or
     :class:`~actors.providers.ProviderConnection`; ``conversation`` an existing
     :class:`~actors.conversation.Conversation` (default: a new one). Construction options --
-    ``limit`` (10), ``timeout``, ``budget``, ``think``, ``tool_choice`` -- apply to every run
-    unless the run overrides them.
+    ``limit`` (10), ``timeout``, ``budget``, ``think``, ``tool_choice``, ``on_exhaust``,
+    ``max_repeats``, ``on_tool_error`` -- apply to every run unless the run overrides them.
     """
 
     def __init__(
@@ -517,7 +695,8 @@ class Agent:
         self.strict = strict
         self.status = AgentStatus.IDLE
         self._current: _Request | None = None
-        self._statistics = {"runs": 0, "errors": 0, "turns": 0}
+        self._statistics = {"runs": 0, "errors": 0, "turns": 0, "withdrawn": 0}
+        self._queued = 0
         self._ref: ActorRef[_Request, None] | None = None
         self._listeners: list[Callable[[AgentEvent], None]] = list(on)
         self._error_handler = error
@@ -564,6 +743,7 @@ class Agent:
         abort: Iterable[Abort] = (),
         on_exhaust: Literal["stop", "summarize"] = "stop",
         max_repeats: int = 3,
+        on_tool_error: Literal["record", "raise"] = "record",
         name: str | None = None,
         **context: Any,
     ) -> Agent:
@@ -584,6 +764,7 @@ class Agent:
             abort=abort,
             on_exhaust=on_exhaust,
             max_repeats=max_repeats,
+            on_tool_error=on_tool_error,
         )
         conversation = conversation or await Conversation.start(runtime)
         self = cls(provider, conversation, defaults=defaults, **context)
@@ -601,14 +782,19 @@ class Agent:
             raise RuntimeError("the agent has no actor: create it with 'await Agent.start(...)'")
         return self._ref
 
+    @property
+    def name(self) -> str:
+        """The name the agent's actor runs under (``"(not started)"`` before :meth:`start`)."""
+        return self._ref.name if self._ref is not None else "(not started)"
+
     def __repr__(self) -> str:
-        name = self._ref.name if self._ref is not None else "(not started)"
-        return f"<Agent {name} {self.status.value}>"
+        return f"<Agent {self.name} {self.status.value}>"
 
     def statistics(self) -> dict[str, int]:
-        """Runs completed (partial ones included), runs that raised, provider turns made, and
-        runs waiting in the mailbox."""
-        return {**self._statistics, "queued": self.ref.statistics().mailbox_depth}
+        """Runs completed (partial ones included), runs that raised, provider turns made, runs
+        withdrawn before they began (their caller gave up or their token tripped while they
+        waited), and runs waiting their turn."""
+        return {**self._statistics, "queued": self._queued}
 
     def abort(self, reason: str = "aborted") -> None:
         """Cancel the run in progress, if any (queued runs are not affected)."""
@@ -622,19 +808,20 @@ class Agent:
         :class:`RunOptions` fields overriding the agent's for this run."""
         run_options = RunOptions(**options)
         send, receive = trio.open_memory_channel[Any](float("inf"))
-        return AgentRun(self, _Request(_input_messages(input), run_options, send), receive)
+        return AgentRun(self, _Request(self, _input_messages(input), run_options, send), receive)
 
     async def generate(
         self, input: str | Message | Sequence[Message] | None = None, **options: Any
     ) -> AgentResult:
         """Run to the end and return the result: :meth:`stream`, drained (the same run,
         without producing chunks nobody reads)."""
-        request = _Request(_input_messages(input), RunOptions(**options), None)
+        request = _Request(self, _input_messages(input), RunOptions(**options), None)
         await request.submit(self.ref)
         try:
             await request.finished.wait()
         except BaseException:
-            await request.wait_committed()  # cancelled: the run still commits its partial
+            # Cancelled: a queued run is withdrawn at once, a running one commits its partial.
+            await request.give_up("the caller was cancelled")
             raise
         if request.error is not None:
             raise request.error
@@ -654,8 +841,7 @@ class Agent:
         budget: TokenBudget | None = self._option(options, "budget")
         meter = BudgetMeter(budget) if budget is not None else None
         run = _Run(self, request, meter, number)
-        sources = (*self.defaults.abort, *options.abort)
-        token = Abort.any(request.token, *sources) if sources else request.token
+        token = request.watch if request.watch is not None else request.token
         if request.input:
             await run.add(*request.input)
         if self._listeners:
@@ -706,7 +892,8 @@ class _Run:
         self.output: Any = None
         self.scope: trio.CancelScope | None = None
         self.appended: list[Message] = []
-        self.usage = Usage()
+        self.usage: Usage | None = Usage()  # None once a turn's usage is unknown
+        self.estimated = False
         self.turns_made = 0
         self.thinking: list[str] = []
         self.budget_tripped = False
@@ -717,9 +904,10 @@ class _Run:
         self.open_calls: tuple[ToolCall, ...] = ()
 
     def emit(self, chunk: Chunk) -> None:
-        send = self.request.send
-        if send is not None:
-            send.send_nowait(chunk)
+        request = self.request
+        if request.send is not None and not request.deliver(chunk):
+            # The consumer went away without closing the run: that is a cancel, never a crash.
+            request.token.cancel("the stream's consumer went away")
 
     def result(self, stop: StopReason) -> AgentResult:
         content = next(
@@ -733,6 +921,7 @@ class _Run:
             stop=stop,
             turns=self.turns_made,
             output=self.output,
+            estimated=self.estimated,
         )
 
     async def add(self, *messages: Message) -> None:
@@ -802,9 +991,6 @@ class _Run:
             prompt = self.prompt(stated)
             if await self.keep_in_window(prompt):
                 prompt = self.prompt(stated)
-            self.turns_made += 1
-            agent._statistics["turns"] += 1
-            self.event("turn")
             try:
                 result = await self.provider_turn(prompt, definitions, provider_options)
             except ConfigError:
@@ -814,7 +1000,7 @@ class _Run:
                 provider_options = attrs.evolve(provider_options, schema=None)
                 stated = (Message.user(OUTPUT_INSTRUCTION + dumps(spec.schema)),)
                 prompt = self.prompt(stated)
-                result = await self.provider_turn(prompt, definitions, provider_options)
+                result = await self.provider_turn(prompt, definitions, provider_options, again=True)
             await self.add(
                 Message.assistant(
                     result.content,
@@ -853,7 +1039,7 @@ class _Run:
                 await self.answer(result.calls, EXHAUSTED)
                 self.event("exhaust", reason=f"the turn limit of {limit} was reached")
                 if agent._option(options, "on_exhaust") == "summarize":
-                    await self.final_answer(EXHAUST_INSTRUCTION, provider_options)
+                    await self.final_answer(EXHAUST_INSTRUCTION, provider_options, FALLBACK_SUMMARY)
                 return StopReason.EXHAUSTED
             repeated = self.repeats(result.calls, max_repeats)
             if repeated is not None:
@@ -876,7 +1062,8 @@ class _Run:
                     f"These tool calls never ran because no such tools exist: {names}. Do not "
                     "call tools; answer with what you have."
                 )
-                await self.final_answer(instruction, provider_options)
+                fallback = UNKNOWN_TOOLS_FALLBACK.format(names=names)
+                await self.final_answer(instruction, provider_options, fallback)
                 return StopReason.COMPLETE
             unknown_streak = unknown
         return StopReason.COMPLETE
@@ -938,28 +1125,57 @@ class _Run:
                 self.event("deny", call=call, result=tool_result, reason=tool_result.error)
             else:
                 self.event("tool", call=call, result=tool_result)
+                if index in batch.errors:
+                    self.event(
+                        "tool_error", call=call, result=tool_result, error=batch.errors[index]
+                    )
         await self.add(*(_tool_message(r) for r in results))
         self.batch = None
         self.open_calls = ()
+        if batch.errors and agent._option(self.request.options, "on_tool_error") == "raise":
+            index = min(batch.errors)
+            call, error = calls[index], batch.errors[index]
+            raise ToolError(
+                f"tool {call.name!r} raised {type(error).__name__} (call {call.id!r}), and "
+                "this run fails on tool errors (on_tool_error='raise')",
+                code="tool_raised",
+                tool=call.name,
+                call_id=call.id,
+            ) from error
         return batch
 
-    async def final_answer(self, instruction: str, options: ProviderOptions) -> None:
-        """One last provider call without tools, told ``instruction`` (which is not stored)."""
+    async def final_answer(self, instruction: str, options: ProviderOptions, fallback: str) -> None:
+        """One last provider call without tools, told ``instruction`` (which is not stored);
+        ``fallback`` is recorded when it answers with nothing."""
         prompt = self.prompt([Message.user(instruction)])
-        self.turns_made += 1
-        self.agent._statistics["turns"] += 1
-        self.event("turn")
         quiet = attrs.evolve(options, tool_choice=None)
         result = await self.provider_turn(prompt, None, quiet)
-        text = result.content.strip() or FALLBACK_SUMMARY
+        text = result.content.strip() or fallback
         await self.add(Message.assistant(text, thinking=result.thinking))
 
     async def provider_turn(
-        self, prompt: Sequence[Message], definitions: Any, options: ProviderOptions
+        self,
+        prompt: Sequence[Message],
+        definitions: Any,
+        options: ProviderOptions,
+        *,
+        again: bool = False,
     ) -> ProviderResult:
+        """Every provider call of the run, whatever asks for it, goes through here: inside the
+        run's scope (its deadline and abort), and never once the budget is spent -- then the
+        run is cut as by a budget trip mid-stream. ``again``: the same turn, re-sent."""
         meter = self.meter
         if meter is not None:
+            if meter.exhausted:
+                self.budget_tripped = True
+                assert self.scope is not None
+                self.scope.cancel()
+                await trio.lowlevel.checkpoint()  # raises Cancelled: the run's scope takes it
             meter.begin_turn()
+        if not again:
+            self.turns_made += 1
+            self.agent._statistics["turns"] += 1
+            self.event("turn")
         self.stream = stream = self.agent.provider.stream(
             prompt, tools=definitions, options=options
         )
@@ -983,14 +1199,20 @@ class _Run:
         return result
 
     def settle_usage(self, result: ProviderResult) -> None:
+        """Account a finished (or cut) turn: what was reported; unreported usage stays unknown
+        (``None``), or, with a budget, is charged by estimate and marked so."""
+        draw: Usage | None
+        estimated = False
         if self.meter is not None:
             draw = self.meter.reconcile(result.usage, thinking=result.thinking)
+            estimated = result.usage is None
+            self.estimated = self.estimated or estimated
         else:
-            draw = result.usage or Usage()
-        self.usage = self.usage + draw
+            draw = result.usage
+        self.usage = None if self.usage is None or draw is None else self.usage + draw
         self.thinking.append(result.thinking)
-        self.emit(Chunk("usage", usage=draw))
-        self.event("usage", usage=draw)
+        self.emit(Chunk("usage", usage=draw, estimated=estimated))
+        self.event("usage", usage=draw, estimated=estimated)
 
     async def commit_partial(self) -> None:
         """After a cancel or a failure: commit what the cut turn produced, with a result for

@@ -21,6 +21,7 @@ parameters; every problem is a *result the model sees*, never an exception in yo
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 import logging
@@ -69,6 +70,11 @@ _ERROR_LIMIT = 2000
 Approver = Callable[[ToolCall, Verdict], Awaitable[bool | tuple[bool, str]]]
 
 _results = cattrs.Converter()
+
+#: Where a tool that raised reports its exception (set per call by ToolRegistry.execute).
+_raised: contextvars.ContextVar[Callable[[ToolCall, Exception], None] | None] = (
+    contextvars.ContextVar("trio_agents_tool_raised", default=None)
+)
 
 
 @runtime_checkable
@@ -163,7 +169,10 @@ class Tool:
         except trio.TooSlowError:
             return ToolFailure(call.id, call.name, f"timed out after {self.timeout:g} s")
         except Exception as error:
-            log.debug("tool %r raised", call.name, exc_info=True)
+            log.warning("tool %r raised (call %r)", call.name, call.id, exc_info=True)
+            report = _raised.get()
+            if report is not None:
+                report(call, error)
             return ToolFailure(call.id, call.name, _bounded(f"{type(error).__name__}: {error}"))
         try:
             plain = check_json(_results.unstructure(value))
@@ -235,6 +244,8 @@ class ToolBatch:
         self.denied: set[int] = set()
         #: Indices of calls to tools that are not registered or out of scope (never run).
         self.skipped: set[int] = set()
+        #: The exceptions of calls whose tool raised (their results are failures), by index.
+        self.errors: dict[int, Exception] = {}
 
     @property
     def done(self) -> bool:
@@ -377,18 +388,24 @@ class ToolRegistry:
                 else:
                     runnable.append((index, call, target))
             runnable.sort(key=lambda item: item[0])  # start in call order
+
+        async def call_one(index: int, call: ToolCall, target: CallableTool) -> None:
+            state.started.add(index)
+            reset = _raised.set(lambda _call, error: state.errors.__setitem__(index, error))
+            try:
+                state.results[index] = await target.call(call)
+            finally:
+                _raised.reset(reset)
+
         if len(runnable) == 1:
             # One call: no task to start and no limit to wait for, the same guarantees.
-            index, call, target = runnable[0]
-            state.started.add(index)
-            state.results[index] = await target.call(call)
+            await call_one(*runnable[0])
         elif runnable:
             limiter = trio.CapacityLimiter(limit)
 
             async def run(index: int, call: ToolCall, target: CallableTool) -> None:
                 async with limiter:
-                    state.started.add(index)
-                    state.results[index] = await target.call(call)
+                    await call_one(index, call, target)
 
             async with trio.open_nursery() as nursery:
                 for index, call, target in runnable:

@@ -744,7 +744,10 @@ class AgentResult:
 
     ``content`` is the text of the run's last assistant message (partial if cut), ``thinking`` the
     run's reasoning (turns joined by a blank line), ``messages`` everything the run appended to the
-    conversation, ``usage`` the sum over its turns, ``turns`` the number of provider calls made.
+    conversation, ``turns`` the number of provider calls made. ``usage`` is the sum over its
+    turns of what the provider reported -- ``None`` (unknown) as soon as one turn's usage was
+    not reported and not estimated; a run with a budget charges a turn reported without usage
+    by estimate, and then ``estimated`` is true (``usage`` includes estimates).
     ``partial`` is true exactly when ``stop`` is not ``complete`` (it defaults accordingly, and a
     contradicting value is refused). ``output`` is the structured answer, when one was asked for.
     """
@@ -752,7 +755,9 @@ class AgentResult:
     content: str = attrs.field(default="", validator=_str)
     thinking: str = attrs.field(default="", validator=_str)
     messages: tuple[Message, ...] = attrs.field(default=(), converter=_to_messages)
-    usage: Usage = attrs.field(factory=Usage, validator=attrs.validators.instance_of(Usage))
+    usage: Usage | None = attrs.field(
+        factory=Usage, validator=attrs.validators.optional(attrs.validators.instance_of(Usage))
+    )
     stop: StopReason = attrs.field(default=StopReason.COMPLETE, converter=_to_stop_reason)
     partial: bool = attrs.field(
         default=attrs.Factory(_default_partial, takes_self=True), validator=_bool
@@ -761,6 +766,8 @@ class AgentResult:
     #: The structured answer of a run that asked for one (``schema=``): the parsed JSON, or an
     #: instance of the attrs class given as the schema; ``None`` otherwise.
     output: Any = None
+    #: ``usage`` includes estimates for turns the provider reported no usage for.
+    estimated: bool = attrs.field(default=False, validator=_bool)
 
     def __attrs_post_init__(self) -> None:
         if self.partial != (self.stop is not StopReason.COMPLETE):

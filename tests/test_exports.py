@@ -76,6 +76,7 @@ ACTORS_API = [
     "Conversation",
     "ConversationManager",
     "ConversationStore",
+    "CycleError",
     "ExitKind",
     "FileSystemWorkspace",
     "MemoryConversationStore",
@@ -379,6 +380,7 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "AgentRun",
         "AgentStatus",
         "Chunk",
+        "CycleError",
         "EXHAUSTED",
         "EXHAUST_INSTRUCTION",
         "FALLBACK_SUMMARY",
@@ -387,6 +389,7 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "OutputError",
         "RunOptions",
         "TOOLS_OFF",
+        "UNKNOWN_TOOLS_FALLBACK",
     ]
     for module in (
         actors.agent,

@@ -157,7 +157,10 @@ async def test_a_pre_cancelled_run_makes_no_provider_call_g3() -> None:
         assert result.stop is StopReason.CANCELLED
         assert result.partial
         assert provider.calls == []
-        assert [m.content for m in await agent.conversation.messages()] == ["hi"]
+        assert result.messages == ()
+        # A run cancelled before it began is withdrawn: nothing of it is committed (003 G3,
+        # DESIGN section 12), not even the user's message.
+        assert await agent.conversation.messages() == ()
 
 
 async def test_a_cancel_mid_stream_commits_the_partial_as_interrupted_g2(

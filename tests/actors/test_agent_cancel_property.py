@@ -26,7 +26,7 @@ Everything runs on a ``MockClock`` with ``autojump_threshold=0``: no real sleeps
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -336,7 +336,7 @@ class Turn:
 
     content: tuple[str, ...]
     thinking: str
-    draw: Usage
+    draw: Usage | None  # None: not reported, and no budget to estimate it
 
 
 def _turns(chunks: Sequence[Chunk]) -> list[Turn]:
@@ -349,7 +349,6 @@ def _turns(chunks: Sequence[Chunk]) -> list[Turn]:
         elif chunk.kind == "thinking":
             thinking.append(chunk.text)
         elif chunk.kind == "usage":
-            assert chunk.usage is not None
             turns.append(Turn(tuple(content), "".join(thinking), chunk.usage))
             content, thinking = [], []
     assert not content, "text streamed after the last turn settled"
@@ -409,6 +408,12 @@ def _check(
         return
     result = seen.result
     assert result is not None
+    if run.mode == "pre":
+        # Cancelled before it began: withdrawn, nothing committed (DESIGN section 12).
+        assert (result.stop, result.messages, provider.calls) == (StopReason.CANCELLED, (), [])
+        assert result.partial
+        assert tuple(after) == tuple(before)
+        return
     assert agent.status is AgentStatus.DONE
     assert tuple(after) == tuple(before) + result.messages, "history differs from the result"
     assert result.partial == (result.stop is not StopReason.COMPLETE)
@@ -423,7 +428,10 @@ def _check_turns(run: RunCase, seen: Seen, result: AgentResult, budget: int | No
     """Usage and assistant messages, turn by turn, against what the stream showed."""
     turns = _turns(seen.chunks)
     assert len(turns) == result.turns, "a turn settled its usage twice, or never"
-    assert result.usage == sum((turn.draw for turn in turns), Usage())
+    assert result.usage == _sum(turn.draw for turn in turns)
+    assert result.estimated == any(
+        chunk.estimated for chunk in seen.chunks if chunk.kind == "usage"
+    )
     expected: list[tuple[str, str, tuple[ToolCall, ...], bool]] = []
     # The budget cuts the turn at the delta that reaches it -- also its last one.
     trip = _budget_trip(turns, budget) if budget is not None else None
@@ -440,8 +448,9 @@ def _check_turns(run: RunCase, seen: Seen, result: AgentResult, budget: int | No
             assert index == len(turns) - 1, "a cut turn was not the run's last"
             if content:
                 expected.append((content, turn.thinking, (), True))
+        # Not reported (or cut): unknown, unless the budget charged it by estimate.
         estimate = estimate_tokens(content) + estimate_tokens(turn.thinking)
-        counted = Usage(completion=estimate, total=estimate) if budget is not None else Usage()
+        counted = Usage(completion=estimate, total=estimate) if budget is not None else None
         assert turn.draw == counted
     assistants = [m for m in result.messages if m.role is Role.ASSISTANT]
     shown = [(m.content, m.thinking, m.calls, m.interrupted) for m in assistants]
@@ -451,8 +460,17 @@ def _check_turns(run: RunCase, seen: Seen, result: AgentResult, budget: int | No
     if budget is not None:
         spent = 0
         for turn in turns[:-1]:
+            assert turn.draw is not None  # a run with a budget always knows what it charged
             spent += turn.draw.total
             assert spent < budget, f"a turn started with the budget spent ({spent}/{budget})"
+
+
+def _sum(draws: Iterable[Usage | None]) -> Usage | None:
+    """The run's usage: the sum of its turns', unknown once one is."""
+    total: Usage | None = Usage()
+    for draw in draws:
+        total = None if total is None or draw is None else total + draw
+    return total
 
 
 def _text(result: ToolResult) -> str:
@@ -491,7 +509,7 @@ def _budget_trip(turns: Sequence[Turn], budget: int) -> tuple[int, bool] | None:
             chars += len(piece)
             if settled + estimate_tokens("x" * chars) >= budget:
                 return index, number == len(turn.content) - 1
-        settled += turn.draw.total
+        settled += turn.draw.total if turn.draw is not None else 0
     return None
 
 
@@ -519,16 +537,14 @@ def _check_stop(
     if budget is not None and (budget == 0 or trip is not None):
         allowed.add(StopReason.BUDGET)
     if budget is not None and turns:
-        spent = sum(turn.draw.total for turn in turns)
+        spent = sum(turn.draw.total for turn in turns if turn.draw is not None)
         if spent >= budget:
             allowed.add(StopReason.BUDGET)
     assert stop in allowed, f"stop {stop.value} but only {sorted(allowed)} could happen"
     if trip is not None:
         # Reaching the budget cuts the run at that delta, wherever it is (the last one too).
         assert stop is StopReason.BUDGET
-    if run.mode == "pre":
-        assert (stop, result.turns, len(result.messages)) == (StopReason.CANCELLED, 0, 1)
-    elif budget == 0:
+    if budget == 0:
         assert result.turns == 0
         assert stop is StopReason.BUDGET or (seen.fired and stop is StopReason.CANCELLED)
     exhausted = [m for m in tools if m.content == EXHAUSTED]
@@ -543,6 +559,8 @@ def _check_stop(
     reported = [step.usage for step in made if isinstance(step, Reply)]
     if all(usage is not None for usage in reported):
         assert result.usage == sum((u for u in reported if u is not None), Usage())
+    elif budget is None:
+        assert result.usage is None  # a turn reported nothing: the run's usage is unknown
     if stop is StopReason.COMPLETE:
         assert not exhausted
         if limit == 0:

@@ -302,14 +302,17 @@ async def test_000_g3_003_g3_pre_aborted_run_is_partial_without_a_provider_call(
         await agent.conversation.add([Message.user("earlier"), Message.assistant("reply")])
         result = await agent.generate("hi", abort=[token])
         assert (result.stop, result.partial, result.turns) == (StopReason.CANCELLED, True, 0)
-        assert kinds(events) == ["start", "abort", "finish"]
-        assert events[1].reason == "changed my mind"
+        assert result.messages == ()
+        assert kinds(events) == ["abort", "finish"]  # withdrawn: it never started
+        assert events[0].reason == "changed my mind"
         # A budget already spent (max=0) is also a bound that tripped before the start.
         spent = await agent.generate("again", budget=TokenBudget(max=0))
         assert spent.stop is StopReason.BUDGET
         history = [m.content for m in await agent.conversation.messages()]
     assert provider.calls == []
-    assert history == ["earlier", "reply", "hi", "again"]  # only the users' messages added
+    # The cancelled run was withdrawn (nothing committed); the run whose budget was already
+    # spent began, so it commits its user message and stops before any provider call.
+    assert history == ["earlier", "reply", "again"]
 
 
 async def test_000_g4_the_partial_is_exactly_the_yielded_deltas_never_counted_twice(

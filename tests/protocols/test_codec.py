@@ -261,7 +261,8 @@ def agent_results(draw: st.DrawFn) -> AgentResult:
         "turns": draw(st.integers(0, 1000)),
     }
     if draw(st.booleans()):
-        kwargs["usage"] = draw(usages())
+        kwargs["usage"] = draw(optional(usages()))  # None: the usage is unknown
+        kwargs["estimated"] = draw(st.booleans())
     stop = draw(optional(st.sampled_from(StopReason)))
     if stop is not None:
         kwargs["stop"] = stop
