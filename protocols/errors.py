@@ -12,6 +12,7 @@ No error here ever renders a secret: messages are built by the raiser from bound
 from __future__ import annotations
 
 import enum
+import itertools
 import json
 import re
 import urllib.parse
@@ -228,8 +229,13 @@ REDACTED = "[redacted]"
 #: shorter ones only where they stand as a whole token (see :func:`redact`).
 ANYWHERE_LENGTH = 8
 
-#: Marks of a cut text, before which a cut-off start of a secret is looked for.
-_CUT_MARKS = ("\u2026", "...")
+#: A mark of a cut text, before which a cut-off start of a secret is looked for.
+_CUT_MARK = re.compile("\u2026|\\.\\.\\.")
+#: The longest text :func:`scrub` keeps in an exception (longer ones are cut, marked).
+_SCRUB_LIMIT = 64 * 1024
+
+#: How many cut marks of one text are looked at.
+_CUT_MARKS_SEEN = 64
 
 
 def _variants(secret: str) -> list[str]:
@@ -252,16 +258,15 @@ def _pattern(secret: str) -> re.Pattern[str]:
 
 def _cut_tail(text: str, secret: str) -> str:
     """``text`` with a cut-off start of ``secret`` (at least :data:`ANYWHERE_LENGTH` characters)
-    replaced where the text ends or a cut mark follows it."""
+    replaced where the text ends or a cut mark follows it (the first :data:`_CUT_MARKS_SEEN`
+    marks: a cut this library makes is one of them, and the work stays bounded)."""
     if len(secret) <= ANYWHERE_LENGTH:
         return text
-    ends = [len(text)]
-    for mark in _CUT_MARKS:
-        at = text.find(mark)
-        while at >= 0:
-            ends.append(at)
-            at = text.find(mark, at + 1)
-    for end in sorted(set(ends), reverse=True):
+    ends = {len(text)}
+    ends.update(
+        match.start() for match in itertools.islice(_CUT_MARK.finditer(text), _CUT_MARKS_SEEN)
+    )
+    for end in sorted(ends, reverse=True):
         for size in range(min(len(secret) - 1, end), ANYWHERE_LENGTH - 1, -1):
             if text.startswith(secret[:size], end - size):
                 text = text[: end - size] + REDACTED + text[end:]
@@ -318,8 +323,8 @@ def scrub(error: BaseException, secrets: Iterable[str | None]) -> None:
     it was raised from or during (``__cause__``, ``__context__``): its string ``args`` and every
     string attribute (an :class:`AgentsError`'s ``message``; a :class:`ProviderError`'s
     ``excerpt``, ``vendor_type`` and ``vendor_code``; the document a ``json.JSONDecodeError``
-    keeps). Redaction is idempotent, so it may be applied on every path an
-    error takes."""
+    keeps; a text over 64 KiB is cut to its start). Redaction is idempotent, so it may be
+    applied on every path an error takes."""
     kept = tuple(secret for secret in secrets if secret and secret.strip())
     seen: set[int] = set()
     current: BaseException | None = error
@@ -339,10 +344,19 @@ def scrub(error: BaseException, secrets: Iterable[str | None]) -> None:
 
 
 def _scrub_one(error: BaseException, secrets: tuple[str, ...]) -> None:
-    error.args = tuple(redact(arg, secrets) if isinstance(arg, str) else arg for arg in error.args)
+    error.args = tuple(
+        _scrub_text(arg, secrets) if isinstance(arg, str) else arg for arg in error.args
+    )
     # Every text attribute: an AgentsError's message, a ProviderError's excerpt and vendor
     # labels, and what other exceptions keep (json.JSONDecodeError keeps the whole document).
     attributes = getattr(error, "__dict__", {})
     for name, value in list(attributes.items()):
         if isinstance(value, str):
-            attributes[name] = redact(value, secrets)
+            attributes[name] = _scrub_text(value, secrets)
+
+
+def _scrub_text(text: str, secrets: tuple[str, ...]) -> str:
+    # A text kept by an exception may be a whole record of megabytes: its start is enough.
+    if len(text) > _SCRUB_LIMIT:
+        text = text[:_SCRUB_LIMIT] + "\u2026"
+    return redact(text, secrets)

@@ -194,3 +194,16 @@ def test_scrub_reaches_every_text_of_an_error_and_its_chain() -> None:
     assert context.args[2] == 3  # what is not text is kept
     scrub(error, [LONG])  # again: nothing changes
     assert error.message == f"bad key {REDACTED}"
+
+
+def test_scrub_cuts_a_huge_text_an_exception_keeps() -> None:
+    document = "{" + "x" * 70_000 + LONG
+    try:
+        json.loads(document)
+    except ValueError as caught:
+        error = caught
+    scrub(error, [LONG])
+    kept = vars(error)["doc"]
+    assert LONG not in kept
+    assert len(kept) <= 64 * 1024 + 1
+    assert kept.endswith("\u2026")
