@@ -90,7 +90,7 @@ def tokens_text(result: AgentResult | ProviderResult | None) -> str:
     usage = result.usage
     if usage is None:
         return "unknown"
-    estimated = bool(getattr(result, "usage_estimated", False) or getattr(usage, "estimated", 0))
+    estimated = isinstance(result, AgentResult) and result.estimated
     return f"~{usage.total}" if estimated else str(usage.total)
 
 

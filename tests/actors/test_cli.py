@@ -13,7 +13,6 @@ import sysconfig
 from collections.abc import AsyncIterator
 from importlib.metadata import version
 
-import attrs
 import pytest
 import trio
 import trio.testing
@@ -36,7 +35,7 @@ from actors.agent import Chunk
 from actors.cli import main
 from actors.testing import FaultProviderServer, Simulator
 from protocols.faults import UsageMissing
-from protocols.messages import ProviderResult, Role, StopReason, Usage
+from protocols.messages import AgentResult, ProviderResult, Role, StopReason, Usage
 
 
 def test_version_flag_prints_the_distribution_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -101,6 +100,34 @@ async def test_demo_says_tokens_unknown_when_the_server_reports_no_usage(
     assert " 0 " not in out.splitlines()[-1]
 
 
+async def test_team_and_chat_say_unknown_when_the_model_never_reports_usage(
+    tmp_path: pathlib.Path,
+) -> None:
+    async with Simulator(report_usage=False) as server:
+        endpoint = Endpoint(model="simulator", base_url=server.openai_base_url, api_key="k")
+        console, out = buffer_console()
+        report = await run_team(console, agents=4, endpoint=endpoint, db=tmp_path / "t.sqlite3")
+        chat, said = buffer_console()
+        await chat_session(["count to 3"], chat, endpoint=endpoint)
+    shown = {p.member.role: p.result for p in report.members}
+    assert all(result is not None for result in shown.values())
+    rows = {line.split()[0]: line for line in out.getvalue().splitlines() if line[1:7] == "agent-"}
+    for name, role in (("agent-01", "add"), ("agent-02", "count"), ("agent-03", "cancel")):
+        result = shown[role]
+        assert result is not None
+        assert result.usage is None
+        assert " unknown " in rows[name], rows[name]
+        assert " 0 " not in rows[name]
+    # The budget charged its cut turn by estimate: shown as such.
+    budget = shown["budget"]
+    assert budget is not None
+    assert budget.estimated
+    assert budget.usage is not None
+    assert f" ~{budget.usage.total} " in rows["agent-04"]
+    assert f"; ~{budget.usage.total} tokens (3 run(s) unknown)" in out.getvalue()
+    assert "1 2 3\n(1 turn(s), tokens unknown)\n" in said.getvalue()
+
+
 def test_token_counts_are_shown_as_known_unknown_or_estimated() -> None:
     reported = ProviderResult(content="x", usage=Usage(prompt=3, completion=4))
     unreported = ProviderResult(content="x", usage=None)
@@ -108,13 +135,9 @@ def test_token_counts_are_shown_as_known_unknown_or_estimated() -> None:
     assert tokens_text(unreported) == "unknown"
     assert tokens_text(None) == "-"
 
-    @attrs.frozen
-    class Estimated:  # what the agent reports once a budget charged an estimate
-        usage: Usage | None
-        usage_estimated: bool = True
-
-    estimated = Estimated(Usage(prompt=0, completion=40))
+    estimated = AgentResult(usage=Usage(prompt=0, completion=40), estimated=True)
     assert tokens_text(estimated) == "~40"
+    assert tokens_text(AgentResult(usage=None)) == "unknown"
     assert total_tokens([reported, reported]) == "14 tokens"
     assert total_tokens([reported, estimated]) == "~47 tokens"
     assert total_tokens([reported, unreported]) == "7 tokens (1 run(s) unknown)"
