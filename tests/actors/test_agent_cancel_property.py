@@ -25,6 +25,7 @@ Everything runs on a ``MockClock`` with ``autojump_threshold=0``: no real sleeps
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
@@ -37,7 +38,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from actors import Abort, ActorStopped, open_runtime, tool
-from actors.agent import EXHAUSTED, Agent, AgentStatus, Chunk
+from actors.agent import EXHAUSTED, FALLBACK_SUMMARY, Agent, AgentStatus, Chunk
 from actors.testing import Fail, Hang, Reply, ScriptedProvider, ScriptExhausted
 from actors.tools import INTERRUPTED, NOT_EXECUTED
 from protocols.accounting import TokenBudget
@@ -630,3 +631,213 @@ async def test_a_stopped_agent_refuses_a_run_at_once(
     with pytest.raises(ActorStopped):
         await agent.generate("hi")
     assert trio.current_time() == start
+
+
+# -- several runs at once on one agent: queued runs, cut while they wait ----------------------
+#
+# Runs on one agent are FIFO: all of an example's runs are requested at once, so all but one
+# wait their turn. Each may be cut -- its caller's scope, its token, ``AgentRun.abort``, or its
+# consumer leaving the stream -- at a random moment, while it waits or while it runs. Scripts
+# may call tools that do not exist (the loop's own extra call after two such turns) and the
+# agent may summarize on exhaustion (another extra call), under budgets small enough to trip
+# on them. Afterwards:
+#
+# * no agent actor restarted, nobody hangs, the agent is idle with nothing queued;
+# * the history is well formed; each run's messages are one contiguous slice of it;
+# * a run withdrawn before it began committed nothing and made no provider call, and a caller
+#   that cut its own run got control back at once;
+# * no provider call of a run -- the extra ones included -- started with its budget spent.
+
+Cut = Literal["never", "outer", "token", "abort", "leave"]
+
+
+@attrs.frozen
+class QueuedRun:
+    steps: tuple[Step, ...]
+    how: Literal["generate", "stream"]
+    cut: Cut
+    at: float
+    limit: int | None
+    budget: int | None
+
+
+@attrs.frozen
+class QueueCase:
+    runs: tuple[QueuedRun, ...]
+    summarize: bool
+    tool_concurrency: int
+
+
+@attrs.define
+class QueuedSeen:
+    end: float = -1.0
+    chunks: list[Chunk] = attrs.Factory(list)
+    result: AgentResult | None = None
+    error: BaseException | None = None
+    cancelled: bool = False
+
+
+@st.composite
+def queued_scripts(draw: st.DrawFn, run: int) -> tuple[Step, ...]:
+    steps = list(draw(scripts(run)))
+    # Calls to a tool that does not exist, in consecutive turns: the loop's own final call.
+    for index in range(len(steps)):
+        step = steps[index]
+        if isinstance(step, Reply) and draw(st.integers(0, 2)) == 0:
+            ghost = ToolCall(f"r{run}s{index}g", "ghost", {})
+            steps[index] = attrs.evolve(step, calls=(*step.calls, ghost))
+    return tuple(steps)
+
+
+@st.composite
+def queued_runs(draw: st.DrawFn, run: int) -> QueuedRun:
+    return QueuedRun(
+        steps=draw(queued_scripts(run)),
+        how=draw(st.sampled_from(["generate", "stream"])),
+        cut=draw(st.sampled_from(["never", "outer", "token", "abort", "leave"])),
+        at=draw(moments),
+        limit=draw(st.none() | st.integers(1, 3)),
+        budget=draw(st.none() | st.integers(0, 25)),
+    )
+
+
+@st.composite
+def queue_cases(draw: st.DrawFn) -> QueueCase:
+    count = draw(st.integers(2, 4))
+    return QueueCase(
+        runs=tuple(draw(queued_runs(run)) for run in range(count)),
+        summarize=draw(st.booleans()),
+        tool_concurrency=draw(st.integers(1, 3)),
+    )
+
+
+class _ByRun(ScriptedProvider):
+    """One script per run: a call is answered from the script of the run whose user message
+    (``go <index>``) is the latest in its prompt (the loop's extra instructions come after)."""
+
+    def __init__(self, scripts: Sequence[ScriptedProvider]) -> None:
+        super().__init__()
+        self.scripts = scripts
+
+    def stream(self, messages: Sequence[Message], **options: Any) -> Any:
+        asked = [m.content for m in messages if m.role is Role.USER and m.content[:3] == "go "]
+        return self.scripts[int(asked[-1][3:])].stream(messages, **options)
+
+
+async def _queued(agent: Agent, index: int, run: QueuedRun, seen: QueuedSeen, start: float) -> None:
+    token = Abort()
+    options: dict[str, Any] = {
+        "limit": run.limit,
+        "budget": None if run.budget is None else TokenBudget(max=run.budget),
+        "abort": [token],
+    }
+    text = f"go {index}"
+    async with trio.open_nursery() as nursery:
+        with trio.CancelScope() as outer:
+            if run.cut == "outer":
+                outer.deadline = start + run.at
+            if run.cut == "token":
+                nursery.start_soon(_trip_at, start + run.at, token.cancel)
+            try:
+                if run.how == "generate":
+                    seen.result = await agent.generate(text, **options)
+                else:
+                    async with agent.stream(text, **options) as stream:
+                        if run.cut == "abort":
+                            nursery.start_soon(_trip_at, start + run.at, stream.abort)
+                        with trio.move_on_after(run.at if run.cut == "leave" else math.inf):
+                            async for chunk in stream:
+                                seen.chunks.append(chunk)
+                            seen.result = stream.result
+            except (ScriptExhausted, ProviderError) as error:
+                seen.error = error
+        seen.cancelled = outer.cancelled_caught
+        seen.end = trio.current_time()
+        nursery.cancel_scope.cancel()
+
+
+async def _trip_at(when: float, trip: Any) -> None:
+    await trio.sleep_until(when)
+    trip("cut at random")
+
+
+async def _exercise_queue(case: QueueCase) -> None:
+    scripted = [ScriptedProvider(*run.steps) for run in case.runs]
+    seen = [QueuedSeen() for _ in case.runs]
+    with trio.fail_after(100 * WATCHDOG):  # a deadlock fails instead of hanging
+        async with open_runtime() as runtime:
+            agent = await Agent.start(
+                runtime,
+                _ByRun(scripted),
+                tools=[add, nap],
+                on_exhaust="summarize" if case.summarize else "stop",
+                tool_concurrency=case.tool_concurrency,
+            )
+            start = trio.current_time()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_watchdog, agent, Seen(start=start))
+                async with trio.open_nursery() as callers:
+                    for index, run in enumerate(case.runs):
+                        callers.start_soon(_queued, agent, index, run, seen[index], start)
+                nursery.cancel_scope.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            assert runtime.statistics().child_restarts == 0, "an agent actor restarted"
+            assert agent.status is not AgentStatus.RUNNING
+            assert agent.statistics()["queued"] == 0
+            history = await agent.conversation.messages()
+    _check_queue(case, scripted, seen, start, history)
+
+
+def _check_queue(
+    case: QueueCase,
+    scripted: Sequence[ScriptedProvider],
+    seen: Sequence[QueuedSeen],
+    start: float,
+    history: Sequence[Message],
+) -> None:
+    _assert_well_formed(history)
+    users = [m.content for m in history if m.role is Role.USER]
+    for index, (run, provider, saw) in enumerate(zip(case.runs, scripted, seen, strict=True)):
+        text = f"go {index}"
+        assert users.count(text) <= 1
+        limit = 10 if run.limit is None else run.limit
+        assert len(provider.calls) <= limit + 1  # the final summarize call at most
+        if run.cut in ("outer", "leave") and saw.result is None and saw.error is None:
+            # The caller cut its own run (waiting or running): control back at that moment.
+            assert saw.end == start + run.at, "a caller was held after cutting its own run"
+            event(f"the caller cut its run ({run.cut})")
+        if text not in users:
+            # Withdrawn before it began: nothing of it, and no provider call.
+            assert provider.calls == [], "a withdrawn run called the provider"
+            if saw.result is not None:
+                assert (saw.result.stop, saw.result.messages) == (StopReason.CANCELLED, ())
+            event("withdrawn")
+            continue
+        # It began: its messages are one contiguous slice starting with its user message.
+        first = next(i for i, m in enumerate(history) if m.content == text)
+        if saw.result is not None:
+            event(f"stop: {saw.result.stop.value}")
+            messages = saw.result.messages
+            assert tuple(history[first : first + len(messages)]) == messages
+            assert saw.result.turns == len(provider.calls)
+            if saw.result.stop is StopReason.CANCELLED and not messages:
+                event("cancelled before it began")
+        if run.budget is not None and (saw.result is not None and run.how == "stream"):
+            turns = _turns(saw.chunks)
+            assert len(turns) == len(provider.calls)
+            spent = 0
+            for turn in turns[:-1]:
+                assert turn.draw is not None
+                spent += turn.draw.total
+                assert spent < run.budget, "a provider call started with the budget spent"
+        for position, message in enumerate(history):
+            if message.content == FALLBACK_SUMMARY:  # only ever after the turn limit
+                assert any(m.content == EXHAUSTED for m in history[:position])
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=queue_cases())
+def test_runs_waiting_their_turn_cut_at_random_points_keep_the_bounded_turn(
+    case: QueueCase,
+) -> None:
+    trio.run(_exercise_queue, case, clock=trio.testing.MockClock(autojump_threshold=0))
