@@ -10,14 +10,20 @@ produced:
   assistant text is committed to the conversation marked ``interrupted``;
 * tool calls running at the cancel are recorded as interrupted, queued ones as not executed --
   every assistant tool call in the history always has a result;
-* a run cancelled before it starts makes no provider call and adds only the user's message;
+* a run cut before it begins -- its tokens tripped, its caller cancelled or its stream left
+  while it waited its turn -- is withdrawn at once: no provider call, nothing committed;
+* every provider call of the run, the loop's own extra calls included, is inside its scope and
+  none starts once the budget is spent;
 * at most ``limit`` provider turns; reaching it while the model still asks for tools ends the
   run with ``stop="exhausted"`` and "not executed" results for those calls; ``limit=0`` makes no
   call;
 * only genuine failures (a provider error after its retries, a bug) raise, after the partial
   was committed;
-* a cancel of the *caller's* own scope aborts the run, waits (shielded, briefly) for it to
-  commit, then propagates as ``trio.Cancelled``.
+* a cancel of the *caller's* own scope aborts a running run, waits (shielded, briefly) for it
+  to commit, then propagates as ``trio.Cancelled``; no way of a caller going away crashes the
+  agent;
+* a run requested from inside a run of the same agent (A -> A, A -> B -> A) would wait on
+  itself: it is refused at once with :class:`CycleError`.
 
 Runs on one agent are taken one at a time, in the order they were started (FIFO); separate
 agents run concurrently. A :meth:`Agent.stream` that is never iterated never takes the slot.
