@@ -424,6 +424,13 @@ class Actor(Generic[MsgT, ReplyT]):
     async def on_stop(self, exit: ActorExit) -> None:
         """Called when the incarnation ends (see the class docstring). Errors are logged only."""
 
+    def undelivered(self, message: MsgT, error: ActorStopped) -> None:
+        """Called, synchronously, for each message sent with :meth:`ActorRef.send` that this
+        incarnation took but will never handle to its end, or that was still queued when it
+        ended (a call or a stream is refused to its caller instead). ``error`` says why. The
+        default does nothing; an actor whose senders wait on an outcome of their own answers
+        them here, so nobody waits for ever. It must not raise."""
+
     def stop(self) -> None:
         """Ask this actor to end by itself (``normal`` exit) after the messages already queued.
 
@@ -656,9 +663,16 @@ async def _dispatch(actor: Actor[Any, Any], envelope: _Envelope, cell: _Cell) ->
             send.close()
 
 
-def _refuse(envelope: _Envelope, name: str, cause: BaseException | None) -> None:
+def _refuse(
+    envelope: _Envelope, name: str, cause: BaseException | None, actor: Actor[Any, Any]
+) -> None:
     """Tell whoever waits on ``envelope`` that the actor is gone (no-op if already answered)."""
-    if type(envelope) is _Call:
+    if type(envelope) is _Cast:
+        try:
+            actor.undelivered(envelope.message, _stopped(name, "stopped before handling it", cause))
+        except Exception:
+            log.exception("undelivered() of actor %r raised", name)
+    elif type(envelope) is _Call:
         if not envelope.reply.event.is_set():
             envelope.reply.fail(_stopped(name, "stopped before replying", cause))
     elif type(envelope) is _Stream:
@@ -667,14 +681,16 @@ def _refuse(envelope: _Envelope, name: str, cause: BaseException | None) -> None
         envelope.send.close()
 
 
-def _refuse_pending(mailbox: Mailbox[_Envelope], name: str, cause: BaseException | None) -> None:
+def _refuse_pending(
+    mailbox: Mailbox[_Envelope], name: str, cause: BaseException | None, actor: Actor[Any, Any]
+) -> None:
     """Refuse every envelope still queued in a dead mailbox, so no caller waits forever."""
     while True:
         try:
             envelope = mailbox.receive_nowait()
         except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
             return
-        _refuse(envelope, name, cause)
+        _refuse(envelope, name, cause, actor)
 
 
 async def _stop_hook(actor: Actor[Any, Any], exit: ActorExit, cell: _Cell) -> None:
@@ -777,10 +793,10 @@ async def run_incarnation(
         elif cell.state is not ActorState.STOPPING:
             cell.set_state(ActorState.RESTARTING)
         if current is not None:
-            _refuse(current, cell.name, cell.exit.error)
+            _refuse(current, cell.name, cell.exit.error, actor)
         mailbox.close_sending()
         mailbox.close_receiving()
-        _refuse_pending(mailbox, cell.name, cell.exit.error)
+        _refuse_pending(mailbox, cell.name, cell.exit.error, actor)
         cell.mailbox = None
         incarnation.finish()
     assert exit is not None

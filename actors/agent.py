@@ -75,7 +75,7 @@ from protocols.toolschema import (
 from protocols.workspace import Workspace, WorkspaceManager
 
 from ._abort import Abort
-from ._actor import Actor, ActorRef
+from ._actor import Actor, ActorRef, ActorStopped
 from ._supervisor import Restart
 from .conversation import CompactionError, Conversation
 from .providers._http import RetryEvent, observe_retries
@@ -488,6 +488,18 @@ class _Request:
             agent._emit(AgentEvent("abort", number, reason=reason, stop=StopReason.CANCELLED))
             agent._emit(AgentEvent("finish", number, stop=StopReason.CANCELLED, partial=True))
 
+    def fail(self, error: BaseException) -> None:
+        """End a run that will never finish (its agent stopped): its caller gets ``error``."""
+        if self.state not in (_State.QUEUED, _State.RUNNING):
+            return
+        self.state = _State.DONE
+        self._settle()
+        if self.result is None and self.error is None:
+            self.error = error
+            self.deliver(("error", error))
+        self.close()
+        self.finished.set()
+
     def deliver(self, item: Any) -> bool:
         """Hand ``item`` to the consumer; False (and nothing raised) when it has gone away."""
         send = self.send
@@ -606,6 +618,9 @@ class _AgentActor(Actor[_Request, None]):
     def __init__(self, agent: Agent) -> None:
         self._agent = agent
 
+    def undelivered(self, message: _Request, error: ActorStopped) -> None:
+        message.fail(error)  # the agent stopped before this run's turn: its caller must not wait
+
     async def handle(self, message: _Request) -> None:
         if not message.begin():  # withdrawn while it waited: nothing of it happens
             return
@@ -624,6 +639,12 @@ class _AgentActor(Actor[_Request, None]):
             message.deliver(("error", error))
             if agent._listeners:
                 agent._emit(AgentEvent("error", number, error=error))
+        except BaseException:
+            # Cancelled from outside: the agent is being stopped (its partial was committed).
+            message.fail(
+                ActorStopped(f"agent {agent.name!r} stopped during the run", name=agent.name)
+            )
+            raise
         else:
             agent.status = AgentStatus.DONE
             agent._statistics["runs"] += 1
@@ -863,8 +884,10 @@ class Agent:
             try:
                 with observe_retries(run.retried):
                     stop = await run.turns(limit)
-            except AgentsError:
-                await run.commit_partial()  # a genuine failure still leaves history well formed
+            except BaseException:
+                # A genuine failure, a cut (committed once: a second commit finds nothing), or
+                # the agent stopped from outside: the history is left well formed either way.
+                await run.commit_partial()
                 raise
         if scope.cancelled_caught:
             if run.budget_tripped:

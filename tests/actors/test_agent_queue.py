@@ -10,7 +10,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from actors import Abort, CycleError, Runtime, open_runtime, tool
+from actors import Abort, ActorStopped, CycleError, Runtime, open_runtime, tool
 from actors.agent import (
     FALLBACK_SUMMARY,
     UNKNOWN_TOOLS_FALLBACK,
@@ -352,3 +352,42 @@ async def test_a_message_input_is_not_committed_when_withdrawn(
         contents = [m.content for m in await agent.conversation.messages()]
     assert "one" not in contents
     assert "two" not in contents
+
+
+# -- the agent stopping under its callers ------------------------------------------------------
+
+
+async def test_callers_of_an_agent_that_stops_get_actor_stopped_not_a_hang(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    outcomes: list[str] = []
+    tool_call = ToolCall("c1", "nap", {})
+
+    @tool
+    async def nap() -> str:
+        """Sleep for ever."""
+        await trio.sleep_forever()
+        return "never"
+
+    with trio.fail_after(WATCHDOG):
+        async with trio.open_nursery() as callers, open_runtime() as runtime:
+            provider = ScriptedProvider(Reply("thinking it over", calls=[tool_call]))
+            agent = await Agent.start(runtime, provider, tools=[nap])
+
+            async def call(index: int) -> None:
+                try:
+                    await agent.generate(f"run {index}")
+                except ActorStopped:
+                    outcomes.append("stopped")
+
+            for index in range(4):  # one runs (its tool never returns), three wait
+                callers.start_soon(call, index)
+            await trio.testing.wait_all_tasks_blocked()
+            assert agent.statistics()["queued"] == 3
+            # Leaving the runtime stopped the agent: its shutdown deadline killed the run.
+    assert outcomes == ["stopped"] * 4
+    # The killed run still left its history well formed: its call is answered (interrupted).
+    history = agent.conversation._history_now().messages
+    assert [m.role for m in history] == [Role.USER, Role.ASSISTANT, Role.TOOL]
+    assert history[1].calls == (tool_call,)
+    assert history[2].content.startswith("interrupted")
