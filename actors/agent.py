@@ -367,8 +367,9 @@ class _State(enum.Enum):
     WITHDRAWN = "withdrawn"  # given up before it began: nothing of it is ever committed
 
 
-#: The chain of runs the current task is inside of, outermost first (agents, by identity).
-_chain: contextvars.ContextVar[tuple[Agent, ...]] = contextvars.ContextVar(
+#: The chain of runs the current task is inside of, outermost first. A task started from inside
+#: a run inherits it and may outlive it: only runs still running count.
+_chain: contextvars.ContextVar[tuple[_Request, ...]] = contextvars.ContextVar(
     "trio_agents_run_chain", default=()
 )
 
@@ -413,7 +414,7 @@ class _Request:
     state: _State = _State.QUEUED
     #: Everything that cancels the run: its own token, the agent's and the caller's tokens.
     watch: Abort | None = None
-    chain: tuple[Agent, ...] = ()
+    chain: tuple[_Request, ...] = ()
     _unwatch: Callable[[], None] | None = None
     _waiting: bool = False  # counted in the agent's queued runs
 
@@ -423,12 +424,12 @@ class _Request:
         Raises :class:`CycleError` when the calling task is inside a run of this agent; a
         request whose tokens already tripped is withdrawn without being queued."""
         await trio.lowlevel.checkpoint_if_cancelled()
-        chain = _chain.get()
+        chain = tuple(run for run in _chain.get() if run.state is _State.RUNNING)
         agent = self.agent
-        if agent in chain:
+        if any(run.agent is agent for run in chain):
             self.state = _State.WITHDRAWN
-            raise CycleError([a.name for a in chain], agent.name)
-        self.chain = (*chain, agent)
+            raise CycleError([run.agent.name for run in chain], agent.name)
+        self.chain = (*chain, self)
         sources = (*agent.defaults.abort, *self.options.abort)
         self.watch = watch = Abort.any(self.token, *sources) if sources else self.token
         self._unwatch = watch.on_cancel(self._tripped)

@@ -391,3 +391,35 @@ async def test_callers_of_an_agent_that_stops_get_actor_stopped_not_a_hang(
     assert [m.role for m in history] == [Role.USER, Role.ASSISTANT, Role.TOOL]
     assert history[1].calls == (tool_call,)
     assert history[2].content.startswith("interrupted")
+
+
+async def test_a_task_started_from_a_run_may_use_the_agent_once_the_run_ended(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A tool hands work to a long-lived nursery; that task inherits the run's chain, but the
+    # run is over when the task asks the same agent: no cycle, the request is served.
+    later: list[str] = []
+    agents: dict[str, Agent] = {}
+    answered = trio.Event()
+
+    async with trio.open_nursery() as background, open_runtime() as runtime:
+
+        async def follow_up() -> None:
+            await trio.sleep(10)
+            later.append((await agents["a"].generate("follow-up")).content)
+            answered.set()
+
+        @tool
+        async def schedule() -> str:
+            """Schedule a follow-up."""
+            background.start_soon(follow_up)
+            return "scheduled"
+
+        provider = ScriptedProvider(
+            Reply(calls=[ToolCall("c1", "schedule", {})]), Reply("done"), Reply("followed up")
+        )
+        agents["a"] = await Agent.start(runtime, provider, tools=[schedule], name="a")
+        assert (await agents["a"].generate("go")).content == "done"
+        with trio.fail_after(WATCHDOG):
+            await answered.wait()
+    assert later == ["followed up"]
