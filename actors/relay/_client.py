@@ -292,6 +292,8 @@ class RelayProvider(StreamingProvider):
             stream = await trio.open_tcp_stream(host, port)
         # The stream is ours to close: trio-websocket leaves it open when the handshake is
         # refused.
+        closing = False
+        failure: BaseException | None = None
         async with stream:
             try:
                 async with trio.open_nursery() as nursery:
@@ -306,7 +308,11 @@ class RelayProvider(StreamingProvider):
                     )
                     try:
                         await self._greet(socket, task_status)
+                    except BaseException as error:
+                        failure = error
+                        raise
                     finally:
+                        closing = True
                         with (
                             trio.CancelScope(shield=True),
                             trio.move_on_after(2),
@@ -320,9 +326,29 @@ class RelayProvider(StreamingProvider):
                             nursery.cancel_scope.deadline, trio.current_time() + 2
                         )
             except BaseExceptionGroup as group:
-                if len(group.exceptions) == 1:  # the refused handshake, raised by its reader
+                if closing:
+                    # Once this side is closing, what the websocket library's reader raises
+                    # is about a connection that is going away: e.g. trio-websocket answering
+                    # a ping that crossed our close frame raises wsproto's LocalProtocolError.
+                    # It must not fail the caller's close; cancellation still propagates.
+                    dropped, rest = group.split(
+                        lambda e: (
+                            isinstance(e, Exception)
+                            and not isinstance(e, BaseExceptionGroup)
+                            and e is not failure
+                        )
+                    )
+                    if dropped is not None:
+                        log.debug(
+                            "the relay connection raised while closing: %s",
+                            ", ".join(sorted({type(e).__name__ for e in _leaves(dropped)})),
+                        )
+                    if rest is None:
+                        return
+                    group = rest
+                if len(group.exceptions) == 1:  # e.g. the refused handshake, raised by its reader
                     raise group.exceptions[0] from None
-                raise
+                raise group from None
 
     async def _greet(
         self, socket: trio_websocket.WebSocketConnection, task_status: trio.TaskStatus[_Connection]
@@ -514,3 +540,9 @@ class _RelayStream(TextStream):
                 contextlib.suppress(trio_websocket.ConnectionClosed),
             ):
                 await connection.send(encode_frame(Cancel(self._frame.id)))
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for member in error.exceptions for leaf in _leaves(member)]
+    return [error]
