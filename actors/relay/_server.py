@@ -16,6 +16,7 @@ import hashlib
 import hmac
 import importlib.resources
 import logging
+import traceback
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
 from typing import Any
@@ -25,7 +26,13 @@ import trio
 
 from protocols.authority import Authority, resolve_ask
 from protocols.budget import estimate_tokens
-from protocols.errors import AgentsError, ConfigError, ProtocolError, SizeLimitError
+from protocols.errors import (
+    AgentsError,
+    ConfigError,
+    ProtocolError,
+    SizeLimitError,
+    ValidationError,
+)
 from protocols.history import estimate_messages
 from protocols.messages import (
     FinishReason,
@@ -47,6 +54,7 @@ from protocols.relay import (
     Delta,
     Error,
     Hello,
+    HostPolicy,
     HttpRequest,
     Ready,
     Result,
@@ -56,6 +64,7 @@ from protocols.relay import (
     decode_http_request,
     encode_frame,
     error_frame,
+    loggable,
 )
 
 from ..providers import ProviderInterface
@@ -196,8 +205,15 @@ class RelayServer:
       ``handshake_timeout``. An HTTP request's bearer header is checked before its body is read.
       Tokens are compared in constant time. Nothing is read further, and the upstream is never
       touched, before a token is accepted.
+    * **Host names.** A request whose ``Host`` header names another host than the server's
+      own address (with ``localhost``, ``127.0.0.1`` and ``::1`` when that is a loopback
+      address) or one of ``allowed_hosts`` is refused with 421 before anything else: a page
+      whose name was rebound to this address (DNS rebinding) gets nowhere.
     * **Origins.** A request with an ``Origin`` header is refused unless that origin is in
-      ``origins``, or no list is given and it is the server's own origin.
+      ``origins``, or no list is given and it is ``http`` or ``https`` on one of those host
+      names with the server's port (for an ``allowed_hosts`` entry without a port, also 80
+      and 443: the public port of a reverse proxy in front). The ``Host`` header never
+      decides which origin is the server's own.
     * **Limits**, each refused with a clear frame (or status) and never by entering the
       upstream: frame size, streams per connection, per-token streams, requests per minute
       and token budget.
@@ -222,6 +238,7 @@ class RelayServer:
         *,
         tokens: Iterable[RelayToken | str],
         origins: Iterable[str] | None = None,
+        allowed_hosts: Iterable[str] = (),
         limits: RelayLimits = RelayLimits(),
         authority: Authority | None = None,
         page: bool = True,
@@ -241,6 +258,12 @@ class RelayServer:
         self.authority = authority
         self.page = page
         self.origins = None if origins is None else frozenset(o.rstrip("/") for o in origins)
+        self.allowed_hosts = tuple(allowed_hosts)
+        try:  # checked now: a malformed host or origin is a configuration error
+            HostPolicy.build(None, self.allowed_hosts, self.origins)
+        except ValidationError as error:
+            raise ConfigError(error.message) from None
+        self._policies: dict[tuple[str, int] | None, HostPolicy] = {}
         self._holders = holders
         self._statistics = RelayStatistics()
         self._closing = False
@@ -279,15 +302,24 @@ class RelayServer:
         refused = self._statistics.refused
         refused[code] = refused.get(code, 0) + 1
 
-    def _origin_ok(self, headers: Mapping[str, str]) -> bool:
-        origin = headers.get("origin")
-        if origin is None:
-            return True  # not a browser: the bearer token is the whole story
-        origin = origin.rstrip("/")
-        if self.origins is not None:
-            return origin in self.origins
-        host = headers.get("host", "")
-        return origin in (f"http://{host}", f"https://{host}")
+    def _policy(self, scope: Scope) -> HostPolicy:
+        """The host policy for a connection that came in at ``scope["server"]`` (the address
+        and port of its local end: for a relay bound to every interface, the one it used)."""
+        server = scope.get("server")
+        key: tuple[str, int] | None = None
+        if isinstance(server, tuple | list) and len(server) == 2 and isinstance(server[1], int):
+            key = (str(server[0]), server[1])
+        policy = self._policies.get(key)
+        if policy is None:
+            if len(self._policies) >= 64:  # a server has few local addresses; bounded anyway
+                self._policies.clear()
+            policy = HostPolicy.build(key, self.allowed_hosts, self.origins)
+            self._policies[key] = policy
+        return policy
+
+    def _origin_ok(self, scope: Scope, headers: Mapping[str, str]) -> bool:
+        # A request without Origin is not a browser's: the bearer token is the whole story.
+        return self._policy(scope).origin_ok(headers.get("origin"))
 
     def _admit(self, holder: _Holder) -> None:
         """Count a new request against ``holder``'s limits, or raise :class:`_Refused`."""
@@ -360,6 +392,16 @@ class RelayServer:
             return
         path = scope.get("path", "")
         headers = _headers(scope)
+        if kind in ("websocket", "http") and not self._policy(scope).host_ok(headers.get("host")):
+            # Refused before anything else (the token, the body, the upstream): a name this
+            # relay does not answer to is a misdirected request, or a DNS-rebinding page.
+            self._refuse("misdirected")
+            if kind == "websocket":
+                if (await receive())["type"] == "websocket.connect":
+                    await _ws_deny(scope, send, 421, body=_MISDIRECTED)
+            else:
+                await _plain(send, 421, body=_MISDIRECTED)
+            return
         if kind == "websocket":
             if path != RELAY_PATH:
                 await _ws_deny(scope, send, 404)
@@ -373,7 +415,7 @@ class RelayServer:
             if method != "POST":
                 await _plain(send, 405, extra=[(b"allow", b"POST")])
                 return
-            await self._http_stream(headers, receive, send)
+            await self._http_stream(scope, headers, receive, send)
         elif path in _PAGES and self.page:
             if method not in ("GET", "HEAD"):
                 await _plain(send, 405, extra=[(b"allow", b"GET, HEAD")])
@@ -386,9 +428,11 @@ class RelayServer:
 
     # -- plain HTTP ----------------------------------------------------------------------------
 
-    async def _http_stream(self, headers: Mapping[str, str], receive: Receive, send: Send) -> None:
+    async def _http_stream(
+        self, scope: Scope, headers: Mapping[str, str], receive: Receive, send: Send
+    ) -> None:
         limits = self.limits
-        if not self._origin_ok(headers):
+        if not self._origin_ok(scope, headers):
             self._refuse("forbidden_origin")
             await _plain(send, 403)
             return
@@ -433,16 +477,23 @@ class RelayServer:
             return
         result: ProviderResult | None = None
         streamed: list[Delta] = []
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
-                result = await self._http_respond(request, send, streamed)
-                nursery.cancel_scope.cancel()
-        finally:
-            self._settle(holder, result, request.messages, streamed)
+        out = _HttpOut(send, limits.send_timeout)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
+            nursery.start_soon(out.sender)
+            try:
+                result = await self._http_respond(request, out, streamed)
+            finally:
+                out.close()
+                # The request is over (answered, failed, cut, or its client left): its slot is
+                # free now, not once its last bytes have left -- a client that stops reading
+                # may hold those forever.
+                self._settle(holder, result, request.messages, streamed)
+            await out.done.wait()  # what is queued has left (or the client is gone)
+            nursery.cancel_scope.cancel()
 
     async def _http_respond(
-        self, request: HttpRequest, send: Send, streamed: list[Delta]
+        self, request: HttpRequest, out: _HttpOut, streamed: list[Delta]
     ) -> ProviderResult | None:
         started = False
 
@@ -450,9 +501,9 @@ class RelayServer:
             nonlocal started
             if not started:
                 if isinstance(frame, Error):
-                    return  # a failure before anything streamed is answered with a 502
+                    return  # a failure before anything streamed is answered with a status
                 started = True
-                await send(
+                await out.put(
                     {
                         "type": "http.response.start",
                         "status": 200,
@@ -463,7 +514,7 @@ class RelayServer:
                         ],
                     }
                 )
-            await send(
+            await out.put(
                 {
                     "type": "http.response.body",
                     "body": (encode_frame(frame) + "\n").encode("utf-8"),
@@ -471,6 +522,7 @@ class RelayServer:
                 }
             )
 
+        end = {"type": "http.response.body", "body": b"", "more_body": False}
         with trio.CancelScope() as scope:
             self._scopes.add(scope)
             try:
@@ -483,22 +535,27 @@ class RelayServer:
                     ask=None,
                     streamed=streamed,
                 )
+            except _Gone:
+                # The client stopped reading for send_timeout: cut. Its upstream stream was
+                # closed on the way out of _relay.
+                log.info("relay HTTP client stopped reading; its request was cut")
+                return None
             finally:
                 self._scopes.discard(scope)
         if scope.cancelled_caught:
             if self._closing and started:
                 # Cut by close(): the response ends properly, its last line saying why.
-                with trio.CancelScope(shield=True), trio.move_on_after(self.limits.send_timeout):
+                with trio.CancelScope(shield=True), contextlib.suppress(_Gone):
                     await line(error_frame("shutdown", HTTP_REQUEST_ID))
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    await out.put(end)
             return None  # else the client left: nobody to answer
         if isinstance(outcome, _Failed) and not started:
-            await _plain(send, 502)
+            await out.put_quietly(_plain, 400 if outcome.code == "invalid" else 502)
             return None
         # Shielded: the ASGI server reports the finished response as a disconnect, which cancels
         # this call -- and the result, uncounted, would never be charged to the token.
-        with trio.CancelScope(shield=True):
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        with trio.CancelScope(shield=True), contextlib.suppress(_Gone):
+            await out.put(end)
         return outcome if isinstance(outcome, ProviderResult) else None
 
     # -- the shared core -----------------------------------------------------------------------
@@ -540,18 +597,31 @@ class RelayServer:
             return result
         except _Gone:
             raise
+        except (ConfigError, ValidationError) as error:
+            # The request as the client gave it cannot be made (e.g. ``options.extra`` naming a
+            # key the provider's encoder owns): the client's mistake, refused before anything
+            # reached the upstream, and the same request would fail again -- not retryable.
+            log.info(
+                "relay request %s refused as invalid: %s",
+                loggable(request_id),
+                loggable(error.message),
+            )
+            await emit(error_frame("invalid", request_id))
+            return _Failed("invalid")
         except Exception as error:
             # The upstream's message may carry details the client must not see: log it here,
             # send the fixed text. Any exception (a provider's bug too) fails only its own
-            # request, never the connection and the other requests on it.
+            # request, never the connection and the other requests on it. What the log shows
+            # of the peers (the request id, the error's text) is escaped: no forged lines.
             log.warning(
-                "relay request %s failed upstream: %s",
-                request_id,
-                error,
-                exc_info=not isinstance(error, AgentsError),
+                "relay request %s failed upstream: %s: %s%s",
+                loggable(request_id),
+                type(error).__name__,
+                loggable(error.message if isinstance(error, AgentsError) else str(error)),
+                "" if isinstance(error, AgentsError) else "\n" + _stack(error),
             )
             await emit(error_frame("upstream", request_id))
-            return _Failed()
+            return _Failed("upstream")
         finally:
             self._statistics.streams -= 1
 
@@ -567,7 +637,7 @@ class RelayServer:
             self._refuse("shutdown")
             await _ws_deny(scope, send, 503)
             return
-        if not self._origin_ok(headers):
+        if not self._origin_ok(scope, headers):
             self._refuse("forbidden_origin")
             await _ws_deny(scope, send, 403)
             return
@@ -594,8 +664,69 @@ class RelayServer:
             self._statistics.connections -= 1
 
 
+class _HttpOut:
+    """The response of one plain HTTP request. Its messages leave through one task,
+    :meth:`sender`: the ASGI server's send need not be cancellable (hypercorn shields its
+    socket writes), so the request waits -- with the send timeout, cancellably -- for the
+    sender to take each message, never inside that send. A client that stops reading is cut
+    (:meth:`put` raises :class:`_Gone`) once a message has waited ``send_timeout``."""
+
+    def __init__(self, send: Send, send_timeout: float) -> None:
+        self._send = send
+        self._timeout = send_timeout
+        self._in, self._out = trio.open_memory_channel[MutableMapping[str, Any]](OUTBOX)
+        self.cut = False
+        self.done = trio.Event()
+
+    async def put(self, message: MutableMapping[str, Any]) -> None:
+        if self.cut:
+            raise _Gone
+        with trio.move_on_after(self._timeout) as waited:
+            try:
+                await self._in.send(message)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self.cut = True
+                raise _Gone from None
+        if waited.cancelled_caught:
+            self.cut = True  # nothing more goes to a client that stops reading
+            raise _Gone
+
+    async def put_quietly(
+        self, respond: Callable[[Send, int], Awaitable[None]], status: int
+    ) -> None:
+        """``respond(put, status)``, a client that is gone being no error."""
+        with contextlib.suppress(_Gone):
+            await respond(self.put, status)
+
+    def close(self) -> None:
+        self._in.close()
+
+    async def sender(self) -> None:
+        try:
+            async with self._out:
+                async for message in self._out:
+                    if self.cut:
+                        return
+                    try:
+                        await self._send(message)
+                    except OSError:  # the transport is gone
+                        self.cut = True
+                        return
+        finally:
+            self.done.set()
+
+
 class _Failed:
-    """The upstream failed (the client was told)."""
+    """The request failed (the client was told): ``code`` says how."""
+
+    def __init__(self, code: str) -> None:
+        self.code = code
+
+
+def _stack(error: BaseException) -> str:
+    """Where ``error`` was raised: the traceback's frames, without the exception's text (a
+    provider's bug may quote what a client sent)."""
+    return "".join(traceback.format_tb(error.__traceback__)).rstrip()
 
 
 class _Gone(Exception):
@@ -684,17 +815,23 @@ class _Connection:
         server = self.server
         limits = self.limits
         if holder is None:
-            with trio.move_on_after(limits.handshake_timeout):
-                text = await self._next()
-                if text is None:
-                    return
-                holder = await self._hello(text)
-                if holder is None:
-                    return
-            if holder is None:  # no hello in time: a slow-loris handshake
+            # close() cuts the wait for the hello too: a shutdown's grace is not spent on it.
+            with trio.move_on_after(limits.handshake_timeout) as waiting:
+                server._scopes.add(waiting)
+                try:
+                    text = await self._next()
+                    if text is None:
+                        return
+                    holder = await self._hello(text)
+                    if holder is None:
+                        return
+                finally:
+                    server._scopes.discard(waiting)
+            if holder is None and not self.server._closing:  # no hello in time: a slow loris
                 await self.fail("timeout", _POLICY)
                 return
-        if self.server._closing:  # closed while this one said hello: it is not let in
+        # Read afresh (close() may run at any await; a narrowed local would not say so).
+        if holder is None or self.server._closing:  # closed while saying hello: not let in
             await self.fail("shutdown", _GOING_AWAY)
             return
         await self.send(Ready(PROTOCOL_VERSION, limits.max_frame, limits.max_streams))
@@ -750,7 +887,7 @@ class _Connection:
                 await self.fail("too_large", _TOO_BIG)
                 return
             except ProtocolError as error:
-                log.info("relay client sent an invalid frame: %s", error.message[:200])
+                log.info("relay client sent an invalid frame: %s", loggable(error.message))
                 await self.fail("invalid", _POLICY)
                 return
             if isinstance(frame, Stream):
@@ -881,30 +1018,42 @@ def _bearer(headers: Mapping[str, str]) -> str | None:
     return secret.strip()
 
 
-async def _plain(send: Send, status: int, *, extra: Sequence[tuple[bytes, bytes]] = ()) -> None:
-    """A refusal: the status, no body."""
+_MISDIRECTED = b"misdirected request: this relay does not answer to that host name\n"
+
+
+def _text_headers(body: bytes) -> list[tuple[bytes, bytes]]:
+    headers = [(b"content-length", str(len(body)).encode())]
+    if body:
+        headers.append((b"content-type", b"text/plain; charset=utf-8"))
+    return headers
+
+
+async def _plain(
+    send: Send, status: int, *, extra: Sequence[tuple[bytes, bytes]] = (), body: bytes = b""
+) -> None:
+    """A refusal: the status, and no body or a short plain-text one."""
     await send(
         {
             "type": "http.response.start",
             "status": status,
-            "headers": [(b"content-length", b"0"), (b"cache-control", b"no-store"), *extra],
+            "headers": [*_text_headers(body), (b"cache-control", b"no-store"), *extra],
         }
     )
-    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-async def _ws_deny(scope: Scope, send: Send, status: int) -> None:
-    """Refuse a websocket handshake: with ``status`` where the server can say it, else with a
-    plain close (which ASGI servers answer with 403)."""
-    if "websocket.http.response" in scope.get("extensions", {}):
+async def _ws_deny(scope: Scope, send: Send, status: int, *, body: bytes = b"") -> None:
+    """Refuse a websocket handshake: with ``status`` (and ``body``) where the server can say
+    it, else with a plain close (which ASGI servers answer with 403)."""
+    if "websocket.http.response" in (scope.get("extensions") or {}):
         await send(
             {
                 "type": "websocket.http.response.start",
                 "status": status,
-                "headers": [(b"content-length", b"0")],
+                "headers": _text_headers(body),
             }
         )
-        await send({"type": "websocket.http.response.body", "body": b"", "more_body": False})
+        await send({"type": "websocket.http.response.body", "body": body, "more_body": False})
     else:
         await send({"type": "websocket.close", "code": _POLICY})
 

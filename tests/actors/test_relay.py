@@ -274,12 +274,14 @@ class Raw:
     async def connect(
         cls, url: str, *, path: str = "/v1/relay", headers: Sequence[tuple[str, str]] = ()
     ) -> AsyncIterator[Raw]:
+        """Connect; a ``host`` among ``headers`` replaces the URL's own."""
         host, port = url.removeprefix("http://").split(":")
         tcp = await trio.open_tcp_stream(host, int(port))
         async with tcp:
             ws = wsproto.WSConnection(wsproto.ConnectionType.CLIENT)
-            extra = [(name.encode(), value.encode()) for name, value in headers]
-            request = ws_events.Request(host=f"{host}:{port}", target=path, extra_headers=extra)
+            named = dict(headers).get("host", f"{host}:{port}")
+            extra = [(name.encode(), value.encode()) for name, value in headers if name != "host"]
+            request = ws_events.Request(host=named, target=path, extra_headers=extra)
             await tcp.send_all(ws.send(request))
             raw = cls(tcp, ws)
             event = await raw._event()
@@ -1983,3 +1985,193 @@ async def test_closing_the_server_cuts_an_http_stream_and_its_upstream(
         error_frame("shutdown", HTTP_REQUEST_ID),
     ]
     assert app.statistics().streams == 0
+
+
+# -- a plain HTTP client that stops reading -----------------------------------------------------
+
+
+async def test_http_a_client_that_stops_reading_is_cut_after_the_send_timeout(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    up = Upstream()
+    app = server(
+        up,
+        tokens=[RelayToken(TOKEN, max_streams=1)],
+        limits=RelayLimits(send_timeout=30, idle_timeout=10_000),
+    )
+    payload = json.dumps(body("flood")).encode()
+    head = (
+        "POST /v1/stream HTTP/1.1\nHost: 127.0.0.1\nAuthorization: Bearer "
+        f"{TOKEN}\nContent-Type: application/json\nContent-Length: {len(payload)}\n\n"
+    )
+    async with running(app) as url:
+        host, port = url.removeprefix("http://").split(":")
+        async with await trio.open_tcp_stream(host, int(port)) as slow:
+            start = trio.current_time()
+            await slow.send_all(head.replace("\n", "\r\n").encode() + payload)  # never reads
+            parked = await settled(lambda: up.pulled)
+            await until(lambda: up.closed == 1)  # its upstream stream is released...
+            assert 30 <= trio.current_time() - start <= 40
+            assert up.pulled == parked
+            assert app.statistics().streams == 0
+            # ...and its token's only slot is free again: the same token is served.
+            async with httpx.AsyncClient() as client:
+                again = await client.post(f"{url}/v1/stream", headers=bearer(), json=body())
+            assert again.status_code == 200
+            assert isinstance(decode_server_frame(again.text.splitlines()[-1]), Result)
+    assert up.calls == 2
+
+
+# -- log lines a client cannot forge ------------------------------------------------------------
+
+FORGED = "\nINFO trio_agents.relay forged line\x1b[2J\x1b[31m\r\u2028\u202e\x00\x85"
+
+
+@pytest.mark.parametrize("prompt", ["fail", "crash"])
+async def test_a_request_id_cannot_forge_a_log_line(
+    mock_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture, prompt: str
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="trio_agents")
+    request_id = "id" + FORGED
+    up = Upstream()
+    app = server(up)
+    async with running(app) as url, Raw.connect(url) as raw:
+        await raw.ready()
+        await raw.send(stream(request_id, prompt))
+        assert await raw.frame() == error_frame("upstream", request_id)
+        # An invalid frame quoting the same text is logged too.
+        await raw.send(json.dumps({"type": "stream", "id": request_id, "extra" + FORGED: 1}))
+        assert await raw.frame() == error_frame("invalid")
+    logged = [record.getMessage() for record in caplog.records]
+    assert any(repr(request_id) in message for message in logged)  # shown, escaped
+    for message in logged:
+        assert "\x1b" not in message
+        assert "\r" not in message
+        assert "\u2028" not in message
+        assert "\u202e" not in message
+        assert "\x00" not in message
+        assert "\x85" not in message
+        # A traceback (of a provider's bug) spans lines, each of them the server's own.
+        assert all("forged line" not in line or "'" in line for line in message.splitlines())
+        assert not any(line.startswith("INFO") for line in message.splitlines())
+
+
+# -- the client's invalid request is "invalid", not a retryable upstream failure ---------------
+
+
+async def test_options_extra_naming_a_reserved_key_is_an_invalid_request(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    bad = ProviderOptions(extra={"messages": []})  # the encoder owns "messages"
+    async with simulated() as (simulator, upstream):
+        app = server(upstream)
+        async with running(app) as url:
+            async with Raw.connect(url) as raw:
+                await raw.ready()
+                await raw.send(stream("a", "hi", options=bad))
+                assert await raw.frame() == error_frame("invalid", "a")
+                await raw.send(stream("b", "the connection stays"))
+                assert isinstance((await raw.frames_until("b"))[-1], Result)
+            async with relay(url) as provider:
+                with pytest.raises(ProviderError) as failed:
+                    await drain(provider, "hi", options=bad)
+            async with httpx.AsyncClient() as client:
+                plain = await client.post(
+                    f"{url}/v1/stream",
+                    headers=bearer(),
+                    json=body(options={"extra": {"messages": []}}),
+                )
+        assert simulator.statistics().requests == 1  # only "b" reached the upstream
+    assert (failed.value.code, failed.value.retryable) == ("invalid", False)
+    assert plain.status_code == 400
+    assert app.statistics().refused == {}
+
+
+# -- host names and origins ---------------------------------------------------------------------
+
+
+async def ws_status(url: str, headers: Sequence[tuple[str, str]]) -> int | None:
+    """The status of a refused websocket handshake (None: accepted)."""
+    async with Raw.connect(url, headers=headers) as raw:
+        return raw.status
+
+
+async def test_a_host_the_relay_does_not_answer_to_is_refused_before_anything_else(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    up = Upstream()
+    app = server(up)
+    async with running(app) as url:
+        port = url.rsplit(":", 1)[1]
+        # A DNS-rebinding page: its own name, now resolving to 127.0.0.1, and its own origin.
+        rebound = [("host", f"evil.example:{port}"), ("origin", f"http://evil.example:{port}")]
+        assert await ws_status(url, rebound) == 421
+        async with httpx.AsyncClient() as client:
+            refused = await client.post(
+                f"{url}/v1/stream", headers={**bearer(), **dict(rebound)}, json=body()
+            )
+            page = await client.get(f"{url}/", headers={"host": f"evil.example:{port}"})
+            for host in (f"localhost:{port}", f"127.0.0.1:{port}", "LocalHost.", "[::1]"):
+                fine = await client.get(f"{url}/", headers={"host": host})
+                assert fine.status_code == 200, host
+    assert refused.status_code == page.status_code == 421
+    assert b"does not answer to that host name" in refused.content
+    assert up.calls == 0
+    assert app.statistics().refused == {"misdirected": 3}
+
+
+@pytest.mark.parametrize(
+    ("allowed_hosts", "host", "origin", "status"),
+    [
+        # The default origins come from the names the relay answers to, not from Host.
+        ((), "127.0.0.1:PORT", "http://localhost:PORT", None),
+        ((), "localhost:PORT", "https://127.0.0.1:PORT", None),
+        ((), "127.0.0.1:PORT", "http://localhost:1", 403),
+        ((), "127.0.0.1:PORT", "http://relay.example.com:PORT", 403),
+        ((), "relay.example.com", "https://relay.example.com", 421),
+        # A public name behind a TLS proxy: its default port, and the relay's own.
+        (("relay.example.com",), "relay.example.com", "https://relay.example.com", None),
+        (("relay.example.com",), "relay.example.com:443", "https://relay.example.com:PORT", None),
+        (("relay.example.com",), "relay.example.com", "https://evil.example", 403),
+        (("relay.example.com:8443",), "relay.example.com", "https://relay.example.com", 403),
+        (("relay.example.com:8443",), "relay.example.com", "https://relay.example.com:8443", None),
+        (("relay.example.com",), "other.example.com", "https://relay.example.com", 421),
+    ],
+)
+async def test_allowed_hosts_and_the_default_origins(
+    mock_clock: trio.testing.MockClock,
+    allowed_hosts: tuple[str, ...],
+    host: str,
+    origin: str,
+    status: int | None,
+) -> None:
+    up = Upstream()
+    app = server(up, allowed_hosts=allowed_hosts)
+    async with running(app) as url:
+        port = url.rsplit(":", 1)[1]
+        headers = [("host", host.replace("PORT", port)), ("origin", origin.replace("PORT", port))]
+        assert await ws_status(url, headers) == status
+        async with httpx.AsyncClient() as client:
+            response = await client.post(
+                f"{url}/v1/stream", headers={**bearer(), **dict(headers)}, json=body()
+            )
+    assert response.status_code == (status or 200)
+    assert up.calls == (0 if status else 1)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"allowed_hosts": ["relay.example.com/path"]},
+        {"allowed_hosts": ["bad host"]},
+        {"allowed_hosts": ["name:99999"]},
+        {"origins": ["relay.example.com"]},
+        {"origins": ["ftp://relay.example.com"]},
+        {"origins": ["https://relay.example.com/app"]},
+    ],
+)
+def test_a_malformed_allowed_host_or_origin_is_a_configuration_error(
+    kwargs: dict[str, Any],
+) -> None:
+    with pytest.raises(ConfigError):
+        server(Upstream(), **kwargs)

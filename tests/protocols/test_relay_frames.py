@@ -4,6 +4,7 @@ token never renders, and error frames carry only their fixed text."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from typing import Any, get_args
@@ -817,3 +818,133 @@ def test_the_delta_fast_path_never_accepts_what_the_codec_refuses(text: str) -> 
     assert _fast_delta(text) is None
     with pytest.raises(ProtocolError):
         decode_server_frame(text)
+
+
+# -- text a peer controls, in a log line --------------------------------------------------------
+
+
+@given(st.text(max_size=400), st.integers(min_value=1, max_value=300))
+def test_loggable_text_is_one_printable_line_of_bounded_length(text: str, limit: int) -> None:
+    from protocols.relay import loggable
+
+    shown = loggable(text, limit)
+    assert shown.isprintable()  # no newline, escape, bidi override, NUL...: no forged lines
+    assert len(shown) <= 10 * limit + 60  # each character escapes to at most \U0010ffff
+    if len(text) <= limit:
+        assert ast.literal_eval(shown) == text  # nothing lost: it is the text's repr
+
+
+def test_loggable_escapes_what_could_forge_or_restyle_a_line() -> None:
+    from protocols.relay import loggable
+
+    forged = "a\nINFO fake\r\x1b[31m\u2028\u202e\x85"
+    shown = loggable(forged)
+    assert "\n" not in shown
+    assert "\x1b" not in shown
+    assert "\u202e" not in shown
+    assert shown == repr(forged)
+    assert loggable("x" * 300) == repr("x" * 200) + "... (100 more characters)"
+
+
+# -- host names and origins ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "parsed"),
+    [
+        ("127.0.0.1:8000", ("127.0.0.1", 8000)),
+        ("LocalHost.", ("localhost", None)),
+        ("[::1]:8000", ("::1", 8000)),
+        ("[0:0::1]", ("::1", None)),
+        ("relay.example.com", ("relay.example.com", None)),
+        ("relay.example.com:443", ("relay.example.com", 443)),
+        ("::1", None),  # an IPv6 address needs its brackets
+        ("name:", None),
+        ("name:0", None),
+        ("name:65536", None),
+        ("name:8o", None),
+        ("a b", None),
+        ("a/b", None),
+        ("user@host", None),
+        ("", None),
+        ("-bad.example", None),
+        ("é.example", None),
+        ("[zz]:1", None),
+        ("1.2.3.4:5:6", None),
+        (None, None),
+    ],
+)
+def test_split_host(value: Any, parsed: tuple[str, int | None] | None) -> None:
+    from protocols.relay import split_host
+
+    assert split_host(value) == parsed
+
+
+@pytest.mark.parametrize(
+    ("value", "parsed"),
+    [
+        ("http://127.0.0.1:8000", ("http", "127.0.0.1", 8000)),
+        ("https://relay.example.com/", ("https", "relay.example.com", 443)),
+        ("HTTP://Relay.Example.com", ("http", "relay.example.com", 80)),
+        ("http://[::1]:8000", ("http", "::1", 8000)),
+        ("null", None),
+        ("file://x", None),
+        ("relay.example.com", None),
+        ("https://relay.example.com/app", None),
+        ("https://user@relay.example.com", None),
+        ("https://relay.example.com?x", None),
+        ("https://", None),
+    ],
+)
+def test_parse_origin(value: str, parsed: tuple[str, str, int] | None) -> None:
+    from protocols.relay import parse_origin
+
+    assert parse_origin(value) == parsed
+
+
+def test_a_loopback_relay_answers_to_its_loopback_names_with_its_port() -> None:
+    from protocols.relay import HostPolicy
+
+    for address in ("127.0.0.1", "::1", "127.0.0.2"):
+        policy = HostPolicy.build((address, 8000))
+        assert {"localhost", "127.0.0.1", "::1"} <= policy.names
+        assert policy.host_ok("localhost:8000")
+        assert policy.host_ok("[::1]:8000")
+        assert policy.host_ok(None)  # not a browser
+        assert not policy.host_ok("evil.example:8000")  # a rebound name
+        assert not policy.host_ok("127.0.0.1:8000 evil")
+        assert policy.origin_ok("http://localhost:8000")
+        assert policy.origin_ok("https://127.0.0.1:8000")
+        assert not policy.origin_ok("http://localhost:3000")  # another page on this machine
+        assert not policy.origin_ok("http://evil.example:8000")
+        assert not policy.origin_ok("null")
+        assert policy.origin_ok(None)
+
+
+def test_a_relay_on_another_address_answers_to_that_address_and_its_allowed_hosts() -> None:
+    from protocols.relay import HostPolicy
+
+    policy = HostPolicy.build(("192.0.2.7", 8000), ["relay.example.com", "other.example:9000"])
+    assert policy.names == {"192.0.2.7", "relay.example.com", "other.example"}
+    assert not policy.host_ok("localhost:8000")
+    assert policy.origin_ok("https://relay.example.com")  # a TLS proxy in front
+    assert policy.origin_ok("http://relay.example.com:8000")
+    assert policy.origin_ok("https://other.example:9000")
+    assert not policy.origin_ok("https://other.example")
+    assert not policy.origin_ok("http://localhost:8000")
+    explicit = HostPolicy.build(("192.0.2.7", 8000), ["relay.example.com"], ["https://app.example"])
+    assert explicit.origin_ok("https://app.example")
+    assert not explicit.origin_ok("https://relay.example.com")  # a list replaces the default
+
+
+@pytest.mark.parametrize(
+    ("hosts", "origins"),
+    [(["a b"], None), (["x:0"], None), ([], ["relay.example.com"]), ([], ["https://a/b"])],
+)
+def test_a_malformed_host_or_origin_is_refused_by_name(
+    hosts: list[str], origins: list[str] | None
+) -> None:
+    from protocols.relay import HostPolicy
+
+    with pytest.raises(ValidationError, match="not a"):
+        HostPolicy.build(("127.0.0.1", 8000), hosts, origins)
