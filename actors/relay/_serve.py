@@ -53,6 +53,31 @@ class _Contained:
         )
 
 
+class _Transport:
+    """A connection's socket stream as hypercorn's TCPServer sees it. hypercorn closes it when
+    the connection ends, and this tells the connection's handler, which then ends what
+    hypercorn leaves running on it (its keep-alive ping task sleeps out its whole interval
+    before it looks: a shutdown would wait for it)."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.socket = stream.socket
+        self.closed = trio.Event()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self.stream.receive_some(max_bytes)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.stream.send_all(data)
+
+    async def send_eof(self) -> None:
+        await self.stream.send_eof()
+
+    async def aclose(self) -> None:
+        self.closed.set()
+        await self.stream.aclose()
+
+
 def _leaves(error: BaseException) -> list[BaseException]:
     if isinstance(error, BaseExceptionGroup):
         return [leaf for member in error.exceptions for leaf in _leaves(member)]
@@ -187,16 +212,23 @@ async def serve(
         open_streams.add(stream)
         peer = _address(stream.socket.getpeername())
         arrived = first_requests[peer] = trio.Event()
+        transport = _Transport(stream)
+
+        async def ended(scope: trio.CancelScope) -> None:
+            await transport.closed.wait()
+            scope.cancel()  # the socket is closed: what still runs on it has nobody to serve
+
         try:
             server = TCPServer(
                 application,
                 config,
                 context,
                 ConnectionState(state.copy()),
-                stream,  # type: ignore[arg-type]
+                transport,  # type: ignore[arg-type]
             )
             async with trio.open_nursery() as guarded:
                 guarded.start_soon(watchdog, stream, arrived)
+                guarded.start_soon(ended, guarded.cancel_scope)
                 await server.run()
                 guarded.cancel_scope.cancel()
         except* Exception as error:

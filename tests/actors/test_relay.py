@@ -2175,3 +2175,66 @@ def test_a_malformed_allowed_host_or_origin_is_a_configuration_error(
 ) -> None:
     with pytest.raises(ConfigError):
         server(Upstream(), **kwargs)
+
+
+# -- serve(): graceful shutdown -----------------------------------------------------------------
+
+
+async def test_a_graceful_shutdown_with_nothing_open_returns_at_once(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    up = Upstream()
+    app = server(up)
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        (url,) = await nursery.start(
+            functools.partial(serve, app, port=0, shutdown=stop.wait, grace=30)
+        )
+        async with httpx.AsyncClient() as client, Raw.connect(url) as raw:
+            assert (await client.get(f"{url}/")).status_code == 200  # an idle keep-alive
+            await raw.ready()  # and a websocket with nothing open (its pings every 20 s)
+            start = trio.current_time()
+            stop.set()
+            assert await raw.frame() == error_frame("shutdown")
+            assert await raw.closed() == 1001
+        # serve() returns by itself (the nursery would otherwise wait forever).
+    # Not the grace, nor hypercorn's keep-alive timeout, nor the ping interval.
+    assert trio.current_time() - start < 1
+    assert app._closing  # it was told: new requests are refused
+
+
+async def test_a_graceful_shutdown_cuts_what_is_still_open_after_the_grace(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    """An application that never finishes, writing to a client that never reads: hypercorn
+    shields that write from cancellation; the grace still bounds the shutdown."""
+    writing = trio.Event()
+
+    async def endless(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        writing.set()
+        while True:
+            await send({"type": "http.response.body", "body": b"x" * 65536, "more_body": True})
+
+    stop, served = trio.Event(), trio.Event()
+
+    async def run(task_status: trio.TaskStatus[list[str]]) -> None:
+        await serve(endless, port=0, shutdown=stop.wait, grace=3, task_status=task_status)
+        served.set()
+
+    async with trio.open_nursery() as nursery:
+        (url,) = await nursery.start(run)
+        host, port = url.removeprefix("http://").split(":")
+        async with await trio.open_tcp_stream(host, int(port)) as stuck:
+            await stuck.send_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")  # never reads
+            await writing.wait()
+            start = trio.current_time()
+            stop.set()
+            with trio.fail_after(60):
+                await served.wait()  # while the client is still connected, still not reading
+    assert 3 <= trio.current_time() - start < 4
