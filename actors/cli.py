@@ -13,7 +13,7 @@ import logging
 import sys
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ._version import __version__
 
@@ -255,19 +255,6 @@ def _endpoint(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Endp
     return Endpoint(model=args.model, base_url=args.base_url, api_key=args.api_key)
 
 
-def _serve_extras(function: Callable[..., int], args: argparse.Namespace) -> dict[str, Any]:
-    """``--grace`` and ``--allowed-host`` for ``_serve_cmd.main``, as far as it takes them yet.
-
-    Transitional: the relay's side of these flags lands separately; once ``_serve_cmd.main``
-    takes both, they are passed straight through.
-    """
-    import inspect  # noqa: PLC0415
-
-    taken = inspect.signature(function).parameters
-    extras = {"grace": args.grace, "allowed_hosts": args.allowed_hosts}
-    return {name: value for name, value in extras.items() if name in taken}
-
-
 def describe_error(error: BaseException, where: str | None = None) -> str | None:
     """One line saying what went wrong, for an error the user can act on: a trio-agents error
     (a model that cannot be reached or refuses the key, a store that cannot be opened, a bad
@@ -418,5 +405,6 @@ def _run(args: argparse.Namespace, endpoint: Endpoint | None) -> int:
         endpoint=endpoint,
         interval=args.interval,
         max_frame=args.max_frame,
-        **_serve_extras(_serve_cmd.main, args),
+        grace=args.grace,
+        allowed_hosts=args.allowed_hosts,
     )

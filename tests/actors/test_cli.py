@@ -32,7 +32,7 @@ from actors._demo import (
     total_tokens,
 )
 from actors.agent import Chunk
-from actors.cli import main
+from actors.cli import build_parser, main
 from actors.testing import FaultProviderServer, Simulator
 from protocols.faults import UsageMissing
 from protocols.messages import AgentResult, ProviderResult, Role, StopReason, Usage
@@ -684,6 +684,20 @@ def test_serve_refuses_a_short_token_and_bad_flags(capsys: pytest.CaptureFixture
     with pytest.raises(SystemExit):
         main(["serve", "--api-key", "k"])
     assert "need --model" in capsys.readouterr().err
+
+
+def test_serve_passes_grace_and_allowed_hosts_on(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["serve", "--port", "0", "--token", SERVE_TOKEN]
+    assert main([*argv, "--allowed-host", "relay.example.com", "--allowed-host", "bad host"]) == 2
+    assert "--allowed-host 'bad host' is not a host name" in capsys.readouterr().err
+    for grace in ("-1", "nan", "soon", "3601"):
+        with pytest.raises(SystemExit) as exited:
+            main([*argv, "--grace", grace])
+        assert exited.value.code == 2
+        assert "argument --grace: " in capsys.readouterr().err
+    parsed = build_parser().parse_args([*argv, "--grace", "0.5", "--allowed-host", "a.example"])
+    assert (parsed.grace, parsed.allowed_hosts) == (0.5, ["a.example"])
+    assert build_parser().parse_args(argv).grace == 5.0
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
