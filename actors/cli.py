@@ -357,8 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     endpoint = _endpoint(parser, args)
-    if args.command in ("demo", "chat"):
-        _warn_without_key(args.command, endpoint)
+    _warn_without_key(args.command, endpoint)
     with _logging(args.debug, sys.stderr):
         try:
             return _run(args, endpoint)

@@ -295,8 +295,15 @@ async def test_warns_once_when_a_real_model_has_no_key(
         monkeypatch.setenv("OPENAI_API_KEY", "k")
         assert await demo(*model, "hi") == ""
         assert await chat(*model, env=environment(OPENAI_API_KEY="k")) == ""
-        # The simulator needs no key and gets no warning.
         monkeypatch.delenv("OPENAI_API_KEY")
+        # serve warns too (here before it refuses an option, so it does not start).
+        argv = ["serve", *model, "--token", "t" * 20, "--allowed-host", "bad host"]
+        assert main(argv) == 2
+        assert capsys.readouterr().err.splitlines()[0] == (
+            f"trio-agents serve: warning: no API key for {base} (--api-key or "
+            "$OPENAI_API_KEY); fine for a local server that needs none"
+        )
+        # The simulator needs no key and gets no warning.
         assert await demo("--interval", "0", "hi") == ""
 
 
