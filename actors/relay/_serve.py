@@ -24,6 +24,11 @@ PING_INTERVAL = 20.0
 #: cut. (hypercorn closes an HTTP/1.1 connection that stays idle, but not one it switched to
 #: HTTP/2 on a client's say-so -- a prior-knowledge preface -- whose request never comes.)
 FIRST_REQUEST_TIMEOUT = 10.0
+#: Seconds a write to a client may make no progress (the client stopped reading); then the
+#: connection is closed. hypercorn shields its writes from cancellation, so without this a
+#: client that never reads again would hold its connection, and a task, forever.
+WRITE_TIMEOUT = 120.0
+_CHUNK = 65536
 #: Seconds open requests get, once a shutdown begins, to receive their ``shutdown`` frame or
 #: line and close, before their connections are cut.
 GRACE = 5.0
@@ -57,7 +62,8 @@ class _Transport:
     """A connection's socket stream as hypercorn's TCPServer sees it. hypercorn closes it when
     the connection ends, and this tells the connection's handler, which then ends what
     hypercorn leaves running on it (its keep-alive ping task sleeps out its whole interval
-    before it looks: a shutdown would wait for it)."""
+    before it looks: a shutdown would wait for it). A write that makes no progress for
+    :data:`WRITE_TIMEOUT` seconds closes it."""
 
     def __init__(self, stream: trio.SocketStream) -> None:
         self.stream = stream
@@ -68,7 +74,15 @@ class _Transport:
         return await self.stream.receive_some(max_bytes)
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await self.stream.send_all(data)
+        view = memoryview(data)
+        if not view:
+            await self.stream.send_all(b"")
+        for start in range(0, len(view), _CHUNK):
+            with trio.move_on_after(WRITE_TIMEOUT) as waited:
+                await self.stream.send_all(view[start : start + _CHUNK])
+            if waited.cancelled_caught:  # no progress: the client stopped reading
+                self.socket.close()  # (its half-written frame is beyond repair anyway)
+                raise trio.BrokenResourceError("the client stopped reading")
 
     async def send_eof(self) -> None:
         await self.stream.send_eof()

@@ -230,14 +230,15 @@ def server(provider: Any, **kwargs: Any) -> RelayServer:
     return RelayServer(provider, **kwargs)
 
 
-async def until(predicate: Callable[[], bool]) -> None:
-    """Wait (in trio time) until ``predicate()`` holds. Each sleep costs a moment of real time
-    (the clock jumps only once everything is blocked), so the polls grow further apart."""
+async def until(predicate: Callable[[], bool], *, within: float = 60, most: float = 1.0) -> None:
+    """Wait (in trio time, at most ``within`` s) until ``predicate()`` holds. Each sleep costs a
+    moment of real time (the clock jumps only once everything is blocked), so the polls grow
+    further apart, up to ``most`` seconds."""
     pause = 0.001
-    with trio.fail_after(60):
+    with trio.fail_after(within):
         while not predicate():
             await trio.sleep(pause)
-            pause = min(pause * 2, 1.0)
+            pause = min(pause * 2, most)
 
 
 def hello(token: str = TOKEN, version: int = PROTOCOL_VERSION) -> str:
@@ -2238,3 +2239,21 @@ async def test_a_graceful_shutdown_cuts_what_is_still_open_after_the_grace(
             with trio.fail_after(60):
                 await served.wait()  # while the client is still connected, still not reading
     assert 3 <= trio.current_time() - start < 4
+
+
+async def test_a_client_that_never_reads_again_loses_its_connection(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    """Cut after send_timeout, its requests end at once; the connection itself, whose last
+    write hypercorn shields from cancellation, ends when a write has made no progress for
+    serve()'s write timeout -- not never."""
+    up = Upstream()
+    app = server(up, limits=RelayLimits(send_timeout=30, idle_timeout=10_000))
+    async with running(app) as url, Raw.connect(url) as slow:
+        await slow.ready()
+        start = trio.current_time()
+        await slow.send(stream("flood", "flood"))
+        await until(lambda: up.closed == 1)  # the request, at the send timeout
+        await until(lambda: app.statistics().connections == 0, within=1000, most=5)
+        assert 120 <= trio.current_time() - start <= 30 + 120 + 10
+    assert up.calls == 1
