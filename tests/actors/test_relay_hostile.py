@@ -299,6 +299,25 @@ async def pipelined_http(tcp: trio.SocketStream, port: int, rng: random.Random) 
     await tcp.send_all(plain + upgrade(port) + frame(HELLO))
 
 
+async def bad_http(tcp: trio.SocketStream, port: int, rng: random.Random) -> None:
+    """Plain HTTP that lies: a chunked body with a bad chunk size, a body shorter than its
+    length, headers too big to hold, a request line of garbage, a pipelined flood."""
+    token = f"Authorization: Bearer {TOKEN}\r\n"
+    start = f"POST /v1/stream HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{token}"
+    await tcp.send_all(
+        rng.choice(
+            [
+                f"{start}Transfer-Encoding: chunked\r\n\r\nzz\r\n{{}}\r\n".encode(),
+                f'{start}Content-Length: 1000\r\n\r\n{{"messages": ['.encode(),
+                f"{start}Content-Length: 2\r\nContent-Length: 3\r\n\r\n{{}}".encode(),
+                f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX: {'a' * 70000}\r\n\r\n".encode(),
+                b"GET /\x00\xff HTTP/1.1\r\nHost: x\r\n\r\n",
+                f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode() * 200,
+            ]
+        )
+    )
+
+
 ATTACKS: list[Attack] = [
     combined_hello,
     combined_garbage,
@@ -311,6 +330,7 @@ ATTACKS: list[Attack] = [
     not_http,
     bad_upgrade,
     pipelined_http,
+    bad_http,
 ]
 
 
