@@ -2257,3 +2257,21 @@ async def test_a_client_that_never_reads_again_loses_its_connection(
         await until(lambda: app.statistics().connections == 0, within=1000, most=5)
         assert 120 <= trio.current_time() - start <= 30 + 120 + 10
     assert up.calls == 1
+
+
+async def test_a_ping_crossing_the_close_does_not_fail_the_providers_close(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    """trio-websocket answers a ping that arrives after its close frame went out with a pong
+    wsproto refuses to send (LocalProtocolError): that must not fail RelayProvider's close.
+    A zero ping interval keeps a ping in flight all the time, so the crossing happens."""
+    up = Upstream()
+    app = server(up, tokens=[RelayToken(TOKEN, per_minute=1000)])
+    async with trio.open_nursery() as nursery:
+        (url,) = await nursery.start(functools.partial(serve, app, port=0, ping_interval=0))
+        for n in range(20):
+            async with relay(url) as provider:
+                _, result = await drain(provider, f"closing {n}")
+            assert result.content == f"closing {n} "
+        nursery.cancel_scope.cancel()
+    assert up.calls == 20
