@@ -43,6 +43,7 @@ from protocols.relay import (
     Stream,
     decode_server_frame,
     encode_frame,
+    loggable,
 )
 from protocols.relay import Delta as DeltaFrame
 
@@ -373,13 +374,13 @@ class RelayProvider(StreamingProvider):
                 try:
                     frame = decode_server_frame(text, max_bytes=self.max_frame)
                 except ProtocolError as error:
-                    log.warning("the relay sent an invalid frame: %s", error.message[:200])
+                    log.warning("the relay sent an invalid frame: %s", loggable(error.message))
                     break
                 request: str | None = getattr(frame, "id", None)
                 channel = connection.requests.get(request) if request is not None else None
                 if request is None or channel is None:
                     if isinstance(frame, Error) and frame.id is None:
-                        log.info("the relay closed the connection: %s", frame.code)
+                        log.info("the relay closed the connection: %s", loggable(frame.code))
                     continue
                 try:
                     try:

@@ -12,6 +12,7 @@ Everything runs on trio's mock clock with a small autojump threshold: no real sl
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -23,6 +24,7 @@ import httpx
 import pytest
 import trio
 import trio.testing
+import trio_websocket
 import wsproto
 import wsproto.events as ws_events
 
@@ -2275,3 +2277,42 @@ async def test_a_ping_crossing_the_close_does_not_fail_the_providers_close(
             assert result.content == f"closing {n} "
         nursery.cancel_scope.cancel()
     assert up.calls == 20
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        '{"type": "x\\nINFO forged line\\u001b[31m"}',
+        '{"type": "delta", "id": "a\\nINFO forged line\\u001b[2J", "channel": "?", "text": "t"}',
+        '{"type": "error", "code": "nope\\nINFO forged\\u202e", "message": "m"}',
+    ],
+)
+async def test_the_client_escapes_what_a_relay_sent_in_its_log_lines(
+    mock_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture, sent: str
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="trio_agents")
+
+    async def rogue(request: trio_websocket.WebSocketRequest) -> None:
+        socket = await request.accept()
+        await socket.get_message()  # the hello
+        await socket.send_message(encode_frame(Ready(PROTOCOL_VERSION, 1 << 20, 16)))
+        await socket.get_message()  # the request
+        await socket.send_message(sent)
+        with contextlib.suppress(trio_websocket.ConnectionClosed):
+            await socket.get_message()
+
+    async with trio.open_nursery() as nursery:
+        listener = await nursery.start(
+            functools.partial(
+                trio_websocket.serve_websocket, rogue, "127.0.0.1", 0, ssl_context=None
+            )
+        )
+        url = f"http://127.0.0.1:{listener.port}"
+        async with relay(url, reconnects=0) as provider:
+            with pytest.raises(ProviderError):
+                await drain(provider, "hi")
+        nursery.cancel_scope.cancel()
+    logged = [record.getMessage() for record in caplog.records]
+    assert any("invalid frame" in message for message in logged)
+    for message in logged:
+        assert message.isprintable(), message
