@@ -135,7 +135,10 @@ async def serve(
 
     **Each connection is contained**: whatever one connection's protocol handling raises (a
     malformed or hostile client can drive hypercorn's h11/wsproto layers into states where they
-    raise) ends that connection only, and is logged once per kind without any client text.
+    raise) ends that connection only, and is logged once per kind without any client text. A
+    connection whose first request has not reached ``app`` after
+    :data:`FIRST_REQUEST_TIMEOUT` seconds, or whose client stops reading (a write makes no
+    progress for :data:`WRITE_TIMEOUT` seconds), is closed.
 
     **Graceful shutdown** when ``shutdown`` returns: no new connection is accepted; the
     application's ``close()`` is called if it has one (a :class:`RelayServer` then tells every

@@ -281,8 +281,9 @@ class RelayServer:
 
     def close(self) -> None:
         """Shut down: every open request is cut at once (its upstream stream closed), each
-        websocket gets a ``shutdown`` error and is closed, and new connections and requests
-        are refused."""
+        websocket -- also one still waiting for its ``hello`` -- gets a ``shutdown`` error and
+        is closed with 1001, each NDJSON response that has begun ends with its ``shutdown``
+        line, and new connections and requests are refused."""
         self._closing = True
         for scope in list(self._scopes):
             scope.cancel()
