@@ -208,7 +208,9 @@ class RelayServer:
     * **Host names.** A request whose ``Host`` header names another host than the server's
       own address (with ``localhost``, ``127.0.0.1`` and ``::1`` when that is a loopback
       address) or one of ``allowed_hosts`` is refused with 421 before anything else: a page
-      whose name was rebound to this address (DNS rebinding) gets nowhere.
+      whose name was rebound to this address (DNS rebinding) gets nowhere. (Its own address is
+      the local end of each connection, as the ASGI server's ``scope["server"]`` says; where it
+      says none -- a Unix socket -- only ``allowed_hosts`` are answered.)
     * **Origins.** A request with an ``Origin`` header is refused unless that origin is in
       ``origins``, or no list is given and it is ``http`` or ``https`` on one of those host
       names with the server's port (for an ``allowed_hosts`` entry without a port, also 80
