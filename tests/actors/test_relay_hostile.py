@@ -441,7 +441,7 @@ async def test_a_keep_alive_ping_racing_the_close_ends_only_that_connection(
     ``trio.BusyResourceError`` out of hypercorn -- without waiting for luck with timing."""
     async with relay_server(ping_interval=0) as (_, port):
         with trio.fail_after(3600):
-            await assault(port, 150, seed=11, kinds=AFTER_THE_UPGRADE, concurrency=10)
+            await assault(port, 60, seed=11, kinds=AFTER_THE_UPGRADE, concurrency=10)
             async with RelayProvider(f"ws://127.0.0.1:{port}/v1/relay", token=TOKEN) as client:
                 result = await client.generate([Message.user("still here")])
             assert result.content == "still here "
