@@ -10,9 +10,12 @@ import pathlib
 import socket
 import traceback
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import trio
+
+if TYPE_CHECKING:
+    from hypercorn.typing import ConnectionState
 
 __all__ = ["serve"]
 
@@ -155,7 +158,6 @@ async def serve(
     from hypercorn.trio.lifespan import Lifespan  # noqa: PLC0415
     from hypercorn.trio.tcp_server import TCPServer  # noqa: PLC0415
     from hypercorn.trio.worker_context import WorkerContext  # noqa: PLC0415
-    from hypercorn.typing import ConnectionState  # noqa: PLC0415
 
     # The listening socket is made here, so a refused bind (the port is taken) closes it again
     # and raises a plain OSError.
@@ -240,7 +242,7 @@ async def serve(
                 application,
                 config,
                 context,
-                ConnectionState(state.copy()),
+                cast("ConnectionState", state.copy()),  # a NewType (not in hypercorn 0.17)
                 transport,  # type: ignore[arg-type]
             )
             async with trio.open_nursery() as guarded:
