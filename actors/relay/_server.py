@@ -541,7 +541,7 @@ class RelayServer:
             except _Gone:
                 # The client stopped reading for send_timeout: cut. Its upstream stream was
                 # closed on the way out of _relay.
-                log.info("relay HTTP client stopped reading; its request was cut")
+                log.info("relay HTTP client stopped reading (or left); its request was cut")
                 return None
             finally:
                 self._scopes.discard(scope)
