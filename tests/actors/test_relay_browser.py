@@ -7,7 +7,7 @@ while the trio loop serves the page, the websocket and the simulator. Waits are 
 (``WebDriverWait``); the one fixed wait is the check that a stopped answer stops growing.
 
 Without Chromium these tests fail (never skip): install ``chromium`` and ``chromium-driver``
-(``.ci/run`` does).
+(``python scripts/test.py``, the README's test line, does).
 """
 
 from __future__ import annotations
@@ -84,7 +84,8 @@ def _require_chromium() -> None:
     if missing:
         pytest.fail(
             f"{' and '.join(missing)} not found: the relay page test drives Debian's Chromium. "
-            "Install it with: apt-get install chromium chromium-driver (.ci/run does this).",
+            "Install it with: apt-get install chromium chromium-driver "
+            "(python scripts/test.py, the README's test line, does this).",
             pytrace=False,
         )
 
