@@ -26,7 +26,7 @@ import pytest
 import trio
 import trio.testing
 
-from actors.providers import ProviderStream, StreamingProvider
+from actors.providers import ProviderStream, StreamingProvider, TextStream
 from actors.relay import RelayProvider, RelayServer, RelayToken, serve
 from protocols.messages import (
     Delta,
@@ -63,33 +63,20 @@ class Echo(StreamingProvider):
         return _EchoStream(messages[-1].content.split())
 
 
-class _EchoStream(ProviderStream):
+class _EchoStream(TextStream):
     def __init__(self, words: list[str]) -> None:
+        super().__init__()
         self._words = words
-        self._said: list[str] = []
-        self._result: ProviderResult | None = None
 
     async def __anext__(self) -> Delta:
         await trio.lowlevel.checkpoint()
         if self._words:
-            self._said.append(self._words.pop(0) + " ")
-            return Delta("content", self._said[-1])
+            self._content.append(self._words.pop(0) + " ")
+            return Delta("content", self._content[-1])
         self._result = ProviderResult(
-            content="".join(self._said), usage=Usage(1, 1), finish=FinishReason.STOP
+            content="".join(self._content), usage=Usage(1, 1), finish=FinishReason.STOP
         )
         raise StopAsyncIteration
-
-    @property
-    def result(self) -> ProviderResult:
-        if self._result is None:
-            raise RuntimeError("not finished")
-        return self._result
-
-    @property
-    def partial(self) -> ProviderResult:
-        return self._result or ProviderResult(
-            content="".join(self._said), finish=FinishReason.CANCELLED
-        )
 
     async def aclose(self) -> None:
         await trio.lowlevel.checkpoint()
