@@ -356,6 +356,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if args.command == "demo" and args.prompt is not None and args.db is not None:
+        # A single streamed answer keeps no conversation: say so rather than ignore --db.
+        parser.error("--db saves the team demo's conversations; a single PROMPT saves nothing")
     endpoint = _endpoint(parser, args)
     _warn_without_key(args.command, endpoint)
     with _logging(args.debug, sys.stderr):

@@ -133,6 +133,15 @@ def test_a_base_url_that_is_not_an_http_url_is_a_usage_error(
     assert "argument --base-url: not " in capsys.readouterr().err
 
 
+def test_db_with_a_single_prompt_is_a_usage_error_not_ignored(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["demo", "--db", "kept.sqlite3", "hi"])
+    assert exited.value.code == 2
+    assert "--db saves the team demo's conversations" in capsys.readouterr().err
+
+
 def test_the_team_says_why_its_runs_failed(
     refused: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
