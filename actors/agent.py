@@ -77,7 +77,7 @@ from protocols.workspace import Workspace, WorkspaceManager
 from ._abort import Abort
 from ._actor import Actor, ActorRef, ActorStopped
 from ._supervisor import Restart
-from .conversation import CompactionError, Conversation
+from .conversation import CompactionError, Conversation, paying
 from .providers._http import RetryEvent, observe_retries
 from .tools import NOT_EXECUTED, Approver, CallableTool, ToolBatch, ToolRegistry
 
@@ -1105,17 +1105,31 @@ class _Run:
         if agent.window is None or self.futile or not agent.conversation.summarizable:
             return False
         head = [m for m in prompt[:1] if m.role is Role.SYSTEM]
+        # The compaction's summarizer calls are the run's too: charged to its budget, and cut
+        # the moment the run is (they run in the conversation's actor, not in this scope).
+        cut = Abort()
         try:
-            check = await agent.conversation.fit(agent.window, head=head)
+            with paying(self.charge_compaction, cut):
+                check = await agent.conversation.fit(agent.window, head=head)
         except CompactionError as error:
             self.event("fault", error=error, reason=error.message)
             if agent.strict:
                 raise
             self.futile = True  # do not retry a failing summarizer on every turn of this run
             return False
+        except BaseException:
+            cut.cancel("the run was cut during its compaction")
+            raise
         if check.futile:
             self.futile = True  # nothing more can fold: let the provider report the overflow
         return check.compacted
+
+    def charge_compaction(self, usage: Usage | None, text: str) -> None:
+        """A summarizer call of this run's compaction: charged to the budget (by estimate of
+        its answer when unreported). Not a turn: ``AgentResult.usage`` sums the turns."""
+        if self.meter is not None:
+            self.meter.charge(usage, text=text)
+            self.estimated = self.estimated or usage is None
 
     def repeats(self, calls: Sequence[ToolCall], max_repeats: int) -> str | None:
         """Count this batch's calls; the first one now repeated beyond the limit, if any."""

@@ -9,8 +9,10 @@ conversation exactly as it was, and a restarted actor resumes from the last comm
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import attrs
@@ -27,8 +29,9 @@ from protocols.history import (
     render_for_provider,
     summary_inputs,
 )
-from protocols.messages import Message, new_id
+from protocols.messages import Message, Usage, new_id
 
+from ._abort import Abort
 from ._actor import Actor, ActorRef, ActorState, ActorStopped
 from ._supervisor import Restart
 
@@ -106,6 +109,35 @@ class WindowCheck:
         return self.tokens >= self.window
 
 
+@attrs.frozen
+class _Payer:
+    """Who the summarizer calls of a compaction are made for: ``charge(usage, text)`` hears
+    each call's reported usage (``None`` when unreported) and answer, and tripping ``abort``
+    cuts the compaction (nothing changes)."""
+
+    charge: Callable[[Usage | None, str], None]
+    abort: Abort
+
+
+#: Set by :func:`paying` in the task that asks for a compaction, and carried into the job.
+_payer: contextvars.ContextVar[_Payer | None] = contextvars.ContextVar(
+    "trio_agents_compaction_payer", default=None
+)
+
+
+@contextlib.contextmanager
+def paying(charge: Callable[[Usage | None, str], None], abort: Abort) -> Iterator[None]:
+    """Compactions asked for inside the block are made on someone's behalf (an agent's run):
+    the usage of every summarizer call made by :func:`summarizer_for` is passed to ``charge``,
+    and tripping ``abort`` cuts a compaction in progress, which then changes nothing. A custom
+    summarizer is cut the same way but reports no usage."""
+    reset = _payer.set(_Payer(charge, abort))
+    try:
+        yield
+    finally:
+        _payer.reset(reset)
+
+
 def summarizer_for(
     provider: ProviderInterface,
     *,
@@ -128,6 +160,9 @@ def summarizer_for(
             lines.append(f"{message.role.value}: {text}")
         prompt = [Message.system(instruction), Message.user("\n".join(lines))]
         result = await provider.generate(prompt)
+        payer = _payer.get()
+        if payer is not None:  # made for an agent's run: charged to it
+            payer.charge(result.usage, result.content)
         summary = result.content.strip()
         if not summary:
             raise CompactionError("the summarizer answered with an empty summary")
@@ -434,8 +469,26 @@ class Conversation:
         """
         keep_now = self._state.keep if keep is None else _check_keep(keep)
         cap = self._state.sections if sections is None else _check_cap(sections)
+        payer = _payer.get()  # the caller's: the job runs in the actor's task
 
         async def job(state: _State) -> Section | None:
+            if payer is None:
+                return await fold(state)
+            reset = _payer.set(payer)
+            try:
+                section: Section | None = None
+                with payer.abort.open_scope() as scope:
+                    section = await fold(state)
+            finally:
+                _payer.reset(reset)
+            if scope.cancelled_caught:
+                raise CompactionError(
+                    "the run this compaction was for was cut before it finished; nothing changed",
+                    code="cut",
+                )
+            return section
+
+        async def fold(state: _State) -> Section | None:
             if state.summarize is None:
                 raise CompactionError("this conversation has no summarizer", code="no_summarizer")
             history = state.history

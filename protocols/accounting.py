@@ -103,6 +103,16 @@ class BudgetMeter:
         self._estimate = -(-self._chars // 4)  # estimate_tokens of the turn's content so far
         return self.exhausted
 
+    def charge(self, usage: Usage | None, *, text: str = "") -> Usage:
+        """Charge a call made for the run outside its turns (a compaction's summary) and return
+        the draw: the reported ``usage``, or with none reported the estimate of ``text`` (the
+        answer). The current turn's estimate is left as it is."""
+        if usage is None:
+            tokens = estimate_tokens(text)
+            usage = Usage(completion=tokens, total=tokens)
+        self._settled = self._settled + usage
+        return usage
+
     def reconcile(self, usage: Usage | None, *, thinking: str = "") -> Usage:
         """End the turn and return its draw: the reported ``usage``, or with none reported the
         estimate of the content plus ``thinking``. The estimate is replaced, not added to."""

@@ -10,7 +10,16 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from actors import Abort, ActorStopped, CycleError, Runtime, open_runtime, tool
+from actors import (
+    Abort,
+    ActorStopped,
+    Conversation,
+    CycleError,
+    Runtime,
+    open_runtime,
+    summarizer_for,
+    tool,
+)
 from actors.agent import (
     FALLBACK_SUMMARY,
     UNKNOWN_TOOLS_FALLBACK,
@@ -423,3 +432,56 @@ async def test_a_task_started_from_a_run_may_use_the_agent_once_the_run_ended(
         with trio.fail_after(WATCHDOG):
             await answered.wait()
     assert later == ["followed up"]
+
+
+# -- the run's compaction is the run's too ------------------------------------------------------
+
+
+async def _long_conversation(runtime: Runtime, summarizer: ScriptedProvider) -> Conversation:
+    conversation = await Conversation.start(runtime, summarize=summarizer_for(summarizer), keep=1)
+    await conversation.add([Message.user("x" * 800), Message.assistant("y" * 800)])
+    return conversation
+
+
+async def test_a_compactions_summaries_are_charged_to_the_runs_budget() -> None:
+    summaries = ScriptedProvider(*(Reply("short", usage=Usage(40, 10)) for _ in range(3)))
+    provider = ScriptedProvider(Reply("never"))
+    async with open_runtime() as runtime:
+        conversation = await _long_conversation(runtime, summaries)
+        agent = await Agent.start(runtime, provider, conversation=conversation, window=300)
+        result = await agent.generate("go", budget=TokenBudget(max=60))
+        sections = (await conversation.history()).sections
+    assert len(summaries.calls) >= 1
+    assert len(sections) == 1  # the compaction happened, and cost the run 50 a call
+    assert provider.calls == []  # ... which spent the budget: no turn starts
+    assert result.stop is StopReason.BUDGET
+
+
+async def test_an_unreported_summary_is_charged_by_estimate() -> None:
+    summaries = ScriptedProvider(*(Reply("s" * 200) for _ in range(3)))
+    provider = ScriptedProvider(Reply("ok"))
+    async with open_runtime() as runtime:
+        conversation = await _long_conversation(runtime, summaries)
+        agent = await Agent.start(runtime, provider, conversation=conversation, window=300)
+        result = await agent.generate("go", budget=TokenBudget(max=100))
+    assert provider.calls == []  # 50 tokens estimated per summary: the budget is spent
+    assert (result.stop, result.estimated) == (StopReason.BUDGET, True)
+
+
+async def test_a_run_cut_during_its_compaction_cuts_the_compaction(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    summaries = ScriptedProvider(Hang("a summ"))
+    provider = ScriptedProvider(Reply("never"))
+    async with open_runtime() as runtime:
+        conversation = await _long_conversation(runtime, summaries)
+        agent = await Agent.start(runtime, provider, conversation=conversation, window=300)
+        start = trio.current_time()
+        result = await agent.generate("go", timeout=5)
+        assert trio.current_time() == start + 5
+        with trio.fail_after(1):  # the conversation is free again: its compaction job ended
+            await conversation.add([Message.user("after")])  # (queues behind a running job)
+        history = await conversation.history()
+    assert result.stop is StopReason.TIMEOUT
+    assert history.sections == ()  # cut: nothing changed
+    assert provider.calls == []

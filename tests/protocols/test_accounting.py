@@ -99,3 +99,19 @@ def test_the_draw_is_what_was_reported_and_never_double_counts(
             assert draw == Usage(completion=tokens, total=tokens)
         expected = expected + draw
         assert meter.consumed == expected
+
+
+def test_charge_adds_a_call_outside_the_turns_and_keeps_the_turns_estimate() -> None:
+    meter = BudgetMeter(TokenBudget(max=100))
+    meter.begin_turn()
+    meter.charge_content("x" * 40)  # 10 tokens estimated for the turn in flight
+    assert meter.charge(Usage(20, 5)) == Usage(20, 5)
+    assert meter.used == 35
+    # Unreported: the estimate of the answer, as completion tokens.
+    assert meter.charge(None, text="y" * 80) == Usage(completion=20, total=20)
+    assert meter.used == 55
+    assert meter.reconcile(Usage(3, 7)) == Usage(3, 7)  # the turn's estimate is replaced
+    assert meter.used == 55 - 10 + 10
+    assert not meter.exhausted
+    meter.charge(Usage(50, 0))
+    assert meter.exhausted
