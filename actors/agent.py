@@ -40,9 +40,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 import trio
 
-from protocols._json import dumps, loads
 from protocols.accounting import BudgetMeter, TokenBudget
 from protocols.authority import Authority
+from protocols.codec import dumps, loads
 from protocols.context import Instructions, Scope, build
 from protocols.errors import (
     AgentsError,
@@ -78,7 +78,7 @@ from ._abort import Abort
 from ._actor import Actor, ActorRef, ActorStopped
 from ._supervisor import Restart
 from .conversation import CompactionError, Conversation, paying
-from .providers._http import RetryEvent, observe_retries
+from .providers import RetryEvent, observe_retries
 from .tools import NOT_EXECUTED, Approver, CallableTool, ToolBatch, ToolRegistry
 
 if TYPE_CHECKING:

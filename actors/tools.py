@@ -33,8 +33,8 @@ import attrs
 import cattrs
 import trio
 
-from protocols._json import check_json
 from protocols.authority import Authority, Verdict, resolve_ask
+from protocols.codec import check_json
 from protocols.context import Scope
 from protocols.errors import ConfigError, ValidationError
 from protocols.messages import ToolCall, ToolDefinition, ToolFailure, ToolResult, ToolSuccess

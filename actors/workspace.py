@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 import attrs
 import trio
 
-from protocols._json import JSON
+from protocols.codec import JSON
 from protocols.errors import Category
 from protocols.messages import (
     ToolCall,

@@ -18,7 +18,7 @@ import attrs
 import httpx
 import trio
 
-from protocols._json import dumpb, dumps
+from protocols.codec import dumpb, dumps
 from protocols.errors import (
     ConfigError,
     ProtocolError,

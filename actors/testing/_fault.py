@@ -8,7 +8,7 @@ from typing import Any
 import h11
 import trio
 
-from protocols._json import dumpb
+from protocols.codec import dumpb
 from protocols.faults import (
     BadJson,
     ConnectionRefused,

@@ -9,7 +9,7 @@ import attrs
 import h11
 import trio
 
-from protocols._json import dumpb
+from protocols.codec import dumpb
 from protocols.errors import ValidationError
 from protocols.simulator import (
     MEDIA_TYPES,
