@@ -35,9 +35,7 @@ from pathlib import Path
 # comes first on ``sys.path``: put the repository root (where the package lives) before it.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import argparse
 import gc
-import json
 import statistics
 import time
 import tracemalloc
@@ -48,6 +46,7 @@ import trio
 from trio.testing import wait_all_tasks_blocked
 
 from actors import Actor, ActorRef, ActorState, open_runtime
+from benchmarks._common import run_main
 
 #: Idle actors the issue asks for (quick, full); what is actually run is ``ACTORS``.
 WANTED_ACTORS = (10_000, 100_000)
@@ -329,17 +328,7 @@ async def run(quick: bool) -> tuple[dict[str, float], dict[str, float], list[str
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print its results; return the process exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="fewer rounds (a few seconds)")
-    parser.add_argument("--json", action="store_true", help="end with one JSON line of results")
-    args = parser.parse_args(argv)
-
-    metrics, ratios, lines = trio.run(run, args.quick)
-    for line in lines:
-        print(line)
-    if args.json:
-        print(json.dumps({"metrics": metrics, "ratios": ratios}, sort_keys=True))
-    return 0
+    return run_main(run, argv, doc=__doc__, quick="fewer rounds (a few seconds)")
 
 
 if __name__ == "__main__":

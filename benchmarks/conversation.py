@@ -62,7 +62,6 @@ from pathlib import Path
 # directory comes first on ``sys.path``: put the repository root (where the package lives) first.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import argparse
 import gc
 import json
 import os
@@ -73,10 +72,9 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import trio
-
 from actors import Conversation, open_runtime
 from actors.store import SQLiteConversationStore
+from benchmarks._common import run_main
 from protocols.codec import check_json, encode, to_json
 from protocols.context import Instruction, Instructions, Scope, build
 from protocols.history import ConversationSnapshot, History
@@ -607,17 +605,7 @@ async def run(quick: bool) -> tuple[dict[str, float], dict[str, float], list[str
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print its results; return the process exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="fewer messages and rounds")
-    parser.add_argument("--json", action="store_true", help="end with one JSON line of results")
-    args = parser.parse_args(argv)
-
-    metrics, ratios, lines = trio.run(run, args.quick)
-    for line in lines:
-        print(line)
-    if args.json:
-        print(json.dumps({"metrics": metrics, "ratios": ratios}, sort_keys=True))
-    return 0
+    return run_main(run, argv, doc=__doc__, quick="fewer messages and rounds")
 
 
 if __name__ == "__main__":

@@ -71,6 +71,8 @@ from trio.testing import wait_all_tasks_blocked
 from actors import Actor, Agent, Runtime, open_runtime, tool
 from actors.providers import OpenAIChat, ProviderConnection, ProviderStream, StreamingProvider
 from actors.testing import Simulator
+from benchmarks._common import parser as benchmark_parser
+from benchmarks._common import print_report
 from protocols._json import dumps
 from protocols.messages import (
     Delta,
@@ -564,9 +566,7 @@ async def run(quick: bool) -> tuple[dict[str, float], dict[str, float], list[str
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print its results; return the process exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="fewer rounds and agents")
-    parser.add_argument("--json", action="store_true", help="end with one JSON line of results")
+    parser = benchmark_parser(__doc__, "fewer rounds and agents")
     parser.add_argument(
         "--pydantic-ai-worker",
         nargs=2,
@@ -578,11 +578,7 @@ def main(argv: list[str] | None = None) -> int:
         agents, rounds = args.pydantic_ai_worker
         return pydantic_worker(int(agents), int(rounds))
 
-    metrics, ratios, lines = trio.run(run, args.quick)
-    for line in lines:
-        print(line)
-    if args.json:
-        print(json.dumps({"metrics": metrics, "ratios": ratios}, sort_keys=True))
+    print_report(trio.run(run, args.quick), as_json=args.json)
     return 0
 
 

@@ -52,6 +52,8 @@ import trio
 
 from actors.providers import OpenAIChat
 from actors.testing import Simulator
+from benchmarks._common import parser as benchmark_parser
+from benchmarks._common import print_report
 from protocols._json import dumpb
 from protocols.messages import Message
 
@@ -382,9 +384,7 @@ async def run(quick: bool) -> tuple[dict[str, float], dict[str, float], list[str
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print its results; return the process exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="fewer rounds and streams")
-    parser.add_argument("--json", action="store_true", help="end with one JSON line of results")
+    parser = benchmark_parser(__doc__, "fewer rounds and streams")
     parser.add_argument(
         "--openai-sdk-worker",
         nargs=3,
@@ -396,11 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         base_url, n, rounds = args.openai_sdk_worker
         return sdk_worker(base_url, int(n), int(rounds))
 
-    metrics, ratios, lines = trio.run(run, args.quick)
-    for line in lines:
-        print(line)
-    if args.json:
-        print(json.dumps({"metrics": metrics, "ratios": ratios}, sort_keys=True))
+    print_report(trio.run(run, args.quick), as_json=args.json)
     return 0
 
 

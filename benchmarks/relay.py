@@ -63,10 +63,8 @@ from pathlib import Path
 # directory comes first on ``sys.path``: put the repository root (where the package lives) first.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import argparse
 import contextlib
 import gc
-import json
 import re
 import statistics
 import time
@@ -79,6 +77,7 @@ import trio
 from actors.providers import OpenAIChat, StreamingProvider
 from actors.relay import RelayLimits, RelayProvider, RelayServer, RelayToken, serve
 from actors.testing import Simulator
+from benchmarks._common import run_main
 from protocols.messages import Message
 
 MODEL = "simulator"
@@ -467,16 +466,7 @@ async def run(quick: bool) -> tuple[dict[str, float], dict[str, float], list[str
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print its results; return the process exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="fewer rounds and deltas")
-    parser.add_argument("--json", action="store_true", help="end with one JSON line of results")
-    args = parser.parse_args(argv)
-    metrics, ratios, lines = trio.run(run, args.quick)
-    for line in lines:
-        print(line)
-    if args.json:
-        print(json.dumps({"metrics": metrics, "ratios": ratios}, sort_keys=True))
-    return 0
+    return run_main(run, argv, doc=__doc__, quick="fewer rounds and deltas")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,12 @@ Results are medians over several rounds. With ``--json`` the last line printed i
 
 from __future__ import annotations
 
-import argparse
+import sys
+from pathlib import Path
+
+# The repository root, so that ``benchmarks._common`` imports when run as a script.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 import gc
 import json
 import random
@@ -39,6 +44,8 @@ from httpx_sse import EventSource
 from httpx_sse._decoders import SSEDecoder as BaselineSSEDecoder
 from httpx_sse._decoders import SSELineDecoder
 
+from benchmarks._common import parser as benchmark_parser
+from benchmarks._common import print_report
 from protocols.sse import SSEComment, SSEDecoder, SSEEvent
 
 MIB = 1024 * 1024
@@ -202,10 +209,7 @@ def check_same(name: str, ours: list[str], theirs: list[str], expected: list[str
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print its results; return the process exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="fewer rounds (a few seconds)")
-    parser.add_argument("--json", action="store_true", help="end with one JSON line of results")
-    args = parser.parse_args(argv)
+    args = benchmark_parser(__doc__, "fewer rounds (a few seconds)").parse_args(argv)
     chat_rounds, big_rounds = (7, 5) if args.quick else (31, 15)
 
     rng = random.Random(SEED)
@@ -290,8 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         f"mib8/mib4 time: {ratios['mib8_over_mib4_time']:.2f} "
         f"(httpx-sse {metrics['mib8_over_mib4_time_httpx_sse']:.2f}; linear is 2.0)"
     )
-    if args.json:
-        print(json.dumps({"metrics": metrics, "ratios": ratios}, sort_keys=True))
+    print_report((metrics, ratios, []), as_json=args.json)
     return 0
 
 

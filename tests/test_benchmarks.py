@@ -14,7 +14,8 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-BENCHMARKS = sorted((ROOT / "benchmarks").glob("*.py"))
+#: Every script but the shared harness (``_common.py``).
+BENCHMARKS = sorted(p for p in (ROOT / "benchmarks").glob("*.py") if not p.name.startswith("_"))
 PROMISED_RATIOS = {
     "actors.py": {"call_time_vs_raw"},
     "conversation.py": {"build_us_at_10k_over_at_1k", "save_time_vs_plain_file"},

@@ -1,0 +1,53 @@
+"""What every benchmark shares: its command line (``--quick``, ``--json``), running its
+measurement on trio, and how it reports -- one human line per result, then with ``--json`` one
+JSON object ``{"metrics": {...}, "ratios": {...}}`` as the last line (``tests/test_benchmarks.py``
+reads it). Not a benchmark itself: the suite runs every other ``*.py`` here.
+
+A benchmark script starts with ``sys.path.insert(0, <the repository>)`` so that
+``benchmarks._common`` imports when it is run as ``python benchmarks/NAME.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeAlias
+
+import trio
+
+__all__ = ["Report", "parser", "print_report", "run_main"]
+
+#: What a benchmark's measurement returns: its metrics, its ratios against the baselines
+#: measured in the same run, and the lines that say them to a person.
+Report: TypeAlias = tuple[dict[str, float], dict[str, float], list[str]]
+
+
+def parser(doc: str | None, quick: str) -> argparse.ArgumentParser:
+    """The command line every benchmark takes; ``quick`` says what ``--quick`` trims."""
+    described = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
+    described.add_argument("--quick", action="store_true", help=quick)
+    described.add_argument("--json", action="store_true", help="end with one JSON line of results")
+    return described
+
+
+def print_report(report: Report, *, as_json: bool) -> None:
+    """Print the lines, then (``as_json``) the JSON line of metrics and ratios."""
+    metrics, ratios, lines = report
+    for line in lines:
+        print(line)
+    if as_json:
+        print(json.dumps({"metrics": metrics, "ratios": ratios}, sort_keys=True))
+
+
+def run_main(
+    run: Callable[[bool], Awaitable[Report]],
+    argv: Sequence[str] | None,
+    *,
+    doc: str | None,
+    quick: str,
+) -> int:
+    """Parse ``argv``, measure with ``trio.run(run, quick)``, report; the exit status."""
+    args = parser(doc, quick).parse_args(argv)
+    print_report(trio.run(run, args.quick), as_json=args.json)
+    return 0
