@@ -36,7 +36,7 @@ class _Recycled(Exception):
     """Raised by the holder to be restarted with a fresh client (not an error of its own)."""
 
 
-class _Holder(Actor[str, Any]):
+class _ProviderActor(Actor[str, Any]):
     """The supervised part: owns the provider for one incarnation (a restart renews it)."""
 
     mailbox_size = 64
@@ -219,8 +219,8 @@ class ProviderConnection(StreamingProvider):
             raise ConfigError(f"a connection's limit must be >= 1, not {limit!r}")
         label = name or f"{getattr(provider, 'name', 'provider')}-connection"
 
-        def holder() -> _Holder:
-            return _Holder(provider)
+        def holder() -> _ProviderActor:
+            return _ProviderActor(provider)
 
         holder.__name__ = label  # unnamed connections are called "<label>-<n>" in the tree
         ref: ActorRef[str, Any] = await runtime.spawn(

@@ -176,7 +176,7 @@ class RelayStatistics:
     refused: dict[str, int] = attrs.field(factory=dict)
 
 
-class _Holder:
+class _TokenState:
     """What the server tracks per token: its open streams, recent starts and spent tokens."""
 
     __slots__ = ("open", "spent", "starts", "token")
@@ -245,12 +245,12 @@ class RelayServer:
         authority: Authority | None = None,
         page: bool = True,
     ) -> None:
-        holders: list[tuple[bytes, _Holder]] = []
+        holders: list[tuple[bytes, _TokenState]] = []
         for item in tokens:
             token = RelayToken(item) if isinstance(item, str) else item
             if not isinstance(token, RelayToken):
                 raise ConfigError("tokens must be RelayToken objects or secret strings")
-            holders.append((_digest(token.secret), _Holder(token)))
+            holders.append((_digest(token.secret), _TokenState(token)))
         if not holders:
             raise ConfigError("a relay needs at least one token")
         if len({digest for digest, _ in holders}) != len(holders):
@@ -292,10 +292,10 @@ class RelayServer:
 
     # -- checks --------------------------------------------------------------------------------
 
-    def _holder(self, secret: str | None) -> _Holder | None:
+    def _holder(self, secret: str | None) -> _TokenState | None:
         """The holder of ``secret``, comparing against every token in constant time."""
         offered = _digest(secret or "")
-        found: _Holder | None = None
+        found: _TokenState | None = None
         for digest, holder in self._holders:
             if hmac.compare_digest(offered, digest) and secret:
                 found = holder
@@ -324,7 +324,7 @@ class RelayServer:
         # A request without Origin is not a browser's: the bearer token is the whole story.
         return self._policy(scope).origin_ok(headers.get("origin"))
 
-    def _admit(self, holder: _Holder) -> None:
+    def _admit(self, holder: _TokenState) -> None:
         """Count a new request against ``holder``'s limits, or raise :class:`_Refused`."""
         if self._closing:
             raise _Refused("shutdown")
@@ -344,7 +344,7 @@ class RelayServer:
 
     def _settle(
         self,
-        holder: _Holder,
+        holder: _TokenState,
         result: ProviderResult | None,
         messages: Sequence[Message],
         streamed: Sequence[Delta],
@@ -644,7 +644,7 @@ class RelayServer:
             self._refuse("forbidden_origin")
             await _ws_deny(scope, send, 403)
             return
-        holder: _Holder | None = None
+        holder: _TokenState | None = None
         if "authorization" in headers:
             holder = self._holder(_bearer(headers))
             if holder is None:
@@ -814,7 +814,7 @@ class _Connection:
             return
         await self.close(close)
 
-    async def serve(self, holder: _Holder | None) -> None:
+    async def serve(self, holder: _TokenState | None) -> None:
         server = self.server
         limits = self.limits
         if holder is None:
@@ -850,7 +850,7 @@ class _Connection:
         if everything.cancelled_caught and server._closing:
             await self.fail("shutdown", _GOING_AWAY)
 
-    async def _hello(self, text: str | bytes) -> _Holder | None:
+    async def _hello(self, text: str | bytes) -> _TokenState | None:
         try:
             frame = decode_client_frame(text, max_bytes=self.limits.max_frame)
         except SizeLimitError:
@@ -871,7 +871,7 @@ class _Connection:
             return None
         return holder
 
-    async def _read(self, holder: _Holder, nursery: trio.Nursery) -> None:
+    async def _read(self, holder: _TokenState, nursery: trio.Nursery) -> None:
         limits = self.limits
         while True:
             with trio.CancelScope(deadline=trio.current_time() + limits.idle_timeout) as idle:
@@ -920,7 +920,7 @@ class _Connection:
         self.server._refuse(code)
         await self.send(error_frame(code, request_id))
 
-    async def _start(self, frame: Stream, holder: _Holder, nursery: trio.Nursery) -> None:
+    async def _start(self, frame: Stream, holder: _TokenState, nursery: trio.Nursery) -> None:
         if frame.id in self._open:
             await self._say("duplicate", frame.id)
             return
@@ -947,7 +947,7 @@ class _Connection:
         finally:
             del self._approvals[key]
 
-    async def _stream(self, frame: Stream, holder: _Holder, scope: trio.CancelScope) -> None:
+    async def _stream(self, frame: Stream, holder: _TokenState, scope: trio.CancelScope) -> None:
         server = self.server
         result: ProviderResult | None = None
         streamed: list[Delta] = []
