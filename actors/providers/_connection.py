@@ -16,7 +16,8 @@ from protocols.messages import Delta, Message, ProviderOptions, ProviderResult, 
 
 from .._actor import Actor, ActorExit, ActorRef, ActorState, ActorStopped
 from .._supervisor import Restart
-from ._http import HTTPProvider, ProviderStream, StreamingProvider
+from ._http import HTTPProvider
+from ._interface import ProviderStream, StreamingProvider
 
 if TYPE_CHECKING:
     from .._runtime import Runtime
