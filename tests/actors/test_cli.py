@@ -20,8 +20,10 @@ from rich.console import Console
 
 import actors
 from actors import SQLiteConversationStore
-from actors._chat import HELP, INTERRUPTED, ChatSession, chat_session, open_chat
-from actors._demo import (
+from actors.agent import Chunk
+from actors.cli import build_parser, main
+from actors.cli._chat import HELP, INTERRUPTED, ChatSession, chat_session, open_chat
+from actors.cli._demo import (
     BUDGET,
     CANCEL_AFTER,
     Endpoint,
@@ -31,8 +33,6 @@ from actors._demo import (
     tokens_text,
     total_tokens,
 )
-from actors.agent import Chunk
-from actors.cli import build_parser, main
 from actors.testing import FaultProviderServer, Simulator
 from protocols.faults import UsageMissing
 from protocols.messages import AgentResult, ProviderResult, Role, StopReason, Usage
@@ -638,7 +638,7 @@ SERVE_TOKEN = "serve-token-for-tests-0123"
 async def test_serve_runs_a_relay_with_the_page_over_the_simulator() -> None:
     import httpx
 
-    from actors._serve_cmd import run
+    from actors.cli._serve import run
     from actors.relay import RelayProvider
     from protocols.messages import Message
 

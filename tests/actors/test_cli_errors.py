@@ -19,9 +19,10 @@ import trio
 from rich.console import Console
 
 from actors import SQLiteConversationStore
-from actors._chat import ChatError, chat_session
-from actors._demo import Endpoint, run_team
-from actors.cli import _logging, describe_error, main
+from actors.cli import describe_error, main
+from actors.cli._chat import ChatError, chat_session
+from actors.cli._demo import Endpoint, run_team
+from actors.cli._main import _logging
 from actors.testing import Simulator
 from protocols.errors import ConfigError, ProviderError, ValidationError
 from protocols.messages import Role

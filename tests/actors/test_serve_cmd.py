@@ -23,9 +23,9 @@ import trio
 import wsproto
 import wsproto.events as ws_events
 
-from actors import _serve_cmd
-from actors._demo import Endpoint
+from actors.cli import _serve as _serve_cmd
 from actors.cli import main as cli_main
+from actors.cli._demo import Endpoint
 from actors.relay import RelayProvider
 from actors.testing import Simulator
 from protocols.messages import Message

@@ -24,13 +24,13 @@ from protocols.errors import AgentsError, Category
 from protocols.history import ConversationSnapshot
 from protocols.messages import AgentResult, Role, ToolSuccess
 
+from .._runtime import Runtime, open_runtime
+from ..agent import Agent, Chunk
+from ..conversation import Conversation, ConversationManager
+from ..providers import OpenAIChat
+from ..store import SQLiteConversationStore
+from ..testing import Simulator
 from ._demo import SYSTEM, Endpoint, add, thinking_provider, tokens_text
-from ._runtime import Runtime, open_runtime
-from .agent import Agent, Chunk
-from .conversation import Conversation, ConversationManager
-from .providers import OpenAIChat
-from .store import SQLiteConversationStore
-from .testing import Simulator
 
 __all__ = ["HELP", "ChatError", "ChatSession", "chat_session", "main", "open_chat"]
 
@@ -175,7 +175,7 @@ class ChatSession:
             self.error(self.describe(error))
 
     def describe(self, error: BaseException) -> str:
-        from .cli import describe_error  # noqa: PLC0415 - cli imports this module lazily
+        from ._main import describe_error  # noqa: PLC0415 - cli imports this module lazily
 
         return describe_error(error, self.base_url) or str(error)
 

@@ -38,13 +38,13 @@ from protocols.messages import (
 )
 from protocols.wire.openai_chat import DEFAULT_BASE_URL
 
-from ._runtime import open_runtime
-from .agent import Agent, Chunk
-from .conversation import ConversationManager
-from .providers import OpenAIChat, ProviderStream, StreamingProvider
-from .store import SQLiteConversationStore
-from .testing import Simulator
-from .tools import tool
+from .._runtime import open_runtime
+from ..agent import Agent, Chunk
+from ..conversation import ConversationManager
+from ..providers import OpenAIChat, ProviderStream, StreamingProvider
+from ..store import SQLiteConversationStore
+from ..testing import Simulator
+from ..tools import tool
 
 __all__ = [
     "DEFAULT_PROMPT",
@@ -396,7 +396,7 @@ async def _drive(
 
 def _why(error: AgentsError, where: str) -> str:
     """One line saying why a run failed (as the command line says it)."""
-    from .cli import describe_error  # noqa: PLC0415 - cli imports this module lazily
+    from ._main import describe_error  # noqa: PLC0415 - cli imports this module lazily
 
     return describe_error(error, where) or str(error)
 

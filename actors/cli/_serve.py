@@ -16,11 +16,11 @@ import trio
 
 from protocols.relay import parse_origin, split_host
 
+from ..providers import OpenAIChat, StreamingProvider
+from ..relay import RelayLimits, RelayServer, RelayToken, serve
+from ..relay._serve import GRACE
+from ..testing import Simulator
 from ._demo import Endpoint
-from .providers import OpenAIChat, StreamingProvider
-from .relay import RelayLimits, RelayServer, RelayToken, serve
-from .relay._serve import GRACE
-from .testing import Simulator
 
 __all__ = ["GRACE", "TOKEN_ENV", "main", "run"]
 

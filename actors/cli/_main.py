@@ -15,7 +15,7 @@ import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, TextIO
 
-from ._version import __version__
+from .._version import __version__
 
 if TYPE_CHECKING:
     from ._demo import Endpoint
@@ -397,7 +397,7 @@ def _run(args: argparse.Namespace, endpoint: Endpoint | None) -> int:
             endpoint=endpoint,
             resume=args.resume,
         )
-    from . import _serve_cmd  # noqa: PLC0415 - hypercorn loads only when a command runs
+    from . import _serve as _serve_cmd  # noqa: PLC0415 - hypercorn loads only when needed
 
     return _serve_cmd.main(
         host=args.host,
