@@ -1,0 +1,634 @@
+"""The run loop of an agent: one run's turns -- provider calls, tool batches, the guards --
+and what a cut run commits. :class:`~actors.agent.Agent` owns the runs; this module is the
+loop it drives for each, with the chunks and events a run produces."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+import trio
+
+from protocols.accounting import BudgetMeter
+from protocols.codec import dumps, loads
+from protocols.context import build
+from protocols.errors import (
+    AgentsError,
+    ConfigError,
+    ProtocolError,
+    ToolError,
+    ValidationError,
+)
+from protocols.messages import (
+    AgentResult,
+    Message,
+    ProviderOptions,
+    ProviderResult,
+    Role,
+    StopReason,
+    ToolCall,
+    ToolDefinition,
+    ToolFailure,
+    ToolResult,
+    ToolSuccess,
+    Usage,
+)
+from protocols.toolschema import (
+    ToolSignature,
+    schema_for,
+    structure_arguments,
+    validate_arguments,
+)
+from protocols.workspace import WorkspaceManager
+
+from ._abort import Abort
+from .conversation import CompactionError, paying
+from .providers import RetryEvent
+from .tools import NOT_EXECUTED, ToolBatch
+
+if TYPE_CHECKING:
+    from .agent import Agent, _Request
+    from .providers import ProviderStream
+
+__all__ = [
+    "COMMIT_DEADLINE",
+    "EXHAUSTED",
+    "EXHAUST_INSTRUCTION",
+    "FALLBACK_SUMMARY",
+    "OUTPUT_FEEDBACK",
+    "OUTPUT_INSTRUCTION",
+    "TOOLS_OFF",
+    "UNKNOWN_TOOLS_FALLBACK",
+    "AgentEvent",
+    "Chunk",
+    "OutputError",
+]
+
+log = logging.getLogger("trio_agents.agent")
+
+#: The result text of calls the model asked for on the last turn the limit allowed.
+EXHAUSTED = "not executed: the run reached its turn limit"
+
+#: The result text of calls a model made in a run with ``tool_choice="none"`` (which then fails).
+TOOLS_OFF = "not executed: tools are off for this request (tool_choice='none')"
+
+#: How long a cancelled run may take to commit its partial (seconds, shielded).
+COMMIT_DEADLINE = 5.0
+
+#: The instruction of the final tool-less call ``on_exhaust="summarize"`` makes (never stored).
+EXHAUST_INSTRUCTION = (
+    "You have reached the limit of tool-using turns for this request. Do not call any tools. "
+    "Answer now, as well as you can, from what you have found so far, and say what is left "
+    "undone."
+)
+
+#: The answer recorded when that final call answers with nothing.
+FALLBACK_SUMMARY = "I reached my turn limit before I could finish, and have nothing to add."
+
+#: The answer recorded when the final call after unknown tools answers with nothing.
+UNKNOWN_TOOLS_FALLBACK = (
+    "I could not finish: the tools I tried to use do not exist ({names}), and I have nothing "
+    "to add."
+)
+
+
+class OutputError(AgentsError):
+    """The model's final answer never matched the requested schema. ``issues`` are the
+    problems with the last answer, ``attempts`` how many answers were checked; every attempt
+    stays in the conversation."""
+
+    def __init__(self, issues: Sequence[str], attempts: int) -> None:
+        shown = "; ".join(issues[:5])
+        super().__init__(
+            f"the answer did not match the schema after {attempts} attempt(s): {shown}",
+            code="output",
+            retryable=False,
+        )
+        self.issues = tuple(issues)
+        self.attempts = attempts
+
+
+#: How a wrong structured answer is sent back to the model (``{issues}`` filled in).
+OUTPUT_FEEDBACK = (
+    "Your answer is not valid: {issues}. Answer again with only a JSON value that matches the "
+    "requested schema, with no other text."
+)
+
+#: How the schema is stated when the provider has no native JSON-schema mode.
+OUTPUT_INSTRUCTION = "Answer with only a JSON value matching this JSON Schema, and nothing else:\n"
+
+
+@attrs.frozen
+class _OutputSpec:
+    """A requested output: its JSON Schema and, for an attrs class, how to build it."""
+
+    schema: dict[str, Any]
+    signature: ToolSignature | None
+
+    @classmethod
+    def of(cls, schema: dict[str, Any] | type) -> _OutputSpec:
+        if isinstance(schema, dict):
+            return cls(schema, None)
+        if isinstance(schema, type) and attrs.has(schema):
+            json_schema = schema_for(schema)
+            wrapper = {
+                "type": "object",
+                "properties": {"value": json_schema},
+                "required": ["value"],
+                "additionalProperties": False,
+            }
+            return cls(json_schema, ToolSignature("output", "", wrapper, {"value": schema}, {}))
+        raise ValidationError(
+            f"schema must be a JSON Schema dict or an attrs class, not {schema!r}"
+        )
+
+    def read(self, text: str) -> tuple[Any, list[str]]:
+        """The typed output of ``text``, or the problems with it."""
+        body = text.strip()
+        if body.startswith("```"):
+            body = body.split("\n", 1)[1] if "\n" in body else ""
+            body = body.rsplit("```", 1)[0]
+        try:
+            value = loads(body)
+        except ProtocolError as error:
+            return None, [f"it is not JSON ({error.message})"]
+        problems = validate_arguments(self.schema, value)
+        if problems:
+            return None, problems
+        if self.signature is None:
+            return value, []
+        try:
+            return structure_arguments(self.signature, {"value": value})["value"], []
+        except ValidationError as error:
+            return None, [error.message]
+
+
+@attrs.frozen
+class AgentEvent:
+    """Something that happened in a run, delivered to listeners after it happened.
+
+    ``run`` is the run's number on this agent; ``turn`` the provider calls made so far. By
+    ``kind``:
+
+    * ``start``: the run began (a run withdrawn while it waited never starts);
+    * ``turn``: a provider call begins;
+    * ``retry``: the provider call failed before anything streamed and is tried again --
+      ``attempt`` (the failed attempt, from 1), ``delay`` (seconds until the next), ``reason``
+      (the error code and HTTP status);
+    * ``tool``: a call's ``result`` is in;
+    * ``tool_error``: the tool behind ``call`` raised ``error``; ``result`` is the failure the
+      model reads;
+    * ``deny``: the authority refused ``call`` (``reason``);
+    * ``usage``: a turn's ``usage`` (``None``: not reported; ``estimated``: charged to the
+      budget by estimate because it was not reported);
+    * ``guard``: a guard refused a batch (``reason``);
+    * ``fault``: automatic compaction failed and the run goes on (``error``);
+    * ``abort``: the run was cut, or withdrawn before it began (``reason``, ``stop``);
+    * ``exhaust``: the turn limit was reached;
+    * ``finish``: the run ended (``partial``, ``stop``);
+    * ``error``: the run raised ``error``.
+    """
+
+    kind: Literal[
+        "start",
+        "turn",
+        "retry",
+        "tool",
+        "tool_error",
+        "deny",
+        "usage",
+        "guard",
+        "fault",
+        "abort",
+        "exhaust",
+        "finish",
+        "error",
+    ]
+    run: int
+    turn: int = 0
+    call: ToolCall | None = None
+    result: ToolResult | None = None
+    usage: Usage | None = None
+    reason: str | None = None
+    stop: StopReason | None = None
+    partial: bool | None = None
+    error: BaseException | None = None
+    attempt: int | None = None
+    delay: float | None = None
+    estimated: bool = False
+
+
+@attrs.frozen
+class Chunk:
+    """One piece of a run, in order: ``content`` or ``thinking`` text, a ``tool_call`` the model
+    made, a ``tool_result``, or the ``usage`` of a finished turn (``None`` when the provider
+    reported none; ``estimated`` when the run's budget charged it by estimate instead)."""
+
+    kind: Literal["content", "thinking", "tool_call", "tool_result", "usage"]
+    text: str = ""
+    call: ToolCall | None = None
+    result: ToolResult | None = None
+    usage: Usage | None = None
+    estimated: bool = False
+
+
+class _Run:
+    """The state of one run: what it appended, its usage, and what to commit on a cancel."""
+
+    def __init__(
+        self, agent: Agent, request: _Request, meter: BudgetMeter | None, number: int
+    ) -> None:
+        self.agent = agent
+        self.request = request
+        self.meter = meter
+        self.number = number
+        # How often each identical call (name + canonical arguments) has been run.
+        self.seen: dict[str, int] = {}
+        # Automatic compaction gave up for this run (futile, or its summarizer failed).
+        self.futile = False
+        self.output: Any = None
+        self.scope: trio.CancelScope | None = None
+        self.appended: list[Message] = []
+        self.usage: Usage | None = Usage()  # None once a turn's usage is unknown
+        self.estimated = False
+        self.turns_made = 0
+        self.thinking: list[str] = []
+        self.budget_tripped = False
+        # What a cancel must commit: the stream of the turn in flight, or its tool batch.
+        self.stream: ProviderStream | None = None
+        self.batch: ToolBatch | None = None
+        # Calls of a committed assistant message whose results are not committed yet.
+        self.open_calls: tuple[ToolCall, ...] = ()
+
+    def emit(self, chunk: Chunk) -> None:
+        request = self.request
+        if request.send is not None and not request.deliver(chunk):
+            # The consumer went away without closing the run: that is a cancel, never a crash.
+            request.token.cancel("the stream's consumer went away")
+
+    def result(self, stop: StopReason) -> AgentResult:
+        content = next(
+            (m.content for m in reversed(self.appended) if m.role.value == "assistant"), ""
+        )
+        return AgentResult(
+            content=content,
+            thinking="\n\n".join(t for t in self.thinking if t),
+            messages=self.appended,
+            usage=self.usage,
+            stop=stop,
+            turns=self.turns_made,
+            output=self.output,
+            estimated=self.estimated,
+        )
+
+    async def add(self, *messages: Message) -> None:
+        # Shielded: a commit is quick (a local actor call) and must be known to have happened
+        # or not -- a cancel landing mid-call could otherwise commit a tool call unrecorded.
+        conversation = self.agent.conversation
+        if not conversation._add_now(messages):  # the actor is busy: queue behind its work
+            with trio.CancelScope(shield=True):
+                await conversation.add(messages)
+        self.appended.extend(messages)
+
+    def retried(self, retry: RetryEvent) -> None:
+        status = f" (HTTP {retry.status})" if retry.status is not None else ""
+        self.event("retry", attempt=retry.attempt, delay=retry.delay, reason=retry.code + status)
+
+    def event(self, kind: Any, **fields: Any) -> None:
+        if self.agent._listeners:  # nobody listening: build no event
+            self.agent._emit(AgentEvent(kind, self.number, turn=self.turns_made, **fields))
+
+    def prompt(self, extra: Sequence[Message] = ()) -> tuple[Message, ...]:
+        """The next request's messages, built fresh (``extra`` is appended, never stored)."""
+        agent = self.agent
+        source = agent.workspace
+        active = source.active if isinstance(source, WorkspaceManager) else source
+        built = build(
+            agent.conversation._history_now().view(),
+            system=agent.system,
+            instructions=agent.instructions,
+            files=active.files() if active is not None else (),
+            scope=agent.scope,
+        )
+        return (*built, *extra)
+
+    async def turns(self, limit: int) -> StopReason:
+        agent = self.agent
+        options = self.request.options
+        authority = agent.authority
+        definitions: tuple[ToolDefinition, ...] | None = tuple(
+            d
+            for d in agent.registry.definitions(agent.scope)
+            if authority is None or not authority.withholds(d.name)  # never allowed: not shown
+        )
+        tools_off = agent._option(options, "tool_choice") == "none"
+        if tools_off:
+            definitions = ()  # no tools this run: none advertised, and none will run
+        definitions = definitions or None
+        provider_options = ProviderOptions(
+            think=agent._option(options, "think"),
+            tool_choice=agent._option(options, "tool_choice") if definitions else None,
+        )
+        max_repeats: int = agent._option(options, "max_repeats") or 3
+        unknown_streak: list[ToolCall] = []
+        requested = agent._option(options, "schema")
+        spec = _OutputSpec.of(requested) if requested is not None else None
+        configured: int | None = agent._option(options, "schema_retries")
+        retries_left = 2 if configured is None else configured
+        stated: tuple[Message, ...] = ()  # the schema, stated for a provider without a JSON mode
+        if spec is not None:
+            provider_options = attrs.evolve(provider_options, schema=spec.schema)
+        attempts = 0
+        while self.turns_made < limit:
+            if self.meter is not None and self.meter.exhausted:
+                # Reported usage (prompt tokens, thinking) spent the budget after the stream:
+                # no further turn starts. The last turn's tool calls have run and are answered.
+                self.budget_tripped = True
+                return StopReason.BUDGET
+            prompt = self.prompt(stated)
+            if await self.keep_in_window(prompt):
+                prompt = self.prompt(stated)
+            try:
+                result = await self.provider_turn(prompt, definitions, provider_options)
+            except ConfigError:
+                if spec is None or provider_options.schema is None:
+                    raise
+                # No native JSON-schema mode on this provider: state the schema instead.
+                provider_options = attrs.evolve(provider_options, schema=None)
+                stated = (Message.user(OUTPUT_INSTRUCTION + dumps(spec.schema)),)
+                prompt = self.prompt(stated)
+                result = await self.provider_turn(prompt, definitions, provider_options, again=True)
+            await self.add(
+                Message.assistant(
+                    result.content,
+                    calls=result.calls,
+                    thinking=result.thinking,
+                    continuation=result.continuation,
+                )
+            )
+            if not result.calls:
+                if spec is None:
+                    return StopReason.COMPLETE
+                attempts += 1
+                self.output, issues = spec.read(result.content)
+                if not issues:
+                    return StopReason.COMPLETE
+                if retries_left == 0:
+                    raise OutputError(issues, attempts)
+                retries_left -= 1
+                limit += 1  # a retry is an extra answer, not one of the tool turns
+                feedback = OUTPUT_FEEDBACK.format(issues="; ".join(issues[:5]))
+                await self.add(Message.user(feedback))
+                continue
+            self.open_calls = result.calls
+            for call in result.calls:
+                self.emit(Chunk("tool_call", call=call))
+            if tools_off:
+                # The model was told to call no tools and did: none runs, each is answered (the
+                # history stays well formed), and the run fails -- its answer cannot be trusted.
+                await self.answer(result.calls, TOOLS_OFF)
+                names = ", ".join(sorted({call.name for call in result.calls}))
+                raise ProtocolError(
+                    f"the model called tools ({names}) although this run set tool_choice='none'",
+                    code="tool_choice",
+                )
+            if self.turns_made >= limit:
+                await self.answer(result.calls, EXHAUSTED)
+                self.event("exhaust", reason=f"the turn limit of {limit} was reached")
+                if agent._option(options, "on_exhaust") == "summarize":
+                    await self.final_answer(EXHAUST_INSTRUCTION, provider_options, FALLBACK_SUMMARY)
+                return StopReason.EXHAUSTED
+            repeated = self.repeats(result.calls, max_repeats)
+            if repeated is not None:
+                reason = (
+                    f"not executed: the identical call {repeated} was already made {max_repeats} "
+                    "times in this run; change the arguments or answer with what you have"
+                )
+                await self.answer(result.calls, reason)
+                self.event("guard", reason=reason)
+                continue
+            batch = await self.run_tools(result.calls, refused=result.denied)
+            unknown = [result.calls[index] for index in sorted(batch.skipped)]
+            if unknown and unknown_streak:
+                # Unknown tools two turns running: one last call, without tools, that names
+                # what never ran -- instead of letting the model spin on names that do not exist.
+                names = ", ".join(sorted({c.name for c in (*unknown_streak, *unknown)}))
+                reason = f"unknown tools requested in consecutive turns: {names}"
+                self.event("guard", reason=reason)
+                instruction = (
+                    f"These tool calls never ran because no such tools exist: {names}. Do not "
+                    "call tools; answer with what you have."
+                )
+                fallback = UNKNOWN_TOOLS_FALLBACK.format(names=names)
+                await self.final_answer(instruction, provider_options, fallback)
+                return StopReason.COMPLETE
+            unknown_streak = unknown
+        return StopReason.COMPLETE
+
+    async def keep_in_window(self, prompt: Sequence[Message]) -> bool:
+        """Before a provider call: compact when the prompt reaches the agent's window (and the
+        conversation can summarise). True when a compaction changed the history."""
+        agent = self.agent
+        if agent.window is None or self.futile or not agent.conversation.summarizable:
+            return False
+        head = [m for m in prompt[:1] if m.role is Role.SYSTEM]
+        # The compaction's summarizer calls are the run's too: charged to its budget, and cut
+        # the moment the run is (they run in the conversation's actor, not in this scope).
+        cut = Abort()
+        try:
+            with paying(self.charge_compaction, cut):
+                check = await agent.conversation.fit(agent.window, head=head)
+        except CompactionError as error:
+            self.event("fault", error=error, reason=error.message)
+            if agent.strict:
+                raise
+            self.futile = True  # do not retry a failing summarizer on every turn of this run
+            return False
+        except BaseException:
+            cut.cancel("the run was cut during its compaction")
+            raise
+        if check.futile:
+            self.futile = True  # nothing more can fold: let the provider report the overflow
+        return check.compacted
+
+    def charge_compaction(self, usage: Usage | None, text: str) -> None:
+        """A summarizer call of this run's compaction: charged to the budget (by estimate of
+        its answer when unreported). Not a turn: ``AgentResult.usage`` sums the turns."""
+        if self.meter is not None:
+            self.meter.charge(usage, text=text)
+            self.estimated = self.estimated or usage is None
+
+    def repeats(self, calls: Sequence[ToolCall], max_repeats: int) -> str | None:
+        """Count this batch's calls; the first one now repeated beyond the limit, if any."""
+        keys = [f"{call.name}({dumps(call.arguments, canonical=True)})" for call in calls]
+        over = next((key for key in keys if self.seen.get(key, 0) >= max_repeats), None)
+        if over is None:
+            for key in keys:
+                self.seen[key] = self.seen.get(key, 0) + 1
+        return over
+
+    async def answer(self, calls: Sequence[ToolCall], text: str) -> None:
+        """Record ``text`` as the failed result of every call (none of them runs)."""
+        results = [_failed(call, text) for call in calls]
+        for tool_result in results:
+            self.emit(Chunk("tool_result", result=tool_result))
+        await self.add(*(_tool_message(r) for r in results))
+        self.open_calls = ()
+
+    async def run_tools(
+        self, calls: tuple[ToolCall, ...], *, refused: dict[str, str] | None = None
+    ) -> ToolBatch:
+        """Run a turn's calls (those the provider side ``refused`` are answered, not run)."""
+        agent = self.agent
+        self.batch = batch = ToolBatch(calls)
+        results = await agent.registry.execute(
+            calls,
+            scope=agent.scope,
+            authority=agent.authority,
+            approve=agent.approve,
+            limit=agent.tool_concurrency,
+            batch=batch,
+            refused=refused,
+        )
+        for index, (call, tool_result) in enumerate(zip(calls, results, strict=True)):
+            self.emit(Chunk("tool_result", result=tool_result))
+            if index in batch.denied and isinstance(tool_result, ToolFailure):
+                self.event("deny", call=call, result=tool_result, reason=tool_result.error)
+            else:
+                self.event("tool", call=call, result=tool_result)
+                if index in batch.errors:
+                    self.event(
+                        "tool_error", call=call, result=tool_result, error=batch.errors[index]
+                    )
+        await self.add(*(_tool_message(r) for r in results))
+        self.batch = None
+        self.open_calls = ()
+        if batch.errors and agent._option(self.request.options, "on_tool_error") == "raise":
+            index = min(batch.errors)
+            call, error = calls[index], batch.errors[index]
+            raise ToolError(
+                f"tool {call.name!r} raised {type(error).__name__} (call {call.id!r}), and "
+                "this run fails on tool errors (on_tool_error='raise')",
+                code="tool_raised",
+                tool=call.name,
+                call_id=call.id,
+            ) from error
+        return batch
+
+    async def final_answer(self, instruction: str, options: ProviderOptions, fallback: str) -> None:
+        """One last provider call without tools, told ``instruction`` (which is not stored);
+        ``fallback`` is recorded when it answers with nothing."""
+        prompt = self.prompt([Message.user(instruction)])
+        quiet = attrs.evolve(options, tool_choice=None)
+        result = await self.provider_turn(prompt, None, quiet)
+        text = result.content.strip() or fallback
+        await self.add(Message.assistant(text, thinking=result.thinking))
+
+    async def provider_turn(
+        self,
+        prompt: Sequence[Message],
+        definitions: Any,
+        options: ProviderOptions,
+        *,
+        again: bool = False,
+    ) -> ProviderResult:
+        """Every provider call of the run, whatever asks for it, goes through here: inside the
+        run's scope (its deadline and abort), and never once the budget is spent -- then the
+        run is cut as by a budget trip mid-stream. ``again``: the same turn, re-sent."""
+        meter = self.meter
+        if meter is not None:
+            if meter.exhausted:
+                self.budget_tripped = True
+                assert self.scope is not None
+                self.scope.cancel()
+                await trio.lowlevel.checkpoint()  # raises Cancelled: the run's scope takes it
+            meter.begin_turn()
+        if not again:
+            self.turns_made += 1
+            self.agent._statistics["turns"] += 1
+            self.event("turn")
+        self.stream = stream = self.agent.provider.stream(
+            prompt, tools=definitions, options=options
+        )
+        async with stream:
+            async for delta in stream:
+                self.emit(Chunk(delta.channel, text=delta.text))
+                if (
+                    delta.channel == "content"
+                    and meter is not None
+                    and meter.charge_content(delta.text)
+                ):
+                    self.budget_tripped = True
+                    assert self.scope is not None
+                    self.scope.cancel()
+                    # Stop at this delta: the cancel is delivered here, not at the stream's
+                    # next network read (which may be many buffered deltas later).
+                    await trio.lowlevel.checkpoint()
+        self.stream = None
+        result: ProviderResult = stream.result
+        self.settle_usage(result)
+        return result
+
+    def settle_usage(self, result: ProviderResult) -> None:
+        """Account a finished (or cut) turn: what was reported; unreported usage stays unknown
+        (``None``), or, with a budget, is charged by estimate and marked so."""
+        draw: Usage | None
+        estimated = False
+        if self.meter is not None:
+            draw = self.meter.reconcile(result.usage, thinking=result.thinking)
+            estimated = result.usage is None
+            self.estimated = self.estimated or estimated
+        else:
+            draw = result.usage
+        self.usage = None if self.usage is None or draw is None else self.usage + draw
+        self.thinking.append(result.thinking)
+        self.emit(Chunk("usage", usage=draw, estimated=estimated))
+        self.event("usage", usage=draw, estimated=estimated)
+
+    async def commit_partial(self) -> None:
+        """After a cancel or a failure: commit what the cut turn produced, with a result for
+        every call (running ones interrupted, the others not executed)."""
+        with trio.CancelScope(shield=True) as shield:
+            shield.deadline = trio.current_time() + COMMIT_DEADLINE
+            stream, self.stream = self.stream, None
+            if stream is not None:
+                partial = stream.partial
+                self.settle_usage(partial)
+                if partial.content or partial.calls:
+                    await self.add(
+                        Message.assistant(
+                            partial.content,
+                            calls=partial.calls,
+                            thinking=partial.thinking,
+                            interrupted=True,
+                        )
+                    )
+                    self.open_calls = partial.calls
+            if self.open_calls:
+                batch = self.batch
+                if batch is not None:
+                    settled = batch.settled()
+                else:
+                    settled = [_failed(call, NOT_EXECUTED) for call in self.open_calls]
+                for tool_result in settled:
+                    self.emit(Chunk("tool_result", result=tool_result))
+                await self.add(*(_tool_message(r) for r in settled))
+                self.open_calls = ()
+                self.batch = None
+
+
+def _failed(call: ToolCall, text: str) -> ToolResult:
+    return ToolFailure(call.id, call.name, text)
+
+
+def _tool_message(result: ToolResult) -> Message:
+    """A tool result as the tool message the model reads: a success as JSON text (a string
+    value as it is), a failure as its error text."""
+    if isinstance(result, ToolSuccess):
+        value = result.value
+        content = value if isinstance(value, str) else dumps(value)
+    else:
+        content = result.error
+    return Message.tool(result.id, result.name, content)
