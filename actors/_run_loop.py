@@ -43,7 +43,7 @@ from protocols.toolschema import (
 )
 from protocols.workspace import WorkspaceManager
 
-from ._abort import Abort
+from ._core._abort import Abort
 from .conversation import CompactionError, paying
 from .providers import RetryEvent
 from .tools import NOT_EXECUTED, ToolBatch

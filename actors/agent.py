@@ -56,8 +56,9 @@ from protocols.messages import (
 )
 from protocols.workspace import Workspace, WorkspaceManager
 
-from ._abort import Abort
-from ._actor import Actor, ActorRef, ActorStopped
+from ._core._abort import Abort
+from ._core._actor import Actor, ActorRef, ActorStopped
+from ._core._supervisor import Restart
 from ._run_loop import (
     COMMIT_DEADLINE,
     EXHAUST_INSTRUCTION,
@@ -72,13 +73,12 @@ from ._run_loop import (
     OutputError,
     _Run,
 )
-from ._supervisor import Restart
 from .conversation import Conversation
 from .providers import observe_retries
 from .tools import Approver, CallableTool, ToolRegistry
 
 if TYPE_CHECKING:
-    from ._runtime import Runtime
+    from ._core._runtime import Runtime
     from .providers import ProviderInterface
 
 __all__ = [

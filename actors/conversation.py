@@ -31,12 +31,12 @@ from protocols.history import (
 )
 from protocols.messages import Message, Usage, new_id
 
-from ._abort import Abort
-from ._actor import Actor, ActorRef, ActorState, ActorStopped
-from ._supervisor import Restart
+from ._core._abort import Abort
+from ._core._actor import Actor, ActorRef, ActorState, ActorStopped
+from ._core._supervisor import Restart
 
 if TYPE_CHECKING:
-    from ._runtime import Runtime
+    from ._core._runtime import Runtime
     from .providers import ProviderInterface
     from .store import ConversationStore
 

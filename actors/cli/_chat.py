@@ -24,7 +24,7 @@ from protocols.errors import AgentsError, Category
 from protocols.history import ConversationSnapshot
 from protocols.messages import AgentResult, Role, ToolSuccess
 
-from .._runtime import Runtime, open_runtime
+from .._core._runtime import Runtime, open_runtime
 from ..agent import Agent, Chunk
 from ..conversation import Conversation, ConversationManager
 from ..providers import OpenAIChat

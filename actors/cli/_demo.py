@@ -38,7 +38,7 @@ from protocols.messages import (
 )
 from protocols.wire.openai_chat import DEFAULT_BASE_URL
 
-from .._runtime import open_runtime
+from .._core._runtime import open_runtime
 from ..agent import Agent, Chunk
 from ..conversation import ConversationManager
 from ..providers import OpenAIChat, ProviderStream, StreamingProvider

@@ -14,13 +14,13 @@ from protocols.breaker import BreakerState, CircuitBreaker
 from protocols.errors import ConfigError, ProviderError
 from protocols.messages import Delta, Message, ProviderOptions, ProviderResult, ToolDefinition
 
-from .._actor import Actor, ActorExit, ActorRef, ActorState, ActorStopped
-from .._supervisor import Restart
+from .._core._actor import Actor, ActorExit, ActorRef, ActorState, ActorStopped
+from .._core._supervisor import Restart
 from ._http import HTTPProvider
 from ._interface import ProviderStream, StreamingProvider
 
 if TYPE_CHECKING:
-    from .._runtime import Runtime
+    from .._core._runtime import Runtime
 
 __all__ = ["ConnectionStatistics", "ProviderConnection"]
 

@@ -865,14 +865,14 @@ class BadOnStop(Actor[Any, Any]):
 async def test_an_on_stop_error_is_logged_and_does_not_change_the_exit(
     autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.ERROR, logger="actors._actor"):
+    with caplog.at_level(logging.ERROR, logger="actors._core._actor"):
         async with open_runtime() as rt:
             ref = await rt.spawn(BadOnStop, name="bad-stop")
             with trio.fail_after(1):
                 exit = await ref.stop()
     assert exit == ActorExit(ExitKind.SHUTDOWN)
     assert exit.error is None
-    records = [r for r in caplog.records if r.name == "actors._actor"]
+    records = [r for r in caplog.records if r.name == "actors._core._actor"]
     assert len(records) == 1
     assert "bad-stop" in records[0].getMessage()
     assert records[0].exc_info is not None

@@ -8,7 +8,7 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors._mailbox import Mailbox
+from actors._core._mailbox import Mailbox
 
 
 async def test_items_come_out_in_order() -> None:

@@ -12,6 +12,8 @@ import trio
 
 from protocols.breaker import CircuitBreaker
 
+from ..agent import Agent
+from ..providers import ProviderConnection, ProviderInterface, StreamingProvider
 from ._actor import Actor, ActorRef, _Cell, _leaves, run_incarnation
 from ._supervisor import (
     Backoff,
@@ -21,8 +23,6 @@ from ._supervisor import (
     Supervisor,
     SupervisorStatistics,
 )
-from .agent import Agent
-from .providers import ProviderConnection, ProviderInterface, StreamingProvider
 
 __all__ = ["Runtime", "open_runtime"]
 
