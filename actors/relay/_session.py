@@ -1,0 +1,330 @@
+"""One websocket session of the relay: reads frames, runs a task per open request, serialises
+sends; and the pieces of a relayed request both routes share.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import traceback
+from collections.abc import MutableMapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from protocols.errors import (
+    ProtocolError,
+    SizeLimitError,
+)
+from protocols.messages import (
+    FinishReason,
+    ProviderResult,
+)
+from protocols.relay import (
+    PROTOCOL_VERSION,
+    Abort,
+    Approval,
+    Approve,
+    Cancel,
+    Delta,
+    Hello,
+    Ready,
+    ServerFrame,
+    Stream,
+    decode_client_frame,
+    encode_frame,
+    error_frame,
+    loggable,
+)
+
+from ._admission import _Refused, _TokenState
+from ._asgi import _GOING_AWAY, _POLICY, _TOO_BIG, OUTBOX, Receive, Send, _Gone
+
+if TYPE_CHECKING:
+    from ._server import RelayServer
+
+
+__all__: list[str] = []
+
+log = logging.getLogger("trio_agents.relay")
+
+
+class _Failed:
+    """The request failed (the client was told): ``code`` says how."""
+
+    def __init__(self, code: str) -> None:
+        self.code = code
+
+
+def _stack(error: BaseException) -> str:
+    """Where ``error`` was raised: the traceback's frames, without the exception's text (a
+    provider's bug may quote what a client sent)."""
+    return "".join(traceback.format_tb(error.__traceback__)).rstrip()
+
+
+class _Connection:
+    """One websocket: reads frames, runs a task per open request, serialises sends."""
+
+    def __init__(self, server: RelayServer, receive: Receive, send: Send) -> None:
+        self.server = server
+        self.limits = server.limits
+        self._receive = receive
+        self._send = send
+        # Frames leave through one task, :meth:`sender`: the ASGI server's send need not be
+        # cancellable (hypercorn shields its socket writes), so a request waits -- with the send
+        # timeout, cancellably -- for the sender to take its frame, never inside that send.
+        self.outbox, self._outgoing = trio.open_memory_channel[MutableMapping[str, Any]](OUTBOX)
+        self._requests: trio.CancelScope | None = None
+        self._open: dict[str, trio.CancelScope] = {}
+        self._cancelled: set[str] = set()
+        self._approvals: dict[tuple[str, str], tuple[trio.Event, list[Approve]]] = {}
+        self._closed = False
+        self._idle: trio.CancelScope | None = None
+
+    async def _next(self) -> str | bytes | None:
+        """The next frame's text, or None when the client left."""
+        message = await self._receive()
+        kind = message["type"]
+        if kind == "websocket.disconnect":
+            return None
+        if kind != "websocket.receive":
+            return None
+        text = message.get("text")
+        return text if text is not None else message.get("bytes") or b""
+
+    async def sender(self) -> None:
+        """Send what the outbox holds, in order, until it is closed."""
+        async with self._outgoing:
+            async for message in self._outgoing:
+                try:
+                    await self._send(message)
+                except OSError:  # the transport is gone
+                    self._cut()
+                    return
+
+    def _cut(self) -> None:
+        """Stop talking to the client, and stop every request of the connection."""
+        self._closed = True
+        if self._requests is not None:
+            self._requests.cancel()
+
+    async def _put(self, message: MutableMapping[str, Any]) -> None:
+        if self._closed:
+            raise _Gone
+        with trio.move_on_after(self.limits.send_timeout) as waited:
+            try:
+                await self.outbox.send(message)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._cut()
+                raise _Gone from None
+        if waited.cancelled_caught:  # the last frame has not left yet: a client that stops
+            self._cut()  # reading is cut
+            raise _Gone
+
+    async def send(self, frame: ServerFrame) -> None:
+        await self._put({"type": "websocket.send", "text": encode_frame(frame)})
+
+    async def close(self, code: int) -> None:
+        if self._closed:
+            return
+        with contextlib.suppress(_Gone):
+            await self._put({"type": "websocket.close", "code": code})
+        self._closed = True
+
+    async def fail(self, code: str, close: int, request_id: str | None = None) -> None:
+        """Refuse with an error frame, then close the connection."""
+        self.server._refuse(code)
+        try:
+            await self.send(error_frame(code, request_id))
+        except _Gone:
+            return
+        await self.close(close)
+
+    async def serve(self, holder: _TokenState | None) -> None:
+        server = self.server
+        limits = self.limits
+        if holder is None:
+            # close() cuts the wait for the hello too: a shutdown's grace is not spent on it.
+            with trio.move_on_after(limits.handshake_timeout) as waiting:
+                server._scopes.add(waiting)
+                try:
+                    text = await self._next()
+                    if text is None:
+                        return
+                    holder = await self._hello(text)
+                    if holder is None:
+                        return
+                finally:
+                    server._scopes.discard(waiting)
+            if holder is None and not self.server._closing:  # no hello in time: a slow loris
+                await self.fail("timeout", _POLICY)
+                return
+        # Read afresh (close() may run at any await; a narrowed local would not say so).
+        if holder is None or self.server._closing:  # closed while saying hello: not let in
+            await self.fail("shutdown", _GOING_AWAY)
+            return
+        await self.send(Ready(PROTOCOL_VERSION, limits.max_frame, limits.max_streams))
+        with trio.CancelScope() as everything:
+            server._scopes.add(everything)
+            try:
+                async with trio.open_nursery() as nursery:
+                    self._requests = nursery.cancel_scope
+                    await self._read(holder, nursery)
+                    nursery.cancel_scope.cancel()  # the client left: cut what it had open
+            finally:
+                server._scopes.discard(everything)
+        if everything.cancelled_caught and server._closing:
+            await self.fail("shutdown", _GOING_AWAY)
+
+    async def _hello(self, text: str | bytes) -> _TokenState | None:
+        try:
+            frame = decode_client_frame(text, max_bytes=self.limits.max_frame)
+        except SizeLimitError:
+            await self.fail("too_large", _TOO_BIG)
+            return None
+        except ProtocolError:
+            await self.fail("invalid", _POLICY)
+            return None
+        if not isinstance(frame, Hello):
+            await self.fail("invalid", _POLICY)
+            return None
+        if frame.version != PROTOCOL_VERSION:
+            await self.fail("version", _POLICY)
+            return None
+        holder = self.server._holder(frame.token)
+        if holder is None:
+            await self.fail("unauthorized", _POLICY)
+            return None
+        return holder
+
+    async def _read(self, holder: _TokenState, nursery: trio.Nursery) -> None:
+        limits = self.limits
+        while True:
+            with trio.CancelScope(deadline=trio.current_time() + limits.idle_timeout) as idle:
+                self._idle = idle
+                text = await self._next()
+            if idle.cancelled_caught:
+                if self._open:
+                    continue  # quiet, but waiting on its answers: not idle
+                await self.fail("timeout", _GOING_AWAY)
+                return
+            if text is None:
+                return
+            try:
+                frame = decode_client_frame(text, max_bytes=limits.max_frame)
+            except SizeLimitError:
+                await self.fail("too_large", _TOO_BIG)
+                return
+            except ProtocolError as error:
+                log.info("relay client sent an invalid frame: %s", loggable(error.message))
+                await self.fail("invalid", _POLICY)
+                return
+            if isinstance(frame, Stream):
+                await self._start(frame, holder, nursery)
+            elif isinstance(frame, Cancel):
+                scope = self._open.get(frame.id)
+                if scope is None:
+                    await self._say("unknown_request", frame.id)
+                else:
+                    self._cancelled.add(frame.id)
+                    scope.cancel()
+            elif isinstance(frame, Approve):
+                waiting = self._approvals.get((frame.id, frame.call))
+                if waiting is None and frame.id in self._open:
+                    pass  # too late: that approval timed out (denied), the request goes on
+                elif waiting is None:
+                    await self._say("unknown_request", frame.id)
+                else:
+                    event, answers = waiting
+                    answers.append(frame)
+                    event.set()
+            else:  # a second hello
+                await self.fail("invalid", _POLICY)
+                return
+
+    async def _say(self, code: str, request_id: str | None) -> None:
+        self.server._refuse(code)
+        await self.send(error_frame(code, request_id))
+
+    async def _start(self, frame: Stream, holder: _TokenState, nursery: trio.Nursery) -> None:
+        if frame.id in self._open:
+            await self._say("duplicate", frame.id)
+            return
+        if len(self._open) >= self.limits.max_streams:
+            await self._say("too_many_streams", frame.id)
+            return
+        try:
+            self.server._admit(holder)
+        except _Refused as refused:
+            await self._say(refused.code, frame.id)
+            return
+        scope = trio.CancelScope()
+        self._open[frame.id] = scope
+        nursery.start_soon(self._stream, frame, holder, scope)
+
+    async def _ask(self, approval: Approval) -> Approve | None:
+        key = (approval.id, approval.call.id)
+        event, answers = trio.Event(), list[Approve]()
+        self._approvals[key] = (event, answers)
+        try:
+            await self.send(approval)
+            await event.wait()
+            return answers[0]
+        finally:
+            del self._approvals[key]
+
+    async def _stream(self, frame: Stream, holder: _TokenState, scope: trio.CancelScope) -> None:
+        server = self.server
+        result: ProviderResult | None = None
+        streamed: list[Delta] = []
+        try:
+            with scope:
+                outcome = await server._relay(
+                    frame.id,
+                    messages=frame.messages,
+                    tools=frame.tools,
+                    options=frame.options,
+                    emit=self.send,
+                    ask=self._ask,
+                    streamed=streamed,
+                )
+                if isinstance(outcome, ProviderResult):
+                    result = outcome
+            if scope.cancelled_caught and frame.id in self._cancelled:
+                await self.send(Abort(frame.id, _partial(streamed)))
+        except _Gone:
+            pass
+        finally:
+            self._open.pop(frame.id, None)
+            self._cancelled.discard(frame.id)
+            server._settle(holder, result, frame.messages, streamed)
+            if not self._open and self._idle is not None:
+                # Idle counts from the end of the last request, not from the last frame read.
+                self._idle.deadline = trio.current_time() + self.limits.idle_timeout
+
+
+def _coalesced(deltas: Sequence[Any]) -> list[tuple[str, str]]:
+    """Consecutive deltas of one channel joined: (channel, text) pairs, in order."""
+    if len(deltas) == 1:
+        return [(deltas[0].channel, deltas[0].text)]
+    out: list[tuple[str, list[str]]] = []
+    for delta in deltas:
+        if out and out[-1][0] == delta.channel:
+            out[-1][1].append(delta.text)
+        else:
+            out.append((delta.channel, [delta.text]))
+    return [(channel, "".join(texts)) for channel, texts in out]
+
+
+def _partial(deltas: Sequence[Delta]) -> ProviderResult:
+    content = "".join(d.text for d in deltas if d.channel == "content")
+    thinking = "".join(d.text for d in deltas if d.channel == "thinking")
+    return ProviderResult(content=content, thinking=thinking, finish=FinishReason.CANCELLED)
+
+
+async def _cancel_on_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            scope.cancel()
+            return
