@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
-#: What the browser tests drive (tests/actors/test_relay_browser.py), and Debian's packages.
+#: What the browser tests drive (tests/e2e/test_relay_browser.py), and Debian's packages.
 BROWSER = ("/usr/bin/chromium", "/usr/bin/chromedriver")
 PACKAGES = ("chromium", "chromium-driver")
 
