@@ -872,7 +872,7 @@ argument_values = st.one_of(
 def test_flat_fast_path_agrees_with_the_general_validator(
     schema: dict[str, Any], arguments: Any
 ) -> None:
-    from protocols.toolschema import _flat, _flat_valid, _problems
+    from protocols.toolschema._validate import _flat, _flat_valid, _problems
 
     flat = _flat(schema)
     assert flat is not None  # every schema drawn here is flat: the fast path applies
@@ -895,13 +895,13 @@ def test_flat_fast_path_agrees_with_the_general_validator(
     ],
 )
 def test_the_fast_path_refuses_every_schema_it_cannot_decide(schema: dict[str, Any]) -> None:
-    from protocols.toolschema import _flat
+    from protocols.toolschema._validate import _flat
 
     assert _flat(schema) is None
 
 
 def test_a_typical_tool_signature_takes_the_fast_path() -> None:
-    from protocols.toolschema import _flat, _flat_valid
+    from protocols.toolschema._validate import _flat, _flat_valid
 
     def add(a: int, b: float, name: str = "x", loud: bool = False) -> None:
         """Add."""

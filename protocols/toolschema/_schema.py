@@ -1,0 +1,330 @@
+"""Tool JSON Schemas from typed Python: docstrings and annotations."""
+
+from __future__ import annotations
+
+import collections.abc
+import enum
+import inspect
+import math
+import re
+import types
+import typing
+from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
+
+import attrs
+
+from ..errors import ValidationError
+
+#: The most problems :func:`validate_arguments` returns (the last one may say more were left out).
+MAX_PROBLEMS: Final = 20
+
+_TEXT_LIMIT: Final = 200  # the longest excerpt of a message, a value or a list of names
+_KEY_LIMIT: Final = 64  # the longest object key quoted in a path or message
+_INT_BITS: Final = 1024  # larger integers are refused (beyond any float, and costly to print)
+_SCAN_LIMIT: Final = 200  # the most jsonschema errors inspected per call
+
+_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@attrs.frozen
+class ToolSignature:
+    """What :func:`signature_of` reads from a function.
+
+    ``parameters`` is a JSON Schema object (``type``, ``properties`` in parameter order,
+    ``required``, ``additionalProperties: false``); ``types`` maps each parameter to its resolved
+    annotation (``Annotated`` kept) and ``defaults`` each optional parameter to its default.
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    types: dict[str, Any]
+    defaults: dict[str, Any]
+
+
+# ---------------------------------------------------------------------------------------------
+# Docstrings
+
+
+_SECTION: Final = re.compile(
+    r"(Args|Arguments|Parameters|Params|Keyword Args|Keyword Arguments|Other Parameters|"
+    r"Attributes|Returns?|Yields?|Raises|Examples?|Notes?|Warnings?|See Also|Todo|References)"
+    r"\s*:\s*"
+)
+_PARAM_SECTIONS: Final = frozenset(
+    {"Args", "Arguments", "Parameters", "Params", "Keyword Args", "Keyword Arguments"}
+)
+_ENTRY: Final = re.compile(r"\*{0,2}([A-Za-z_][A-Za-z0-9_]*)\s*(?:\([^)]*\))?\s*:(.*)")
+
+
+def _normalise(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def _parse_doc(doc: str | None, sections: frozenset[str]) -> tuple[str, dict[str, str]]:
+    """The summary of a Google-style docstring and the entries of its ``sections``."""
+    if not doc:
+        return "", {}
+    lines = inspect.cleandoc(doc).splitlines()
+    summary: list[str] = []
+    entries: dict[str, list[str]] = {}
+    index = 0
+    while index < len(lines) and not _SECTION.fullmatch(lines[index].strip()):
+        summary.append(lines[index])
+        index += 1
+    while index < len(lines):
+        header = _SECTION.fullmatch(lines[index].strip())
+        base = _indent(lines[index])
+        index += 1
+        entry_indent: int | None = None
+        current: list[str] | None = None
+        while index < len(lines):
+            line = lines[index]
+            if line.strip() and _indent(line) <= base:
+                break
+            index += 1
+            if not line.strip() or header is None or header.group(1) not in sections:
+                continue
+            if entry_indent is None:
+                entry_indent = _indent(line)
+            match = _ENTRY.fullmatch(line.strip()) if _indent(line) <= entry_indent else None
+            if match:
+                current = entries.setdefault(match.group(1), [])
+                current.append(match.group(2))
+            elif current is not None:
+                current.append(line)
+        # Text at the section's own level that is not a header ends it: skip to the next header.
+        while index < len(lines) and not _SECTION.fullmatch(lines[index].strip()):
+            index += 1
+    described = {name: _normalise(" ".join(text)) for name, text in entries.items()}
+    return _normalise(" ".join(summary)), {name: text for name, text in described.items() if text}
+
+
+# ---------------------------------------------------------------------------------------------
+# Schemas
+
+
+def _describe(annotation: Any) -> str:
+    text = getattr(annotation, "__qualname__", None) if isinstance(annotation, type) else None
+    if text is not None and annotation.__module__ not in ("builtins", __name__):
+        text = f"{annotation.__module__}.{text}"
+    text = text or repr(annotation).replace("typing.", "")
+    return text if len(text) <= _TEXT_LIMIT else text[: _TEXT_LIMIT - 3] + "..."
+
+
+def _unsupported(annotation: Any, why: str) -> ValidationError:
+    return ValidationError(f"unsupported annotation {_describe(annotation)}: {why}")
+
+
+_REASONS: Final[dict[Any, str]] = {
+    bytes: "bytes cannot travel in JSON; use str (e.g. base64)",
+    bytearray: "bytes cannot travel in JSON; use str (e.g. base64)",
+    set: "JSON has no sets; use list[X]",
+    frozenset: "JSON has no sets; use list[X]",
+    complex: "JSON has no complex numbers; use two floats",
+}
+
+
+def _unknown_reason(annotation: Any) -> str:
+    origin = get_origin(annotation) or annotation
+    if origin in _REASONS:
+        return _REASONS[origin]
+    if isinstance(annotation, typing.TypeVar):
+        return "a type variable has no JSON Schema; use a concrete type"
+    if isinstance(annotation, str | typing.ForwardRef):
+        return "an unresolved forward reference; define the type at module level"
+    if origin is not annotation and attrs.has(origin):
+        return "generic attrs classes are not supported; use a concrete attrs class"
+    if isinstance(origin, type) and origin.__module__ in ("datetime", "decimal", "uuid"):
+        return "no JSON Schema mapping; take a str (and parse it) or an attrs class"
+    return (
+        "no JSON Schema mapping; use str, int, float, bool, None, a Literal, an Enum, "
+        "list, tuple, dict[str, X], an attrs class, a union of those, or Any"
+    )
+
+
+def _unwrap(annotation: Any) -> tuple[Any, str | None]:
+    """The annotation without ``Annotated`` (and NewType) layers, and the outermost description."""
+    description: str | None = None
+    while True:
+        if get_origin(annotation) is Annotated:
+            texts = [item for item in annotation.__metadata__ if isinstance(item, str)]
+            if texts and description is None:
+                description = _normalise(" ".join(texts))
+            annotation = annotation.__origin__
+        elif isinstance(annotation, typing.NewType):
+            annotation = annotation.__supertype__
+        else:
+            return annotation, description
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    return "string"
+
+
+def _enum_schema(values: list[Any]) -> dict[str, Any]:
+    kinds = list(dict.fromkeys(_json_type(value) for value in values))
+    if "number" in kinds and "integer" in kinds:
+        kinds.remove("integer")
+    return {"type": kinds[0] if len(kinds) == 1 else kinds, "enum": values}
+
+
+def _is_scalar(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return value is None or isinstance(value, str | int)
+
+
+_SEQUENCES: Final = (list, collections.abc.Sequence, collections.abc.MutableSequence)
+_MAPPINGS: Final = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
+_UNIONS: Final = (Union, types.UnionType)
+
+
+def schema_for(annotation: Any) -> dict[str, Any]:
+    """The JSON Schema (Draft 2020-12) of one annotation; see the module docstring for the map.
+
+    Raises :class:`~protocols.errors.ValidationError` naming the annotation and the reason when it
+    (or anything inside it) has no JSON form, or is a recursive attrs class. The result is a new
+    dict each call.
+    """
+    return _schema(annotation, ())
+
+
+def _schema(annotation: Any, stack: tuple[type, ...]) -> dict[str, Any]:
+    annotation, description = _unwrap(annotation)
+    schema = _plain_schema(annotation, stack)
+    if description:
+        schema["description"] = description
+    return schema
+
+
+def _plain_schema(annotation: Any, stack: tuple[type, ...]) -> dict[str, Any]:
+    origin, args = get_origin(annotation), get_args(annotation)
+    if annotation is Any or annotation is object:
+        return {}
+    if annotation is None or annotation is type(None):
+        return {"type": "null"}
+    for kind, name in ((bool, "boolean"), (str, "string"), (int, "integer"), (float, "number")):
+        if annotation is kind:
+            return {"type": name}
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        values = [member.value for member in annotation]
+        if not values:
+            raise _unsupported(annotation, "an Enum without members accepts nothing")
+        if not all(_is_scalar(value) for value in values):
+            raise _unsupported(annotation, "Enum values must be str, int, finite float or None")
+        return _enum_schema(values)
+    if origin is Literal:
+        if not all(value is None or isinstance(value, str | int) for value in args):
+            raise _unsupported(annotation, "Literal values must be str, int, bool or None")
+        return _enum_schema(list(args))
+    if origin in _UNIONS:
+        return {"anyOf": [_schema(arm, stack) for arm in args]}
+    if annotation in _SEQUENCES or origin in _SEQUENCES:
+        return {"type": "array", "items": _schema(args[0], stack) if args else {}}
+    if annotation is tuple or origin is tuple:
+        return _tuple_schema(annotation, args, stack)
+    if annotation in _MAPPINGS or origin in _MAPPINGS:
+        if not args:
+            return {"type": "object"}
+        key = _unwrap(args[0])[0]
+        if key is not str and key is not Any:
+            raise _unsupported(annotation, "JSON object keys are strings; use dict[str, X]")
+        return {"type": "object", "additionalProperties": _schema(args[1], stack)}
+    if isinstance(annotation, type) and attrs.has(annotation):
+        return _attrs_schema(annotation, stack)
+    raise _unsupported(annotation, _unknown_reason(annotation))
+
+
+def _tuple_schema(
+    annotation: Any, args: tuple[Any, ...], stack: tuple[type, ...]
+) -> dict[str, Any]:
+    if annotation is tuple or annotation is typing.Tuple:  # noqa: UP006
+        return {"type": "array", "items": {}}
+    if len(args) == 2 and args[1] is Ellipsis:
+        return {"type": "array", "items": _schema(args[0], stack)}
+    if not args:  # tuple[()]
+        return {"type": "array", "maxItems": 0}
+    if Ellipsis in args:
+        raise _unsupported(annotation, "'...' is only allowed as tuple[X, ...]")
+    return {
+        "type": "array",
+        "prefixItems": [_schema(arg, stack) for arg in args],
+        "minItems": len(args),
+        "maxItems": len(args),
+    }
+
+
+def _init_fields(cls: type) -> list[attrs.Attribute[Any]]:
+    return [field for field in attrs.fields(cls) if field.init]
+
+
+def _alias(field: attrs.Attribute[Any]) -> str:
+    """The name a field takes in ``__init__`` (and in JSON): ``_x`` is ``x``."""
+    return field.alias or field.name
+
+
+def _class_hints(cls: type) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(cls, include_extras=True)
+    except Exception as exc:
+        raise ValidationError(
+            f"cannot resolve the type hints of {_describe(cls)}: {_excerpt(str(exc))} "
+            "(define the types it uses at module level)"
+        ) from None
+
+
+def _has_description(annotation: Any) -> bool:
+    return _unwrap(annotation)[1] is not None
+
+
+def _attrs_schema(cls: type, stack: tuple[type, ...]) -> dict[str, Any]:
+    if cls in stack:
+        chain = " -> ".join(klass.__qualname__ for klass in (*stack[stack.index(cls) :], cls))
+        raise ValidationError(
+            f"unsupported annotation {_describe(cls)}: recursive attrs classes are not supported "
+            f"({chain}); schemas are inlined, without $ref"
+        )
+    hints = _class_hints(cls)
+    summary, documented = _parse_doc(cls.__doc__, frozenset({"Attributes", *_PARAM_SECTIONS}))
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for field in _init_fields(cls):
+        annotation = hints.get(field.name, field.type)
+        if annotation is None:
+            raise ValidationError(f"field {field.name!r} of {_describe(cls)} has no type")
+        try:
+            schema = _schema(annotation, (*stack, cls))
+        except ValidationError as exc:
+            raise ValidationError(f"{_describe(cls)}.{field.name}: {exc.message}") from None
+        text = documented.get(field.name) or documented.get(_alias(field))
+        if text and not _has_description(annotation):
+            schema["description"] = text
+        properties[_alias(field)] = schema
+        if field.default is attrs.NOTHING:
+            required.append(_alias(field))
+    schema = {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+    if summary:
+        schema["description"] = summary
+    return schema
+
+
+def _excerpt(text: str, limit: int = _TEXT_LIMIT) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
