@@ -1,0 +1,66 @@
+"""The simulator's model: a deterministic answering policy and the three wire formats it answers in.
+
+Pure functions, no I/O: :func:`parse_request` reads a request body of one of the three wire formats
+into a :class:`SimRequest`, :func:`answer` decides what a (very small) model would say to it, and
+:func:`stream_frames` / :func:`response_body` write that answer as the vendor's streamed records or
+its one-shot JSON body. The server in ``actors.testing.Simulator`` only moves these bytes.
+
+The policy, applied to the last message of the conversation:
+
+* After tool results (the last message is a tool message): it answers from them --
+  ``"The answer is 42."`` for one result, ``"The tools returned: 1, 2."`` for several.
+* A user message containing ``call <tool>`` (optionally ``call <tool> with {json object}``) for an
+  advertised tool: one call to that tool per mention, in order (several mentions make parallel
+  calls). ``call add with {"a": 1, "b": 2}`` calls ``add`` with those arguments.
+* A user message containing sums such as ``19 + 23``: with an advertised ``add`` tool, one ``add``
+  call per sum with ``{"a": 19, "b": 23}``; without one, the sums are answered directly
+  (``"19 + 23 = 42."``).
+* ``tool_choice`` is honoured: ``none`` hides the tools, a tool name restricts them to that tool,
+  and ``required`` (or a name) with nothing else to call calls that tool with ``{}``.
+* ``count to N`` answers ``1 2 3 ... N``, one number per delta (``N`` up to :data:`MAX_COUNT_TO`).
+* Anything else is echoed: ``You said: <text>``, one word per delta.
+* When the request asks for reasoning (Anthropic ``thinking``, Ollama ``think``, OpenAI-compatible
+  ``reasoning_effort`` or ``chat_template_kwargs.enable_thinking``), a short thinking text saying
+  what it is about to do comes first: as native reasoning (Anthropic thinking blocks with a
+  signature, Ollama ``message.thinking``, OpenAI ``reasoning_content`` with the ``"field"`` style)
+  or inline ``<think>...</think>`` content (the OpenAI ``"tags"`` style, like llama.cpp serving a
+  reasoning model).
+* A output-token cap (``max_tokens``, ``max_completion_tokens``, Ollama ``num_predict``) smaller
+  than the answer cuts it to that many deltas with finish reason ``length``.
+* Usage: prompt tokens estimate the request's text (:func:`~protocols.budget.estimate_tokens`);
+  completion tokens count the deltas plus the estimate of the thinking and call arguments.
+
+Identifiers are derived from a caller-supplied sequence number, so equal inputs give equal bytes.
+"""
+
+from ._answer import error_body as error_body
+from ._answer import response_body as response_body
+from ._answer import stream_frames as stream_frames
+from ._policy import answer as answer
+from ._request import MAX_COUNT_TO as MAX_COUNT_TO
+from ._request import MEDIA_TYPES as MEDIA_TYPES
+from ._request import ROUTES as ROUTES
+from ._request import SimAnswer as SimAnswer
+from ._request import SimCall as SimCall
+from ._request import SimRequest as SimRequest
+from ._request import SimTurn as SimTurn
+from ._request import ThinkStyle as ThinkStyle
+from ._request import Vendor as Vendor
+from ._request import parse_request as parse_request
+
+__all__ = [
+    "MAX_COUNT_TO",
+    "MEDIA_TYPES",
+    "ROUTES",
+    "SimAnswer",
+    "SimCall",
+    "SimRequest",
+    "SimTurn",
+    "ThinkStyle",
+    "Vendor",
+    "answer",
+    "error_body",
+    "parse_request",
+    "response_body",
+    "stream_frames",
+]

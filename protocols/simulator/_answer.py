@@ -1,0 +1,374 @@
+"""The simulator's answers in each vendor's wire format: streamed frames, whole bodies, errors."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+import attrs
+
+from .._json import dumpb, dumps
+from ..messages import FinishReason, Usage
+from ._request import (
+    _ARGUMENT_FRAGMENT,
+    _CREATED_AT,
+    _WORDS,
+    SimAnswer,
+    SimRequest,
+    ThinkStyle,
+    Vendor,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Writing answers
+
+
+def _ids(vendor: Vendor, seq: int) -> str:
+    return {"openai": f"chatcmpl-sim{seq}", "anthropic": f"msg_sim{seq}", "ollama": ""}[vendor]
+
+
+def _call_id(vendor: Vendor, seq: int, index: int) -> str:
+    return f"toolu_sim{seq}_{index}" if vendor == "anthropic" else f"call_sim{seq}_{index}"
+
+
+def _signature(thinking: str) -> str:
+    return hashlib.sha256(thinking.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _fragments(text: str) -> list[str]:
+    return [text[i : i + _ARGUMENT_FRAGMENT] for i in range(0, len(text), _ARGUMENT_FRAGMENT)]
+
+
+def _string(text: str) -> bytes:
+    # The hot path: one piece of text as a JSON string (ASCII-escaped, so always valid).
+    return json.dumps(text).encode("ascii")
+
+
+def stream_frames(
+    request: SimRequest,
+    result: SimAnswer,
+    *,
+    seq: int = 0,
+    think_style: ThinkStyle = "tags",
+    usage: bool = True,
+) -> Iterator[bytes]:
+    """The streamed response for ``result`` in ``request``'s wire format, one frame per delta.
+
+    Guarantees: the frames concatenated are a complete, well-formed stream of the vendor's format
+    (OpenAI SSE chunks ending in ``data: [DONE]``, with a usage chunk when the request asked for
+    it; Anthropic SSE events from ``message_start`` to ``message_stop``; Ollama NDJSON records
+    ending in a ``done: true`` record with the counts); every content or thinking delta is its own
+    frame, so a server pacing frames paces deltas; tool-call arguments are sent in small fragments
+    (OpenAI and Anthropic) that a client must assemble. ``seq`` makes the ids. ``usage=False``
+    leaves every count out (no usage chunk, no ``usage`` objects, no Ollama counts), as some
+    servers do (llama-cpp-python ignores ``stream_options``).
+    """
+    if request.vendor == "openai":
+        if not usage:
+            request = attrs.evolve(request, include_usage=False)
+        return _openai_frames(request, result, seq, think_style)
+    if request.vendor == "anthropic":
+        return _anthropic_frames(request, result, seq, usage)
+    return _ollama_frames(request, result, usage)
+
+
+def _openai_frames(
+    request: SimRequest, result: SimAnswer, seq: int, style: ThinkStyle
+) -> Iterator[bytes]:
+    head = (
+        b'data: {"id":"'
+        + _ids("openai", seq).encode()
+        + b'","object":"chat.completion.chunk","created":0,"model":'
+        + _string(request.model)
+        + b',"choices":[{"index":0,"delta":'
+    )
+    open_tail = b',"finish_reason":null}]}\n\n'
+
+    def chunk(delta: bytes) -> bytes:
+        return head + delta + open_tail
+
+    yield chunk(b'{"role":"assistant","content":""}')
+    if result.thinking:
+        if style == "field":
+            for piece in _WORDS.findall(result.thinking):
+                yield chunk(b'{"reasoning_content":' + _string(piece) + b"}")
+        else:
+            yield chunk(b'{"content":"<think>"}')
+            for piece in _WORDS.findall(result.thinking):
+                yield chunk(b'{"content":' + _string(piece) + b"}")
+            yield chunk(b'{"content":"</think>"}')
+    for piece in result.pieces:
+        yield chunk(b'{"content":' + _string(piece) + b"}")
+    for index, call in enumerate(result.calls):
+        start = {
+            "tool_calls": [
+                {
+                    "index": index,
+                    "id": _call_id("openai", seq, index),
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": ""},
+                }
+            ]
+        }
+        yield chunk(dumpb(start))
+        for fragment in _fragments(dumps(call.arguments)):
+            more = {"tool_calls": [{"index": index, "function": {"arguments": fragment}}]}
+            yield chunk(dumpb(more))
+    yield head + b'{},"finish_reason":' + _string(result.finish.value) + b"}]}\n\n"
+    if request.include_usage:
+        usage = {
+            "id": _ids("openai", seq),
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": request.model,
+            "choices": [],
+            "usage": _openai_usage(result.usage),
+        }
+        yield b"data: " + dumpb(usage) + b"\n\n"
+    yield b"data: [DONE]\n\n"
+
+
+def _openai_usage(usage: Usage) -> dict[str, int]:
+    return {
+        "prompt_tokens": usage.prompt,
+        "completion_tokens": usage.completion,
+        "total_tokens": usage.total,
+    }
+
+
+_ANTHROPIC_STOP: Final[Mapping[FinishReason, str]] = {
+    FinishReason.STOP: "end_turn",
+    FinishReason.LENGTH: "max_tokens",
+    FinishReason.TOOL_CALLS: "tool_use",
+}
+
+
+def _event(name: str, data: Mapping[str, Any]) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + dumpb(data) + b"\n\n"
+
+
+def _anthropic_frames(
+    request: SimRequest, result: SimAnswer, seq: int, usage: bool
+) -> Iterator[bytes]:
+    message: dict[str, Any] = {
+        "id": _ids("anthropic", seq),
+        "type": "message",
+        "role": "assistant",
+        "model": request.model,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": result.usage.prompt, "output_tokens": 1},
+    }
+    if not usage:
+        del message["usage"]
+    yield _event("message_start", {"type": "message_start", "message": message})
+    yield _event("ping", {"type": "ping"})
+    index = 0
+    if result.thinking:
+        # As the API sends it (the official SDK's ThinkingBlock requires the signature).
+        thinking_block = {"type": "thinking", "thinking": "", "signature": ""}
+        yield _event("content_block_start", _block_start(index, thinking_block))
+        for piece in _WORDS.findall(result.thinking):
+            yield _event(
+                "content_block_delta",
+                _block_delta(index, {"type": "thinking_delta", "thinking": piece}),
+            )
+        signature = {"type": "signature_delta", "signature": _signature(result.thinking)}
+        yield _event("content_block_delta", _block_delta(index, signature))
+        yield _event("content_block_stop", {"type": "content_block_stop", "index": index})
+        index += 1
+    if result.pieces:
+        yield _event("content_block_start", _block_start(index, {"type": "text", "text": ""}))
+        head = (
+            b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
+            + str(index).encode()
+            + b',"delta":{"type":"text_delta","text":'
+        )
+        for piece in result.pieces:
+            yield head + _string(piece) + b"}}\n\n"
+        yield _event("content_block_stop", {"type": "content_block_stop", "index": index})
+        index += 1
+    for number, call in enumerate(result.calls):
+        block: dict[str, Any] = {
+            "type": "tool_use",
+            "id": _call_id("anthropic", seq, number),
+            "name": call.name,
+            "input": {},
+        }
+        yield _event("content_block_start", _block_start(index, block))
+        for fragment in _fragments(dumps(call.arguments)):
+            delta = {"type": "input_json_delta", "partial_json": fragment}
+            yield _event("content_block_delta", _block_delta(index, delta))
+        yield _event("content_block_stop", {"type": "content_block_stop", "index": index})
+        index += 1
+    end: dict[str, Any] = {
+        "type": "message_delta",
+        "delta": {"stop_reason": _ANTHROPIC_STOP[result.finish], "stop_sequence": None},
+    }
+    if usage:
+        end["usage"] = {"output_tokens": result.usage.completion}
+    yield _event("message_delta", end)
+    yield _event("message_stop", {"type": "message_stop"})
+
+
+def _block_start(index: int, block: Mapping[str, Any]) -> dict[str, Any]:
+    return {"type": "content_block_start", "index": index, "content_block": block}
+
+
+def _block_delta(index: int, delta: Mapping[str, Any]) -> dict[str, Any]:
+    return {"type": "content_block_delta", "index": index, "delta": delta}
+
+
+def _ollama_frames(request: SimRequest, result: SimAnswer, usage: bool) -> Iterator[bytes]:
+    head = (
+        b'{"model":'
+        + _string(request.model)
+        + b',"created_at":"'
+        + _CREATED_AT.encode()
+        + b'","message":{"role":"assistant",'
+    )
+    tail = b'},"done":false}\n'
+    for piece in _WORDS.findall(result.thinking):
+        yield head + b'"content":"","thinking":' + _string(piece) + tail
+    for piece in result.pieces:
+        yield head + b'"content":' + _string(piece) + tail
+    if result.calls:
+        calls = [
+            {"function": {"name": call.name, "arguments": call.arguments}} for call in result.calls
+        ]
+        yield head + b'"content":"","tool_calls":' + dumpb(calls) + tail
+    final = _ollama_final(request, result, {"role": "assistant", "content": ""}, usage)
+    yield dumpb(final) + b"\n"
+
+
+def _ollama_final(
+    request: SimRequest, result: SimAnswer, message: dict[str, Any], usage: bool
+) -> dict[str, Any]:
+    final = {
+        "model": request.model,
+        "created_at": _CREATED_AT,
+        "message": message,
+        "done": True,
+        "done_reason": "length" if result.finish is FinishReason.LENGTH else "stop",
+        "total_duration": 0,
+        "prompt_eval_count": result.usage.prompt,
+        "eval_count": result.usage.completion,
+    }
+    if not usage:
+        del final["prompt_eval_count"], final["eval_count"]
+    return final
+
+
+def response_body(
+    request: SimRequest,
+    result: SimAnswer,
+    *,
+    seq: int = 0,
+    think_style: ThinkStyle = "tags",
+    usage: bool = True,
+) -> dict[str, Any]:
+    """The one-shot (non-streamed) JSON response for ``result`` in ``request``'s wire format.
+
+    Guarantees: it carries the same content, thinking, calls, finish reason and usage as
+    :func:`stream_frames` would stream, in the vendor's response shape (``usage=False``: no
+    counts at all).
+    """
+    body = _response_body(request, result, seq, think_style)
+    if not usage:
+        for key in ("usage", "prompt_eval_count", "eval_count"):
+            body.pop(key, None)
+    return body
+
+
+def _response_body(
+    request: SimRequest, result: SimAnswer, seq: int, think_style: ThinkStyle
+) -> dict[str, Any]:
+    if request.vendor == "openai":
+        message: dict[str, Any] = {"role": "assistant"}
+        content = result.text
+        if result.thinking and think_style == "tags":
+            content = f"<think>{result.thinking}</think>{content}"
+        elif result.thinking:
+            message["reasoning_content"] = result.thinking
+        message["content"] = content if content or not result.calls else None
+        if result.calls:
+            message["tool_calls"] = [
+                {
+                    "id": _call_id("openai", seq, index),
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": dumps(call.arguments)},
+                }
+                for index, call in enumerate(result.calls)
+            ]
+        return {
+            "id": _ids("openai", seq),
+            "object": "chat.completion",
+            "created": 0,
+            "model": request.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": result.finish.value}],
+            "usage": _openai_usage(result.usage),
+        }
+    if request.vendor == "anthropic":
+        blocks: list[dict[str, Any]] = []
+        if result.thinking:
+            blocks.append(
+                {
+                    "type": "thinking",
+                    "thinking": result.thinking,
+                    "signature": _signature(result.thinking),
+                }
+            )
+        if result.pieces:
+            blocks.append({"type": "text", "text": result.text})
+        blocks.extend(
+            {
+                "type": "tool_use",
+                "id": _call_id("anthropic", seq, index),
+                "name": call.name,
+                "input": call.arguments,
+            }
+            for index, call in enumerate(result.calls)
+        )
+        return {
+            "id": _ids("anthropic", seq),
+            "type": "message",
+            "role": "assistant",
+            "model": request.model,
+            "content": blocks,
+            "stop_reason": _ANTHROPIC_STOP[result.finish],
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": result.usage.prompt,
+                "output_tokens": result.usage.completion,
+            },
+        }
+    reply: dict[str, Any] = {"role": "assistant", "content": result.text}
+    if result.thinking:
+        reply["thinking"] = result.thinking
+    if result.calls:
+        reply["tool_calls"] = [
+            {"function": {"name": call.name, "arguments": call.arguments}} for call in result.calls
+        ]
+    return _ollama_final(request, result, reply, True)
+
+
+def error_body(vendor: Vendor, status: int, message: str) -> dict[str, Any]:
+    """A JSON error body in ``vendor``'s shape for an HTTP error ``status`` with ``message``."""
+    kind = {
+        400: "invalid_request_error",
+        401: "authentication_error",
+        404: "not_found_error",
+        405: "invalid_request_error",
+        403: "permission_error",
+        413: "request_too_large",
+        429: "rate_limit_error",
+        529: "overloaded_error",
+    }.get(status, "api_error")
+    if vendor == "anthropic":
+        return {"type": "error", "error": {"type": kind, "message": message}}
+    if vendor == "ollama":
+        return {"error": message}
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}

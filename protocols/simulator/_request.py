@@ -1,0 +1,352 @@
+"""The simulator's view of a request: its types, and each vendor's request body read into one."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Final, Literal, TypeAlias
+
+import attrs
+
+from .._json import loads
+from ..errors import ProtocolError, ValidationError
+from ..messages import FinishReason, Usage
+
+#: The wire formats the simulator speaks.
+Vendor: TypeAlias = Literal["openai", "anthropic", "ollama"]
+
+#: How reasoning is shown on the OpenAI-compatible format: inline ``<think>`` tags in the content,
+#: or the ``reasoning_content`` field of the deltas.
+ThinkStyle: TypeAlias = Literal["tags", "field"]
+
+#: Request path -> wire format.
+ROUTES: Final[Mapping[str, Vendor]] = {
+    "/v1/chat/completions": "openai",
+    "/v1/messages": "anthropic",
+    "/api/chat": "ollama",
+}
+
+#: Content type of a streamed response per wire format.
+MEDIA_TYPES: Final[Mapping[Vendor, str]] = {
+    "openai": "text/event-stream",
+    "anthropic": "text/event-stream",
+    "ollama": "application/x-ndjson",
+}
+
+#: The largest ``N`` honoured by ``count to N`` (bigger requests count to this).
+MAX_COUNT_TO: Final = 1_000_000
+
+# Characters per fragment when tool-call arguments are streamed (small, so clients must assemble).
+_ARGUMENT_FRAGMENT = 7
+_CREATED_AT = "2026-01-01T00:00:00Z"
+
+_CALL = re.compile(
+    r"\bcall\s+(?:the\s+)?([A-Za-z_][\w-]*(?:\.[\w-]+)*)(?:\s+tool)?(?:\s+with\s+(\{[^{}]*\}))?",
+    re.IGNORECASE,
+)
+# Integers only: a decimal point before or a decimal part after a number is not a sum.
+_SUM = re.compile(r"(?<![\w.])(-?\d{1,15})\s*\+\s*(-?\d{1,15})(?!\w|\.\d)")
+_COUNT = re.compile(r"\bcount\s+to\s+(\d+)\b", re.IGNORECASE)
+_WORDS = re.compile(r"\s*\S+")
+
+
+@attrs.frozen
+class SimCall:
+    """A tool call the simulator makes (or one found in a request's assistant turn)."""
+
+    name: str
+    arguments: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class SimTurn:
+    """One message of a request, reduced to what the policy reads: role, text and tool calls."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    text: str = ""
+    calls: tuple[SimCall, ...] = ()
+
+
+@attrs.frozen
+class SimRequest:
+    """A request body of one of the three wire formats, read into one shape.
+
+    ``tools`` lists the advertised tool names in order; ``tool_choice`` is ``None`` (auto),
+    ``"none"``, ``"required"`` or a tool name; ``max_tokens`` is the output cap, if any.
+    """
+
+    vendor: Vendor
+    model: str
+    turns: tuple[SimTurn, ...]
+    tools: tuple[str, ...] = ()
+    stream: bool = True
+    think: bool = False
+    include_usage: bool = False
+    tool_choice: str | None = None
+    max_tokens: int | None = None
+
+
+@attrs.frozen
+class SimAnswer:
+    """What the simulator says: thinking, content deltas, tool calls, finish reason and usage."""
+
+    thinking: str
+    pieces: tuple[str, ...]
+    calls: tuple[SimCall, ...]
+    finish: FinishReason
+    usage: Usage
+
+    @property
+    def text(self) -> str:
+        """The whole content."""
+        return "".join(self.pieces)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading requests
+
+
+def parse_request(vendor: Vendor, body: bytes | str) -> SimRequest:
+    """Read a request body of ``vendor``'s format.
+
+    Guarantees: the body is parsed as strict JSON; a body that is not an object, lacks a non-empty
+    ``model`` or a ``messages`` list, or has a field of the wrong type raises
+    :class:`~protocols.errors.ValidationError` naming the field (the server answers it with a 400).
+    Content the policy does not read (images, unknown block types) is ignored, as a text-only
+    model would.
+    """
+    try:
+        data = loads(body)
+    except ProtocolError as error:
+        raise ValidationError(f"the request body is not valid JSON: {error.message}") from None
+    if not isinstance(data, dict):
+        raise ValidationError("the request body must be a JSON object")
+    model = data.get("model")
+    if not isinstance(model, str) or not model:
+        raise ValidationError("'model' must be a non-empty string")
+    messages = data.get("messages")
+    if not isinstance(messages, list):
+        raise ValidationError("'messages' must be a list")
+    if vendor == "openai":
+        return _parse_openai(data, model, messages)
+    if vendor == "anthropic":
+        return _parse_anthropic(data, model, messages)
+    return _parse_ollama(data, model, messages)
+
+
+def _object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValidationError(f"{where} must be an object")
+    return value
+
+
+def _optional_int(data: Mapping[str, Any], key: str, where: str) -> int | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValidationError(f"{where}{key} must be an integer >= 1")
+    return value
+
+
+def _optional_object(data: Mapping[str, Any], key: str) -> dict[str, Any] | None:
+    value = data.get(key)
+    if value is not None and not isinstance(value, dict):
+        raise ValidationError(f"'{key}' must be an object")
+    return value
+
+
+def _stream_flag(data: Mapping[str, Any], *, default: bool) -> bool:
+    value = data.get("stream", default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ValidationError("'stream' must be true or false")
+    return value
+
+
+def _first_cap(*caps: int | None) -> int | None:
+    return next((cap for cap in caps if cap is not None), None)
+
+
+def _role(value: Any, where: str) -> Literal["system", "user", "assistant", "tool"]:
+    if value == "developer":
+        return "system"
+    if value in ("system", "user", "assistant", "tool"):
+        return value  # type: ignore[no-any-return]
+    raise ValidationError(f"{where}.role must be system, user, assistant or tool, not {value!r}")
+
+
+def _text_of(content: Any, where: str) -> str:
+    """Text of a string or a list of parts/blocks (text parts joined; others ignored)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for index, item in enumerate(content):
+            part = _object(item, f"{where}[{index}]")
+            if part.get("type") == "text":
+                text = part.get("text")
+                if not isinstance(text, str):
+                    raise ValidationError(f"{where}[{index}].text must be a string")
+                texts.append(text)
+            elif part.get("type") == "tool_result":
+                texts.append(_text_of(part.get("content"), f"{where}[{index}].content"))
+        return "".join(texts)
+    raise ValidationError(f"{where} must be a string or a list of parts")
+
+
+def _arguments(value: Any, where: str) -> dict[str, Any]:
+    if isinstance(value, str):
+        try:
+            value = loads(value) if value else {}
+        except ProtocolError:
+            raise ValidationError(f"{where} is not valid JSON") from None
+    if not isinstance(value, dict):
+        raise ValidationError(f"{where} must be a JSON object")
+    return value
+
+
+def _tool_names(tools: Any, nested: bool) -> tuple[str, ...]:
+    if tools is None:
+        return ()
+    if not isinstance(tools, list):
+        raise ValidationError("'tools' must be a list")
+    names = []
+    for index, item in enumerate(tools):
+        tool = _object(item, f"tools[{index}]")
+        holder = _object(tool.get("function"), f"tools[{index}].function") if nested else tool
+        name = holder.get("name")
+        if not isinstance(name, str) or not name:
+            raise ValidationError(f"tools[{index}] has no name")
+        names.append(name)
+    return tuple(names)
+
+
+def _chat_turns(messages: list[Any]) -> tuple[SimTurn, ...]:
+    """Messages of the OpenAI and Ollama formats (both: role, content, tool_calls.function)."""
+    turns = []
+    for index, item in enumerate(messages):
+        where = f"messages[{index}]"
+        message = _object(item, where)
+        raw_calls = message.get("tool_calls")
+        if raw_calls is not None and not isinstance(raw_calls, list):
+            raise ValidationError(f"{where}.tool_calls must be a list")
+        calls = []
+        for number, call in enumerate(raw_calls or ()):
+            call_where = f"{where}.tool_calls[{number}]"
+            function = _object(_object(call, call_where).get("function"), f"{call_where}.function")
+            name = str(function.get("name", ""))
+            calls.append(SimCall(name, _arguments(function.get("arguments"), call_where)))
+        role = _role(message.get("role"), where)
+        turns.append(
+            SimTurn(role, _text_of(message.get("content"), f"{where}.content"), tuple(calls))
+        )
+    return tuple(turns)
+
+
+def _parse_openai(data: dict[str, Any], model: str, messages: list[Any]) -> SimRequest:
+    choice = data.get("tool_choice")
+    if isinstance(choice, dict):
+        choice = _object(choice.get("function"), "tool_choice.function").get("name")
+    if choice == "auto":
+        choice = None
+    if choice is not None and not isinstance(choice, str):
+        raise ValidationError("'tool_choice' must be a string or a function choice")
+    effort = data.get("reasoning_effort")
+    template = _optional_object(data, "chat_template_kwargs")
+    think = (isinstance(effort, str) and effort not in ("none", "minimal")) or (
+        isinstance(template, dict) and template.get("enable_thinking") is True
+    )
+    options = _optional_object(data, "stream_options")
+    stream = _stream_flag(data, default=False)
+    return SimRequest(
+        vendor="openai",
+        model=model,
+        turns=_chat_turns(messages),
+        tools=_tool_names(data.get("tools"), nested=True),
+        stream=stream,
+        think=think,
+        include_usage=stream and isinstance(options, dict) and options.get("include_usage") is True,
+        tool_choice=choice,
+        max_tokens=_first_cap(
+            _optional_int(data, "max_completion_tokens", ""), _optional_int(data, "max_tokens", "")
+        ),
+    )
+
+
+def _parse_anthropic(data: dict[str, Any], model: str, messages: list[Any]) -> SimRequest:
+    turns = []
+    system = _text_of(data.get("system"), "system")
+    if system:
+        turns.append(SimTurn("system", system))
+    for index, item in enumerate(messages):
+        where = f"messages[{index}]"
+        message = _object(item, where)
+        role = _role(message.get("role"), where)
+        content = message.get("content")
+        if role == "user" and isinstance(content, list):
+            # Tool results come first in a user turn; each becomes a tool turn of its own.
+            results = [
+                SimTurn("tool", _text_of(block.get("content"), f"{where}.content"))
+                for block in content
+                if isinstance(block, dict) and block.get("type") == "tool_result"
+            ]
+            turns.extend(results)
+            rest = [
+                block
+                for block in content
+                if not (isinstance(block, dict) and block.get("type") == "tool_result")
+            ]
+            if rest or not results:
+                turns.append(SimTurn("user", _text_of(rest, f"{where}.content")))
+            continue
+        calls = []
+        if isinstance(content, list):
+            for number, block in enumerate(content):
+                if isinstance(block, dict) and block.get("type") == "tool_use":
+                    calls.append(
+                        SimCall(
+                            str(block.get("name", "")),
+                            _arguments(block.get("input"), f"{where}.content[{number}].input"),
+                        )
+                    )
+        turns.append(SimTurn(role, _text_of(content, f"{where}.content"), tuple(calls)))
+    choice_value = data.get("tool_choice")
+    choice: str | None = None
+    if choice_value is not None:
+        choice_object = _object(choice_value, "tool_choice")
+        kind = choice_object.get("type")
+        choice = {"auto": None, "any": "required", "none": "none"}.get(str(kind))
+        if kind == "tool":
+            choice = str(choice_object.get("name", ""))
+    thinking = data.get("thinking")
+    return SimRequest(
+        vendor="anthropic",
+        model=model,
+        turns=tuple(turns),
+        tools=_tool_names(data.get("tools"), nested=False),
+        stream=_stream_flag(data, default=False),
+        think=isinstance(thinking, dict) and thinking.get("type") == "enabled",
+        include_usage=True,
+        tool_choice=choice,
+        max_tokens=_optional_int(data, "max_tokens", ""),
+    )
+
+
+def _parse_ollama(data: dict[str, Any], model: str, messages: list[Any]) -> SimRequest:
+    options = _optional_object(data, "options")
+    cap = _optional_int(options, "num_predict", "options.") if options is not None else None
+    return SimRequest(
+        vendor="ollama",
+        model=model,
+        turns=_chat_turns(messages),
+        tools=_tool_names(data.get("tools"), nested=True),
+        stream=_stream_flag(data, default=True),  # Ollama streams unless told not to
+        think=data.get("think") is True,
+        include_usage=True,
+        tool_choice=None,
+        max_tokens=cap,
+    )
