@@ -65,19 +65,29 @@ __all__ = [
     "NDJSON_CONTENT_TYPE",
     "PROTOCOL_VERSION",
     "Abort",
+    "AbortFrame",
     "Approval",
+    "ApprovalFrame",
     "Approve",
+    "ApproveFrame",
     "Cancel",
+    "CancelFrame",
     "ClientFrame",
     "Delta",
+    "DeltaFrame",
     "Error",
+    "ErrorFrame",
     "Hello",
+    "HelloFrame",
     "HostPolicy",
     "HttpRequest",
     "Ready",
+    "ReadyFrame",
     "Result",
+    "ResultFrame",
     "ServerFrame",
     "Stream",
+    "StreamFrame",
     "decode_client_frame",
     "decode_http_request",
     "decode_server_frame",
@@ -197,7 +207,7 @@ _OPTIONS: Final = _instance_of(ProviderOptions, optional=True)
 
 
 @attrs.frozen(repr=False)
-class Hello:
+class HelloFrame:
     """The first frame of a connection: the protocol version and the bearer token."""
 
     version: int = attrs.field(validator=_version)
@@ -208,7 +218,7 @@ class Hello:
 
 
 @attrs.frozen
-class Stream:
+class StreamFrame:
     """One provider call, under the client's request ``id``."""
 
     id: str = attrs.field(validator=_request_id)
@@ -218,11 +228,11 @@ class Stream:
 
     def __attrs_post_init__(self) -> None:
         if not self.messages:
-            raise ValidationError("Stream.messages must not be empty")
+            raise ValidationError("StreamFrame.messages must not be empty")
 
 
 @attrs.frozen
-class Cancel:
+class CancelFrame:
     """Stop request ``id``."""
 
     id: str = attrs.field(validator=_request_id)
@@ -230,12 +240,12 @@ class Cancel:
 
 def _decision(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value not in ("allow", "deny"):
-        raise ValidationError("Approve.decision must be 'allow' or 'deny'")
+        raise ValidationError("ApproveFrame.decision must be 'allow' or 'deny'")
 
 
 @attrs.frozen
-class Approve:
-    """The client's answer to an :class:`Approval`."""
+class ApproveFrame:
+    """The client's answer to an :class:`ApprovalFrame`."""
 
     id: str = attrs.field(validator=_request_id)
     call: str = attrs.field(validator=_nonempty_str)
@@ -256,14 +266,14 @@ class HttpRequest:
             raise ValidationError("HttpRequest.messages must not be empty")
 
 
-ClientFrame: TypeAlias = Hello | Stream | Cancel | Approve
+ClientFrame: TypeAlias = HelloFrame | StreamFrame | CancelFrame | ApproveFrame
 
 
 # -- server to client ---------------------------------------------------------------------------
 
 
 @attrs.frozen
-class Ready:
+class ReadyFrame:
     """The server accepted the ``hello``: its version and this connection's limits."""
 
     version: int = attrs.field(validator=_version)
@@ -273,16 +283,16 @@ class Ready:
 
 def _channel(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value not in ("content", "thinking"):
-        raise ValidationError("Delta.channel must be 'content' or 'thinking'")
+        raise ValidationError("DeltaFrame.channel must be 'content' or 'thinking'")
 
 
 def _text(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, str) or not value:
-        raise ValidationError("Delta.text must be a non-empty string")
+        raise ValidationError("DeltaFrame.text must be a non-empty string")
 
 
 @attrs.frozen
-class Delta:
+class DeltaFrame:
     """A piece of the answer to request ``id``."""
 
     id: str = attrs.field(validator=_request_id)
@@ -291,7 +301,7 @@ class Delta:
 
 
 @attrs.frozen
-class Result:
+class ResultFrame:
     """Request ``id`` finished: its result (whose ``denied`` names the calls the server's
     policy refused, with the text the model must be answered with)."""
 
@@ -300,7 +310,7 @@ class Result:
 
 
 @attrs.frozen
-class Abort:
+class AbortFrame:
     """Request ``id`` was cancelled; ``partial`` is what had streamed."""
 
     id: str = attrs.field(validator=_request_id)
@@ -309,11 +319,11 @@ class Abort:
 
 def _code(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value not in ERROR_MESSAGES:
-        raise ValidationError(f"Error.code must be one of {', '.join(ERROR_MESSAGES)}")
+        raise ValidationError(f"ErrorFrame.code must be one of {', '.join(ERROR_MESSAGES)}")
 
 
 @attrs.frozen
-class Error:
+class ErrorFrame:
     """A refusal or a failure: of request ``id``, or of the connection (``id`` None)."""
 
     code: str = attrs.field(validator=_code)
@@ -323,13 +333,13 @@ class Error:
 
     def __attrs_post_init__(self) -> None:
         if self.id is not None:
-            _request_id(self, attrs.fields(Error).id, self.id)
+            _request_id(self, attrs.fields(ErrorFrame).id, self.id)
         if self.message != ERROR_MESSAGES[self.code]:
-            raise ValidationError("Error.message must be the fixed text of its code")
+            raise ValidationError("ErrorFrame.message must be the fixed text of its code")
 
 
 @attrs.frozen
-class Approval:
+class ApprovalFrame:
     """The server's policy asks for a decision on ``call`` of request ``id``."""
 
     id: str = attrs.field(validator=_request_id)
@@ -337,31 +347,33 @@ class Approval:
     reason: str | None = attrs.field(default=None, validator=_optional_str)
 
 
-ServerFrame: TypeAlias = Ready | Delta | Result | Abort | Error | Approval
+ServerFrame: TypeAlias = (
+    ReadyFrame | DeltaFrame | ResultFrame | AbortFrame | ErrorFrame | ApprovalFrame
+)
 
 
-def error_frame(code: str, id: str | None = None) -> Error:
-    """The :class:`Error` frame for ``code``, with its fixed message and retry hint."""
+def error_frame(code: str, id: str | None = None) -> ErrorFrame:
+    """The :class:`ErrorFrame` frame for ``code``, with its fixed message and retry hint."""
     if code not in ERROR_MESSAGES:
         raise ValidationError(f"unknown relay error code {code!r}")
-    return Error(code, ERROR_MESSAGES[code], code in _RETRYABLE, id)
+    return ErrorFrame(code, ERROR_MESSAGES[code], code in _RETRYABLE, id)
 
 
 # -- text ---------------------------------------------------------------------------------------
 
 _CLIENT: Final[Mapping[str, type]] = {
-    "hello": Hello,
-    "stream": Stream,
-    "cancel": Cancel,
-    "approve": Approve,
+    "hello": HelloFrame,
+    "stream": StreamFrame,
+    "cancel": CancelFrame,
+    "approve": ApproveFrame,
 }
 _SERVER: Final[Mapping[str, type]] = {
-    "ready": Ready,
-    "delta": Delta,
-    "result": Result,
-    "abort": Abort,
-    "error": Error,
-    "approval": Approval,
+    "ready": ReadyFrame,
+    "delta": DeltaFrame,
+    "result": ResultFrame,
+    "abort": AbortFrame,
+    "error": ErrorFrame,
+    "approval": ApprovalFrame,
 }
 _TAGS: Final[Mapping[type, str]] = {cls: tag for tag, cls in (*_CLIENT.items(), *_SERVER.items())}
 
@@ -372,7 +384,7 @@ _TAGS: Final[Mapping[type, str]] = {cls: tag for tag, cls in (*_CLIENT.items(), 
 _DELTA_PREFIX: Final = '{"type":"delta","id":'
 
 
-def _fast_delta(text: str) -> Delta | None:
+def _fast_delta(text: str) -> DeltaFrame | None:
     """The delta frame ``text`` holds, or None when the general decoder must judge it."""
     if not text.startswith(_DELTA_PREFIX) or "\\u" in text:
         return None
@@ -390,7 +402,7 @@ def _fast_delta(text: str) -> Delta | None:
         or text.count(":") != 4 + request.count(":") + piece.count(":")
     ):
         return None
-    frame = _new(Delta)
+    frame = _new(DeltaFrame)
     _set(frame, "id", request)
     _set(frame, "channel", channel)
     _set(frame, "text", piece)
@@ -406,7 +418,7 @@ _string: Final[Callable[[str], str]] = json.encoder.encode_basestring
 
 def encode_frame(frame: ClientFrame | ServerFrame) -> str:
     """The frame as compact JSON text with its ``type`` first (what the other side decodes)."""
-    if type(frame) is Delta:
+    if type(frame) is DeltaFrame:
         request, piece = frame.id, frame.text
         if not (_may_hold_surrogates(request) or _may_hold_surrogates(piece)):
             channel = "content" if frame.channel == "content" else "thinking"
@@ -667,3 +679,17 @@ class HostPolicy:
             return True
         parsed = parse_origin(origin)
         return parsed is not None and parsed in self.origins
+
+
+# The frames' names before each said it was a frame (``Abort`` and ``Delta`` also name the cancel
+# token and the provider's delta): kept, so imports written against them still work.
+Hello = HelloFrame
+Stream = StreamFrame
+Cancel = CancelFrame
+Approve = ApproveFrame
+Ready = ReadyFrame
+Delta = DeltaFrame
+Result = ResultFrame
+Abort = AbortFrame
+Error = ErrorFrame
+Approval = ApprovalFrame

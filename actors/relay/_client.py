@@ -31,16 +31,16 @@ from protocols.messages import (
 from protocols.relay import (
     DEFAULT_MAX_FRAME,
     PROTOCOL_VERSION,
-    Abort,
-    Approval,
-    Approve,
-    Cancel,
-    Error,
-    Hello,
-    Ready,
-    Result,
+    AbortFrame,
+    ApprovalFrame,
+    ApproveFrame,
+    CancelFrame,
+    ErrorFrame,
+    HelloFrame,
+    ReadyFrame,
+    ResultFrame,
     ServerFrame,
-    Stream,
+    StreamFrame,
     decode_server_frame,
     encode_frame,
     loggable,
@@ -80,7 +80,7 @@ class _Backoff:
 class _Connection:
     """One open websocket and the requests waiting on it."""
 
-    def __init__(self, socket: trio_websocket.WebSocketConnection, ready: Ready) -> None:
+    def __init__(self, socket: trio_websocket.WebSocketConnection, ready: ReadyFrame) -> None:
         self.socket = socket
         self.ready = ready
         self.requests: dict[str, trio.MemorySendChannel[Any]] = {}
@@ -215,7 +215,7 @@ class RelayProvider(StreamingProvider):
         options: ProviderOptions | None = None,
     ) -> ProviderStream:
         """Stream one completion through the relay (see :class:`ProviderStream`)."""
-        frame = Stream(f"r{next(self._ids)}", messages, tools or (), options)
+        frame = StreamFrame(f"r{next(self._ids)}", messages, tools or (), options)
         return _RelayStream(self, frame)
 
     # -- the connection ------------------------------------------------------------------------
@@ -354,13 +354,13 @@ class RelayProvider(StreamingProvider):
     async def _greet(
         self, socket: trio_websocket.WebSocketConnection, task_status: trio.TaskStatus[_Connection]
     ) -> None:
-        await socket.send_message(encode_frame(Hello(PROTOCOL_VERSION, self._token)))
+        await socket.send_message(encode_frame(HelloFrame(PROTOCOL_VERSION, self._token)))
         frame = decode_server_frame(await socket.get_message(), max_bytes=self.max_frame)
-        if isinstance(frame, Error):
+        if isinstance(frame, ErrorFrame):
             raise ProviderError(
                 f"relay: {frame.message}", code=frame.code, retryable=frame.retryable
             )
-        if not isinstance(frame, Ready):
+        if not isinstance(frame, ReadyFrame):
             raise ProtocolError("the relay did not answer hello with ready")
         connection = _Connection(socket, frame)
         task_status.started(connection)
@@ -379,7 +379,7 @@ class RelayProvider(StreamingProvider):
                 request: str | None = getattr(frame, "id", None)
                 channel = connection.requests.get(request) if request is not None else None
                 if request is None or channel is None:
-                    if isinstance(frame, Error) and frame.id is None:
+                    if isinstance(frame, ErrorFrame) and frame.id is None:
                         log.info("the relay closed the connection: %s", loggable(frame.code))
                     continue
                 try:
@@ -408,7 +408,7 @@ def _closed_error(error: trio_websocket.ConnectionClosed) -> ProviderError:
 
 
 class _RelayStream(TextStream):
-    def __init__(self, provider: RelayProvider, frame: Stream) -> None:
+    def __init__(self, provider: RelayProvider, frame: StreamFrame) -> None:
         super().__init__()
         self._provider = provider
         self._frame = frame
@@ -476,20 +476,20 @@ class _RelayStream(TextStream):
                 self._shown = True
                 (self._content if frame.channel == "content" else self._thinking).append(frame.text)
                 return Delta("content" if frame.channel == "content" else "thinking", frame.text)
-            if isinstance(frame, Approval):
+            if isinstance(frame, ApprovalFrame):
                 self._shown = True  # a human has been asked: the request is never sent again
                 await self._answer(frame)
                 continue
             self._done = True
             self._forget()
-            if isinstance(frame, Result):
+            if isinstance(frame, ResultFrame):
                 self._result = frame.result
                 raise StopAsyncIteration
-            if isinstance(frame, Abort):
+            if isinstance(frame, AbortFrame):
                 raise ProviderError(
                     "the relay aborted the request", code="aborted", partial=frame.partial
                 )
-            assert isinstance(frame, Error)
+            assert isinstance(frame, ErrorFrame)
             raise ProviderError(
                 f"relay: {frame.message}",
                 code=frame.code,
@@ -497,7 +497,7 @@ class _RelayStream(TextStream):
                 partial=self.partial if self._shown else None,
             )
 
-    async def _answer(self, approval: Approval) -> None:
+    async def _answer(self, approval: ApprovalFrame) -> None:
         approve = self._provider.approve
         allowed, reason = False, "no approver is attached to the relay client"
         if approve is not None:
@@ -511,7 +511,7 @@ class _RelayStream(TextStream):
             allowed, reason = answer if isinstance(answer, tuple) else (bool(answer), "")
         decision = "allow" if allowed else "deny"
         assert self._connection is not None
-        frame = Approve(self._frame.id, approval.call.id, decision, reason or None)
+        frame = ApproveFrame(self._frame.id, approval.call.id, decision, reason or None)
         with contextlib.suppress(trio_websocket.ConnectionClosed):  # the next frame says so
             await self._connection.send(encode_frame(frame))
 
@@ -540,7 +540,7 @@ class _RelayStream(TextStream):
                 trio.move_on_after(2),
                 contextlib.suppress(trio_websocket.ConnectionClosed),
             ):
-                await connection.send(encode_frame(Cancel(self._frame.id)))
+                await connection.send(encode_frame(CancelFrame(self._frame.id)))
 
 
 def _leaves(error: BaseException) -> list[BaseException]:

@@ -38,13 +38,13 @@ from protocols.messages import (
 from protocols.relay import (
     HTTP_REQUEST_ID,
     NDJSON_CONTENT_TYPE,
-    Approval,
-    Approve,
-    Delta,
-    Error,
+    ApprovalFrame,
+    ApproveFrame,
+    DeltaFrame,
+    ErrorFrame,
     HostPolicy,
     HttpRequest,
-    Result,
+    ResultFrame,
     ServerFrame,
     decode_http_request,
     encode_frame,
@@ -238,7 +238,7 @@ class RelayServer:
         holder: _TokenState,
         result: ProviderResult | None,
         messages: Sequence[Message],
-        streamed: Sequence[Delta],
+        streamed: Sequence[DeltaFrame],
     ) -> None:
         """The request is over: free its slot and charge what it cost -- the reported usage, or
         for a request cut or failed before reporting any, an estimate of its prompt and of
@@ -255,7 +255,7 @@ class RelayServer:
         self,
         request_id: str,
         calls: Sequence[ToolCall],
-        ask: Callable[[Approval], Awaitable[Approve | None]] | None,
+        ask: Callable[[ApprovalFrame], Awaitable[ApproveFrame | None]] | None,
     ) -> dict[str, str]:
         """The calls the authority refuses (id -> the model's text), asking where it says so."""
         authority = self.authority
@@ -265,10 +265,10 @@ class RelayServer:
         for call in calls:
             verdict = authority.decide(call)
             if verdict.decision == "ask":
-                answer: Approve | None = None
+                answer: ApproveFrame | None = None
                 if ask is not None:
                     with trio.move_on_after(self.limits.approval_timeout):
-                        answer = await ask(Approval(request_id, call, verdict.reason))
+                        answer = await ask(ApprovalFrame(request_id, call, verdict.reason))
                 if answer is None:
                     verdict = resolve_ask(verdict, None, None)
                 else:
@@ -370,7 +370,7 @@ class RelayServer:
             await _plain(send, 503 if refused.code == "shutdown" else 429)
             return
         result: ProviderResult | None = None
-        streamed: list[Delta] = []
+        streamed: list[DeltaFrame] = []
         out = _HttpOut(send, limits.send_timeout)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
@@ -387,14 +387,14 @@ class RelayServer:
             nursery.cancel_scope.cancel()
 
     async def _http_respond(
-        self, request: HttpRequest, out: _HttpOut, streamed: list[Delta]
+        self, request: HttpRequest, out: _HttpOut, streamed: list[DeltaFrame]
     ) -> ProviderResult | None:
         started = False
 
         async def line(frame: ServerFrame) -> None:
             nonlocal started
             if not started:
-                if isinstance(frame, Error):
+                if isinstance(frame, ErrorFrame):
                     return  # a failure before anything streamed is answered with a status
                 started = True
                 await out.put(
@@ -462,8 +462,8 @@ class RelayServer:
         tools: Sequence[ToolDefinition],
         options: ProviderOptions | None,
         emit: Callable[[ServerFrame], Awaitable[None]],
-        ask: Callable[[Approval], Awaitable[Approve | None]] | None,
-        streamed: list[Delta],
+        ask: Callable[[ApprovalFrame], Awaitable[ApproveFrame | None]] | None,
+        streamed: list[DeltaFrame],
     ) -> ProviderResult | _Failed:
         """Stream one upstream call to ``emit`` -- a frame per run of pieces the upstream
         decoded together, then its result (or an error frame); while ``emit`` waits, nothing
@@ -480,14 +480,14 @@ class RelayServer:
                     # pieces of one channel as one frame: a frame per network read instead of
                     # a frame per token, while a paced stream still goes out piece by piece.
                     for channel, text in _coalesced([delta, *stream.take_ready()]):
-                        piece = Delta(request_id, channel, text)
+                        piece = DeltaFrame(request_id, channel, text)
                         streamed.append(piece)
                         await emit(piece)
             result = stream.result
             denied = await self._decide(request_id, result.calls, ask)
             if denied:
                 result = attrs.evolve(result, denied={**result.denied, **denied})
-            await emit(Result(request_id, result))
+            await emit(ResultFrame(request_id, result))
             return result
         except _Gone:
             raise

@@ -22,15 +22,15 @@ from protocols.messages import (
 )
 from protocols.relay import (
     PROTOCOL_VERSION,
-    Abort,
-    Approval,
-    Approve,
-    Cancel,
-    Delta,
-    Hello,
-    Ready,
+    AbortFrame,
+    ApprovalFrame,
+    ApproveFrame,
+    CancelFrame,
+    DeltaFrame,
+    HelloFrame,
+    ReadyFrame,
     ServerFrame,
-    Stream,
+    StreamFrame,
     decode_client_frame,
     encode_frame,
     error_frame,
@@ -77,7 +77,7 @@ class _Connection:
         self._requests: trio.CancelScope | None = None
         self._open: dict[str, trio.CancelScope] = {}
         self._cancelled: set[str] = set()
-        self._approvals: dict[tuple[str, str], tuple[trio.Event, list[Approve]]] = {}
+        self._approvals: dict[tuple[str, str], tuple[trio.Event, list[ApproveFrame]]] = {}
         self._closed = False
         self._idle: trio.CancelScope | None = None
 
@@ -163,7 +163,7 @@ class _Connection:
         if holder is None or self.server._closing:  # closed while saying hello: not let in
             await self.fail("shutdown", _GOING_AWAY)
             return
-        await self.send(Ready(PROTOCOL_VERSION, limits.max_frame, limits.max_streams))
+        await self.send(ReadyFrame(PROTOCOL_VERSION, limits.max_frame, limits.max_streams))
         with trio.CancelScope() as everything:
             server._scopes.add(everything)
             try:
@@ -185,7 +185,7 @@ class _Connection:
         except ProtocolError:
             await self.fail("invalid", _POLICY)
             return None
-        if not isinstance(frame, Hello):
+        if not isinstance(frame, HelloFrame):
             await self.fail("invalid", _POLICY)
             return None
         if frame.version != PROTOCOL_VERSION:
@@ -219,16 +219,16 @@ class _Connection:
                 log.info("relay client sent an invalid frame: %s", loggable(error.message))
                 await self.fail("invalid", _POLICY)
                 return
-            if isinstance(frame, Stream):
+            if isinstance(frame, StreamFrame):
                 await self._start(frame, holder, nursery)
-            elif isinstance(frame, Cancel):
+            elif isinstance(frame, CancelFrame):
                 scope = self._open.get(frame.id)
                 if scope is None:
                     await self._say("unknown_request", frame.id)
                 else:
                     self._cancelled.add(frame.id)
                     scope.cancel()
-            elif isinstance(frame, Approve):
+            elif isinstance(frame, ApproveFrame):
                 waiting = self._approvals.get((frame.id, frame.call))
                 if waiting is None and frame.id in self._open:
                     pass  # too late: that approval timed out (denied), the request goes on
@@ -246,7 +246,7 @@ class _Connection:
         self.server._refuse(code)
         await self.send(error_frame(code, request_id))
 
-    async def _start(self, frame: Stream, holder: _TokenState, nursery: trio.Nursery) -> None:
+    async def _start(self, frame: StreamFrame, holder: _TokenState, nursery: trio.Nursery) -> None:
         if frame.id in self._open:
             await self._say("duplicate", frame.id)
             return
@@ -262,9 +262,9 @@ class _Connection:
         self._open[frame.id] = scope
         nursery.start_soon(self._stream, frame, holder, scope)
 
-    async def _ask(self, approval: Approval) -> Approve | None:
+    async def _ask(self, approval: ApprovalFrame) -> ApproveFrame | None:
         key = (approval.id, approval.call.id)
-        event, answers = trio.Event(), list[Approve]()
+        event, answers = trio.Event(), list[ApproveFrame]()
         self._approvals[key] = (event, answers)
         try:
             await self.send(approval)
@@ -273,10 +273,12 @@ class _Connection:
         finally:
             del self._approvals[key]
 
-    async def _stream(self, frame: Stream, holder: _TokenState, scope: trio.CancelScope) -> None:
+    async def _stream(
+        self, frame: StreamFrame, holder: _TokenState, scope: trio.CancelScope
+    ) -> None:
         server = self.server
         result: ProviderResult | None = None
-        streamed: list[Delta] = []
+        streamed: list[DeltaFrame] = []
         try:
             with scope:
                 outcome = await server._relay(
@@ -291,7 +293,7 @@ class _Connection:
                 if isinstance(outcome, ProviderResult):
                     result = outcome
             if scope.cancelled_caught and frame.id in self._cancelled:
-                await self.send(Abort(frame.id, _partial(streamed)))
+                await self.send(AbortFrame(frame.id, _partial(streamed)))
         except _Gone:
             pass
         finally:
@@ -316,7 +318,7 @@ def _coalesced(deltas: Sequence[Any]) -> list[tuple[str, str]]:
     return [(channel, "".join(texts)) for channel, texts in out]
 
 
-def _partial(deltas: Sequence[Delta]) -> ProviderResult:
+def _partial(deltas: Sequence[DeltaFrame]) -> ProviderResult:
     content = "".join(d.text for d in deltas if d.channel == "content")
     thinking = "".join(d.text for d in deltas if d.channel == "thinking")
     return ProviderResult(content=content, thinking=thinking, finish=FinishReason.CANCELLED)

@@ -50,16 +50,16 @@ from protocols.messages import (
 from protocols.relay import (
     HTTP_REQUEST_ID,
     PROTOCOL_VERSION,
-    Abort,
-    Approval,
-    Approve,
-    Cancel,
-    Error,
-    Hello,
-    Ready,
-    Result,
+    AbortFrame,
+    ApprovalFrame,
+    ApproveFrame,
+    CancelFrame,
+    ErrorFrame,
+    HelloFrame,
+    ReadyFrame,
+    ResultFrame,
     ServerFrame,
-    Stream,
+    StreamFrame,
     decode_server_frame,
     encode_frame,
     error_frame,
@@ -244,11 +244,11 @@ async def until(predicate: Callable[[], bool], *, within: float = 60, most: floa
 
 
 def hello(token: str = TOKEN, version: int = PROTOCOL_VERSION) -> str:
-    return encode_frame(Hello(version, token))
+    return encode_frame(HelloFrame(version, token))
 
 
 def stream(request_id: str, text: str, **kwargs: Any) -> str:
-    return encode_frame(Stream(request_id, [Message.user(text)], **kwargs))
+    return encode_frame(StreamFrame(request_id, [Message.user(text)], **kwargs))
 
 
 def no_secret(*texts: object) -> bool:
@@ -342,7 +342,7 @@ class Raw:
             frame = await self.frame()
             frames.append(frame)
             if getattr(frame, "id", None) == request_id and not isinstance(
-                frame, DeltaFrame | Approval
+                frame, DeltaFrame | ApprovalFrame
             ):
                 return frames
 
@@ -352,10 +352,10 @@ class Raw:
             pass
         return self.close_code
 
-    async def ready(self, token: str = TOKEN) -> Ready:
+    async def ready(self, token: str = TOKEN) -> ReadyFrame:
         await self.send(hello(token))
         frame = await self.frame()
-        assert isinstance(frame, Ready), frame
+        assert isinstance(frame, ReadyFrame), frame
         return frame
 
     async def abort(self) -> None:
@@ -451,7 +451,7 @@ def test_configuration_is_checked_and_no_repr_shows_a_secret() -> None:
     shown = [
         repr(app),
         repr(RelayToken(TOKEN)),
-        repr(Hello(1, TOKEN)),
+        repr(HelloFrame(1, TOKEN)),
         repr(RelayProvider("ws://127.0.0.1:1/v1/relay", token=TOKEN)),
         repr(app.statistics()),
     ]
@@ -481,7 +481,7 @@ async def test_a_hello_with_a_wrong_or_missing_token_is_refused(
     async with running(app) as url, Raw.connect(url) as raw:
         await raw.send(hello(token))
         frame = await raw.frame()
-        assert frame == Error("unauthorized", "unauthorized", False)
+        assert frame == ErrorFrame("unauthorized", "unauthorized", False)
         assert await raw.closed() == 1008
         assert no_secret(*raw.texts)
     assert up.calls == 0
@@ -530,14 +530,14 @@ async def test_a_right_authorization_header_needs_no_hello_and_a_hello_then_is_i
     headers = [("authorization", f"Bearer {TOKEN}")]
     async with running(app) as url:
         async with Raw.connect(url, headers=headers) as raw:
-            assert isinstance(await raw.frame(), Ready)  # accepted before any frame was sent
+            assert isinstance(await raw.frame(), ReadyFrame)  # accepted before any frame was sent
             await raw.send(stream("a", "one two"))
             frames = await raw.frames_until("a")
-            assert [type(f) for f in frames] == [DeltaFrame, DeltaFrame, Result]
+            assert [type(f) for f in frames] == [DeltaFrame, DeltaFrame, ResultFrame]
         async with Raw.connect(url, headers=headers) as raw:
-            assert isinstance(await raw.frame(), Ready)
+            assert isinstance(await raw.frame(), ReadyFrame)
             await raw.send(hello())  # hello only ever opens a connection without the header
-            assert await raw.frame() == Error("invalid", "invalid frame", False)
+            assert await raw.frame() == ErrorFrame("invalid", "invalid frame", False)
             assert await raw.closed() == 1008
     assert up.calls == 1
 
@@ -568,7 +568,7 @@ async def test_a_first_frame_that_is_not_a_good_hello_is_refused(
     async with running(app) as url, Raw.connect(url) as raw:
         await raw.send(first)
         frame = await raw.frame()
-        assert isinstance(frame, Error)
+        assert isinstance(frame, ErrorFrame)
         assert (frame.code, frame.id, frame.retryable) == (code, None, False)
         assert await raw.closed() == 1008
         assert no_secret(*raw.texts)
@@ -600,7 +600,7 @@ async def test_an_invalid_frame_after_hello_closes_the_connection(
     async with running(app) as url, Raw.connect(url) as raw:
         await raw.ready()
         await raw.send(frame)
-        assert await raw.frame() == Error("invalid", "invalid frame", False)
+        assert await raw.frame() == ErrorFrame("invalid", "invalid frame", False)
         assert await raw.closed() == 1008
     assert up.calls == 0
     assert app.statistics().refused == {"invalid": 1}
@@ -611,7 +611,7 @@ def sized_stream(request_id: str, size: int) -> str:
 
     def frame(text: str) -> str:
         message = Message.user(text, id="m1", created_at=1.0)
-        return encode_frame(Stream(request_id, [message]))
+        return encode_frame(StreamFrame(request_id, [message]))
 
     text = frame("y" * (size - len(frame("y").encode()) + 1))
     assert len(text.encode()) == size
@@ -628,14 +628,14 @@ async def test_an_oversize_frame_is_refused_and_one_at_the_limit_is_not(
             assert (await raw.ready()).max_frame == 4096
             await raw.send(sized_stream("a", 4096))
             frames = await raw.frames_until("a")
-            assert isinstance(frames[-1], Result)
+            assert isinstance(frames[-1], ResultFrame)
             assert up.calls == 1
             await raw.send(sized_stream("b", 4097))
-            assert await raw.frame() == Error("too_large", "frame too large", False)
+            assert await raw.frame() == ErrorFrame("too_large", "frame too large", False)
             assert await raw.closed() == 1009
         async with Raw.connect(url) as raw:  # before the hello too
             await raw.send(hello() + " " * 5000)
-            assert await raw.frame() == Error("too_large", "frame too large", False)
+            assert await raw.frame() == ErrorFrame("too_large", "frame too large", False)
             assert await raw.closed() == 1009
     assert up.calls == 1
     assert app.statistics().refused == {"too_large": 2}
@@ -668,14 +668,14 @@ async def test_too_many_streams_on_one_connection_are_refused_per_request(
         await raw.send(stream("b", "silent"))
         await raw.send(stream("c", "silent"))
         refused = await raw.frame()
-        assert refused == Error("too_many_streams", "too many concurrent streams", True, "c")
+        assert refused == ErrorFrame("too_many_streams", "too many concurrent streams", True, "c")
         await until(lambda: up.parked == 2)
         assert up.calls == 2
-        await raw.send(encode_frame(Cancel("a")))
-        assert await raw.frame() == Abort("a", ProviderResult(finish=FinishReason.CANCELLED))
+        await raw.send(encode_frame(CancelFrame("a")))
+        assert await raw.frame() == AbortFrame("a", ProviderResult(finish=FinishReason.CANCELLED))
         await raw.send(stream("c", "now it fits"))  # the slot was freed
         frames = await raw.frames_until("c")
-        assert isinstance(frames[-1], Result)
+        assert isinstance(frames[-1], ResultFrame)
         assert frames[-1].result.content == "now it fits "
     assert up.calls == 3
     assert app.statistics().refused == {"too_many_streams": 1}
@@ -700,12 +700,12 @@ async def test_too_many_streams_of_one_token_are_refused_across_its_connections(
         await two.send(stream("a", "silent"))
         await until(lambda: up.parked == 2)
         await two.send(stream("b", "silent"))
-        assert await two.frame() == Error(
+        assert await two.frame() == ErrorFrame(
             "too_many_streams", "too many concurrent streams", True, "b"
         )
         assert up.calls == 2
         await other.send(stream("a", "another token is not held back"))
-        assert isinstance((await other.frames_until("a"))[-1], Result)
+        assert isinstance((await other.frames_until("a"))[-1], ResultFrame)
         async with relay(url) as provider:
             with pytest.raises(ProviderError) as failed:
                 await drain(provider, "hello")
@@ -714,7 +714,7 @@ async def test_too_many_streams_of_one_token_are_refused_across_its_connections(
         await one.abort()  # its stream ends, and its slot is the token's again
         await until(lambda: up.parked == 1)
         await two.send(stream("b", "fits again"))
-        assert isinstance((await two.frames_until("b"))[-1], Result)
+        assert isinstance((await two.frames_until("b"))[-1], ResultFrame)
     assert up.calls == 4
     assert app.statistics().refused == {"too_many_streams": 2}
 
@@ -779,7 +779,7 @@ async def test_serve_keeps_a_quiet_connection_alive_with_pings(
             assert raw.pings >= 2
             up.gate.set()
             frames = await raw.frames_until("a")
-            assert isinstance(frames[-1], Result)
+            assert isinstance(frames[-1], ResultFrame)
         nursery.cancel_scope.cancel()
 
 
@@ -832,17 +832,17 @@ async def test_a_duplicate_request_id_is_refused_and_the_open_request_goes_on(
         await raw.send(stream("a", "gate"))
         assert await raw.frame() == DeltaFrame("a", "content", "first")
         await raw.send(stream("a", "again"))
-        assert await raw.frame() == Error(
+        assert await raw.frame() == ErrorFrame(
             "duplicate", "a request with this id is already open", False, "a"
         )
         assert up.calls == 1
         up.gate.set()
         frames = await raw.frames_until("a")
         assert frames[0] == DeltaFrame("a", "content", "second")
-        assert isinstance(frames[-1], Result)
+        assert isinstance(frames[-1], ResultFrame)
         assert frames[-1].result.content == "firstsecond"
         await raw.send(stream("a", "reused once closed"))  # a closed id may be used again
-        assert isinstance((await raw.frames_until("a"))[-1], Result)
+        assert isinstance((await raw.frames_until("a"))[-1], ResultFrame)
     assert up.calls == 2
     assert app.statistics().refused == {"duplicate": 1}
 
@@ -854,17 +854,17 @@ async def test_cancel_or_approve_of_an_unknown_request_is_answered_and_harmless(
     app = server(up)
     async with running(app) as url, Raw.connect(url) as raw:
         await raw.ready()
-        await raw.send(encode_frame(Cancel("ghost")))
-        assert await raw.frame() == Error(
+        await raw.send(encode_frame(CancelFrame("ghost")))
+        assert await raw.frame() == ErrorFrame(
             "unknown_request", "no open request has this id", False, "ghost"
         )
-        await raw.send(encode_frame(Approve("ghost", "call-1", "allow")))
-        assert await raw.frame() == Error(
+        await raw.send(encode_frame(ApproveFrame("ghost", "call-1", "allow")))
+        assert await raw.frame() == ErrorFrame(
             "unknown_request", "no open request has this id", False, "ghost"
         )
         assert up.calls == 0
         await raw.send(stream("a", "the connection is fine"))
-        assert isinstance((await raw.frames_until("a"))[-1], Result)
+        assert isinstance((await raw.frames_until("a"))[-1], ResultFrame)
     assert up.calls == 1
     assert app.statistics().refused == {"unknown_request": 2}
 
@@ -878,7 +878,7 @@ async def test_a_slow_loris_handshake_is_cut_at_the_handshake_timeout(
         start = trio.current_time()
         frame = await raw.frame()  # no hello sent
         waited = trio.current_time() - start
-        assert frame == Error("timeout", "the connection was idle for too long", False)
+        assert frame == ErrorFrame("timeout", "the connection was idle for too long", False)
         assert await raw.closed() == 1008
     assert 5 <= waited < 6
     assert up.calls == 0
@@ -896,10 +896,10 @@ async def test_an_idle_connection_is_closed_but_one_waiting_on_a_request_is_not(
         assert await raw.frame() == DeltaFrame("a", "content", "first")
         await trio.sleep(100)  # quiet, but a request is open
         up.gate.set()
-        assert isinstance((await raw.frames_until("a"))[-1], Result)
+        assert isinstance((await raw.frames_until("a"))[-1], ResultFrame)
         start = trio.current_time()
         frame = await raw.frame()
-        assert frame == Error("timeout", "the connection was idle for too long", False)
+        assert frame == ErrorFrame("timeout", "the connection was idle for too long", False)
         assert 30 <= trio.current_time() - start < 31
         assert await raw.closed() == 1001
     assert app.statistics().connections == 0
@@ -932,7 +932,7 @@ async def test_the_origin_allow_list(
             if allowed:
                 await raw.ready()
                 await raw.send(stream("a", "hi"))
-                assert isinstance((await raw.frames_until("a"))[-1], Result)
+                assert isinstance((await raw.frames_until("a"))[-1], ResultFrame)
             else:
                 assert raw.status == 403
         async with httpx.AsyncClient() as client:
@@ -1056,9 +1056,13 @@ async def test_an_upstream_failure_crosses_as_a_fixed_text_without_its_secret(
             async with Raw.connect(url) as raw:
                 await raw.ready()
                 await raw.send(stream("a", "hi"))
-                assert await raw.frame() == Error("upstream", "relay provider failed", True, "a")
+                assert await raw.frame() == ErrorFrame(
+                    "upstream", "relay provider failed", True, "a"
+                )
                 await raw.send(stream("b", "the connection stays"))
-                assert await raw.frame() == Error("upstream", "relay provider failed", True, "b")
+                assert await raw.frame() == ErrorFrame(
+                    "upstream", "relay provider failed", True, "b"
+                )
                 assert no_secret(*raw.texts)
                 assert not any("fault" in text for text in raw.texts)
             async with relay(url) as provider:
@@ -1082,10 +1086,10 @@ async def test_an_upstream_error_fails_only_its_own_request(
         await raw.send(stream("a", "gate"))
         assert await raw.frame() == DeltaFrame("a", "content", "first")
         await raw.send(stream("b", prompt))
-        assert await raw.frame() == Error("upstream", "relay provider failed", True, "b")
+        assert await raw.frame() == ErrorFrame("upstream", "relay provider failed", True, "b")
         up.gate.set()  # the sibling on the same connection is unharmed
         frames = await raw.frames_until("a")
-        assert isinstance(frames[-1], Result)
+        assert isinstance(frames[-1], ResultFrame)
         assert no_secret(*raw.texts)
     assert up.calls == 2
     assert app.statistics().streams == 0
@@ -1147,12 +1151,12 @@ async def test_a_cancel_frame_is_answered_with_abort_and_the_partial(
         await raw.send(stream("a", "hang"))
         assert await raw.frame() == DeltaFrame("a", "content", "partial")
         await until(lambda: up.parked == 1)
-        await raw.send(encode_frame(Cancel("a")))
+        await raw.send(encode_frame(CancelFrame("a")))
         partial = ProviderResult(content="partial", finish=FinishReason.CANCELLED)
-        assert await raw.frame() == Abort("a", partial)
+        assert await raw.frame() == AbortFrame("a", partial)
         assert (up.closed, up.parked) == (1, 0)
-        await raw.send(encode_frame(Cancel("a")))  # no longer open
-        assert await raw.frame() == Error(
+        await raw.send(encode_frame(CancelFrame("a")))  # no longer open
+        assert await raw.frame() == ErrorFrame(
             "unknown_request", "no open request has this id", False, "a"
         )
     assert app.statistics().streams == 0
@@ -1191,7 +1195,7 @@ async def test_closing_the_server_cuts_every_stream_and_refuses_what_comes_after
             frames: list[ServerFrame] = []
             while (text := await raw.receive()) is not None:
                 frames.append(decode_server_frame(text))
-            assert frames[-1] == Error("shutdown", "the relay is shutting down", True)
+            assert frames[-1] == ErrorFrame("shutdown", "the relay is shutting down", True)
             assert raw.close_code == 1001
             await until(lambda: sim.statistics().abandoned == 2)
             requests = len(sim.requests)
@@ -1344,15 +1348,15 @@ async def test_the_result_frame_names_the_denied_calls(mock_clock: trio.testing.
         await raw.ready()
         await raw.send(stream("a", "sum"))
         assert await raw.frame() == DeltaFrame("a", "content", "sum ")
-        assert await raw.frame() == Approval("a", calls[0], "check")
+        assert await raw.frame() == ApprovalFrame("a", calls[0], "check")
         # An answer for a call nobody asked about (a late one, say) is ignored: no error.
-        await raw.send(encode_frame(Approve("a", "c9", "allow")))
-        await raw.send(encode_frame(Approve("a", "c1", "deny", "not today")))
-        assert await raw.frame() == Approval("a", calls[1], "check")
+        await raw.send(encode_frame(ApproveFrame("a", "c9", "allow")))
+        await raw.send(encode_frame(ApproveFrame("a", "c1", "deny", "not today")))
+        assert await raw.frame() == ApprovalFrame("a", calls[1], "check")
         start = trio.current_time()
         result = await raw.frame()  # c2 is never answered
         assert 10 <= trio.current_time() - start < 11
-    assert isinstance(result, Result)
+    assert isinstance(result, ResultFrame)
     assert result.result.calls == tuple(calls)
     assert result.result.denied == {
         "c1": "denied: not today",
@@ -1432,7 +1436,7 @@ async def test_http_streams_ndjson_frames_equal_to_the_provider_driven_directly(
     assert response.headers["content-type"] == "application/x-ndjson; charset=utf-8"
     assert response.headers["cache-control"] == "no-store"
     frames = [decode_server_frame(line) for line in response.text.splitlines()]
-    assert frames[-1] == Result(HTTP_REQUEST_ID, want)
+    assert frames[-1] == ResultFrame(HTTP_REQUEST_ID, want)
     sent = frames[:-1]
     assert all(isinstance(f, DeltaFrame) and f.id == HTTP_REQUEST_ID for f in sent)
     assert joined(sent) == joined(deltas)
@@ -1503,7 +1507,7 @@ async def test_http_bodies_over_the_limit_are_413_and_one_at_the_limit_is_served
             exact = valid + b" " * (limit - len(valid))
             served = await client.post(f"{url}/v1/stream", headers=bearer(), content=exact)
             assert served.status_code == 200
-            assert decode_server_frame(served.text.splitlines()[-1]) == Result(
+            assert decode_server_frame(served.text.splitlines()[-1]) == ResultFrame(
                 HTTP_REQUEST_ID, ProviderResult(content="at the limit ", usage=Usage(3, 4))
             )
             over = await client.post(f"{url}/v1/stream", headers=bearer(), content=exact + b" ")
@@ -1600,13 +1604,13 @@ async def test_http_streams_as_it_goes_and_a_late_failure_is_an_error_line(
         rest = [decode_server_frame(line) async for line in lines]
     assert response.status_code == 200
     assert rest[0] == DeltaFrame(HTTP_REQUEST_ID, "content", "second")
-    assert isinstance(rest[-1], Result)
+    assert isinstance(rest[-1], ResultFrame)
     async with running(app) as url, httpx.AsyncClient() as client:
         broken = await client.post(f"{url}/v1/stream", headers=bearer(), json=body("break"))
     assert broken.status_code == 200  # the status went out with the first line
     assert [decode_server_frame(line) for line in broken.text.splitlines()] == [
         DeltaFrame(HTTP_REQUEST_ID, "content", "partial"),
-        Error("upstream", "relay provider failed", True, HTTP_REQUEST_ID),
+        ErrorFrame("upstream", "relay provider failed", True, HTTP_REQUEST_ID),
     ]
     assert no_secret(broken.text)
     assert up.calls == 2
@@ -1643,7 +1647,7 @@ async def test_http_limits_refuse_with_429_and_approvals_are_denied(
         second = await client.post(f"{url}/v1/stream", headers=bearer(), json=body())
     assert first.status_code == 200
     result = decode_server_frame(first.text.splitlines()[-1])
-    assert isinstance(result, Result)
+    assert isinstance(result, ResultFrame)
     assert result.result.denied == {"c1": f"denied: {NO_APPROVER_REASON}"}  # nobody to ask
     assert second.status_code == 429
     assert up.calls == 1
@@ -1687,9 +1691,9 @@ async def test_a_client_that_does_not_read_parks_its_upstream_and_nobody_else(
         for _ in range(parked + 5):
             assert isinstance(await slow.frame(), DeltaFrame)
         assert up.pulled > parked + 9
-        await slow.send(encode_frame(Cancel("flood")))
+        await slow.send(encode_frame(CancelFrame("flood")))
         frames = await slow.frames_until("flood")
-        assert isinstance(frames[-1], Abort)
+        assert isinstance(frames[-1], AbortFrame)
     assert up.closed == up.calls == 4
 
 
@@ -1862,7 +1866,7 @@ async def test_a_connection_still_saying_hello_when_the_server_closes_is_not_let
         await until(lambda: app.statistics().connections == 1)  # accepted, no hello yet
         app.close()
         await raw.send(hello())
-        assert await raw.frame() == Error("shutdown", "the relay is shutting down", True)
+        assert await raw.frame() == ErrorFrame("shutdown", "the relay is shutting down", True)
         assert await raw.closed() == 1001
     assert up.calls == 0
 
@@ -2021,7 +2025,7 @@ async def test_http_a_client_that_stops_reading_is_cut_after_the_send_timeout(
             async with httpx.AsyncClient() as client:
                 again = await client.post(f"{url}/v1/stream", headers=bearer(), json=body())
             assert again.status_code == 200
-            assert isinstance(decode_server_frame(again.text.splitlines()[-1]), Result)
+            assert isinstance(decode_server_frame(again.text.splitlines()[-1]), ResultFrame)
     assert up.calls == 2
 
 
@@ -2074,7 +2078,7 @@ async def test_options_extra_naming_a_reserved_key_is_an_invalid_request(
                 await raw.send(stream("a", "hi", options=bad))
                 assert await raw.frame() == error_frame("invalid", "a")
                 await raw.send(stream("b", "the connection stays"))
-                assert isinstance((await raw.frames_until("b"))[-1], Result)
+                assert isinstance((await raw.frames_until("b"))[-1], ResultFrame)
             async with relay(url) as provider:
                 with pytest.raises(ProviderError) as failed:
                     await drain(provider, "hi", options=bad)
@@ -2295,7 +2299,7 @@ async def test_the_client_escapes_what_a_relay_sent_in_its_log_lines(
     async def rogue(request: trio_websocket.WebSocketRequest) -> None:
         socket = await request.accept()
         await socket.get_message()  # the hello
-        await socket.send_message(encode_frame(Ready(PROTOCOL_VERSION, 1 << 20, 16)))
+        await socket.send_message(encode_frame(ReadyFrame(PROTOCOL_VERSION, 1 << 20, 16)))
         await socket.get_message()  # the request
         await socket.send_message(sent)
         with contextlib.suppress(trio_websocket.ConnectionClosed):

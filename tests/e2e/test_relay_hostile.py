@@ -37,7 +37,7 @@ from protocols.messages import (
     ToolDefinition,
     Usage,
 )
-from protocols.relay import Hello, Stream, encode_frame
+from protocols.relay import HelloFrame, StreamFrame, encode_frame
 
 TOKEN = "hostile-test-token-0123456789"
 
@@ -154,8 +154,8 @@ def frame(payload: bytes, *, opcode: int = 0x1, masked: bool = True, fin: bool =
     return bytes(head) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
-HELLO = encode_frame(Hello(1, TOKEN)).encode()
-STREAM = encode_frame(Stream("h", [Message.user("hostile but valid")])).encode()
+HELLO = encode_frame(HelloFrame(1, TOKEN)).encode()
+STREAM = encode_frame(StreamFrame("h", [Message.user("hostile but valid")])).encode()
 
 
 async def drain(tcp: trio.SocketStream, limit: int = 1 << 20) -> bytes:

@@ -28,19 +28,19 @@ from protocols.relay import (
     DEFAULT_MAX_FRAME,
     ERROR_MESSAGES,
     MAX_REQUEST_ID,
-    Abort,
-    Approval,
-    Approve,
-    Cancel,
+    AbortFrame,
+    ApprovalFrame,
+    ApproveFrame,
+    CancelFrame,
     ClientFrame,
-    Delta,
-    Error,
-    Hello,
+    DeltaFrame,
+    ErrorFrame,
+    HelloFrame,
     HttpRequest,
-    Ready,
-    Result,
+    ReadyFrame,
+    ResultFrame,
     ServerFrame,
-    Stream,
+    StreamFrame,
     decode_client_frame,
     decode_http_request,
     decode_server_frame,
@@ -51,16 +51,16 @@ from protocols.relay import (
 SETTINGS = settings(max_examples=40, deadline=None)
 
 TAGS: dict[type, str] = {
-    Hello: "hello",
-    Stream: "stream",
-    Cancel: "cancel",
-    Approve: "approve",
-    Ready: "ready",
-    Delta: "delta",
-    Result: "result",
-    Abort: "abort",
-    Error: "error",
-    Approval: "approval",
+    HelloFrame: "hello",
+    StreamFrame: "stream",
+    CancelFrame: "cancel",
+    ApproveFrame: "approve",
+    ReadyFrame: "ready",
+    DeltaFrame: "delta",
+    ResultFrame: "result",
+    AbortFrame: "abort",
+    ErrorFrame: "error",
+    ApprovalFrame: "approval",
 }
 CLIENT_TYPES = set(get_args(ClientFrame))
 SERVER_TYPES = set(get_args(ServerFrame))
@@ -174,46 +174,46 @@ def provider_results(draw: st.DrawFn) -> ProviderResult:
 
 
 @st.composite
-def errors(draw: st.DrawFn) -> Error:
+def errors(draw: st.DrawFn) -> ErrorFrame:
     code = draw(st.sampled_from(sorted(ERROR_MESSAGES)))
     request_id = draw(optional(REQUEST_IDS))
     if draw(st.booleans()):
         return error_frame(code, request_id)
-    return Error(code, ERROR_MESSAGES[code], draw(st.booleans()), request_id)
+    return ErrorFrame(code, ERROR_MESSAGES[code], draw(st.booleans()), request_id)
 
 
 FRAMES: dict[type, st.SearchStrategy[Any]] = {
-    Hello: st.builds(Hello, version=POSITIVE, token=TEXT),
-    Stream: st.builds(
-        Stream,
+    HelloFrame: st.builds(HelloFrame, version=POSITIVE, token=TEXT),
+    StreamFrame: st.builds(
+        StreamFrame,
         id=REQUEST_IDS,
         messages=st.lists(messages(), min_size=1, max_size=3),
         tools=st.lists(TOOL_DEFINITIONS, max_size=2),
         options=optional(OPTIONS),
     ),
-    Cancel: st.builds(Cancel, id=REQUEST_IDS),
-    Approve: st.builds(
-        Approve,
+    CancelFrame: st.builds(CancelFrame, id=REQUEST_IDS),
+    ApproveFrame: st.builds(
+        ApproveFrame,
         id=REQUEST_IDS,
         call=NONEMPTY,
         decision=st.sampled_from(["allow", "deny"]),
         reason=optional(TEXT),
     ),
-    Ready: st.builds(Ready, version=POSITIVE, max_frame=POSITIVE, max_streams=POSITIVE),
-    Delta: st.builds(
-        Delta, id=REQUEST_IDS, channel=st.sampled_from(["content", "thinking"]), text=NONEMPTY
+    ReadyFrame: st.builds(ReadyFrame, version=POSITIVE, max_frame=POSITIVE, max_streams=POSITIVE),
+    DeltaFrame: st.builds(
+        DeltaFrame, id=REQUEST_IDS, channel=st.sampled_from(["content", "thinking"]), text=NONEMPTY
     ),
-    Result: st.builds(Result, id=REQUEST_IDS, result=provider_results()),
-    Abort: st.builds(Abort, id=REQUEST_IDS, partial=provider_results()),
-    Error: errors(),
-    Approval: st.builds(Approval, id=REQUEST_IDS, call=TOOL_CALLS, reason=optional(TEXT)),
+    ResultFrame: st.builds(ResultFrame, id=REQUEST_IDS, result=provider_results()),
+    AbortFrame: st.builds(AbortFrame, id=REQUEST_IDS, partial=provider_results()),
+    ErrorFrame: errors(),
+    ApprovalFrame: st.builds(ApprovalFrame, id=REQUEST_IDS, call=TOOL_CALLS, reason=optional(TEXT)),
 }
 
 
 def test_every_frame_type_has_a_strategy_and_a_side() -> None:
     assert set(FRAMES) == set(TAGS) == CLIENT_TYPES | SERVER_TYPES
     assert not CLIENT_TYPES & SERVER_TYPES
-    assert {Hello, Stream, Cancel, Approve} == CLIENT_TYPES
+    assert {HelloFrame, StreamFrame, CancelFrame, ApproveFrame} == CLIENT_TYPES
 
 
 # --------------------------------------------------------------------------- round trips
@@ -262,19 +262,19 @@ def test_a_frame_is_refused_by_the_other_sides_decoder(cls: type, data: st.DataO
 
 
 def test_the_type_key_may_come_anywhere_in_what_is_decoded() -> None:
-    assert decode_client_frame('{"id":"r1","type":"cancel"}') == Cancel("r1")
+    assert decode_client_frame('{"id":"r1","type":"cancel"}') == CancelFrame("r1")
     assert decode_server_frame(
         '{"text":"hé","channel":"thinking","id":"r1","type":"delta"}'
-    ) == Delta("r1", "thinking", "hé")
+    ) == DeltaFrame("r1", "thinking", "hé")
 
 
 def test_result_denied_survives_the_round_trip() -> None:
     calls = (ToolCall("c1", "rm", {"path": "/"}), ToolCall("c2", "ls"))
-    frame = Result("r1", ProviderResult(calls=calls, denied={"c1": "refused by policy: rm"}))
+    frame = ResultFrame("r1", ProviderResult(calls=calls, denied={"c1": "refused by policy: rm"}))
     text = encode_frame(frame)
     assert json.loads(text)["result"]["denied"] == {"c1": "refused by policy: rm"}
     back = decode_server_frame(text)
-    assert isinstance(back, Result)
+    assert isinstance(back, ResultFrame)
     assert back.result.denied == {"c1": "refused by policy: rm"}
     assert back == frame
 
@@ -284,12 +284,12 @@ def test_a_lone_surrogate_in_received_text_is_repaired_not_crashed_on() -> None:
     raw = '{"type":"delta","id":"r1","channel":"content","text":"a\ud800b"}'
     escaped = '{"type":"delta","id":"r1","channel":"content","text":"a\\ud800b"}'
     for text in (raw, escaped):
-        assert decode_server_frame(text) == Delta("r1", "content", "a\ufffdb")
+        assert decode_server_frame(text) == DeltaFrame("r1", "content", "a\ufffdb")
 
 
 def test_hello_of_another_version_still_decodes_the_server_refuses_it() -> None:
     # Versions are compared by the server (it answers error "version"), not by the decoder.
-    assert decode_client_frame(f'{{"type":"hello","version":2,"token":"{TOKEN}"}}') == Hello(
+    assert decode_client_frame(f'{{"type":"hello","version":2,"token":"{TOKEN}"}}') == HelloFrame(
         2, TOKEN
     )
 
@@ -348,26 +348,26 @@ CLIENT_REFUSALS: list[tuple[str, str]] = [
         "$.reason",
     ),
     # values breaking an invariant
-    ('{"type":"hello","version":0,"token":"t"}', "Hello.version must be an integer >= 1"),
-    ('{"type":"cancel","id":""}', f"Cancel.id must be a string of 1 to {MAX_REQUEST_ID}"),
+    ('{"type":"hello","version":0,"token":"t"}', "HelloFrame.version must be an integer >= 1"),
+    ('{"type":"cancel","id":""}', f"CancelFrame.id must be a string of 1 to {MAX_REQUEST_ID}"),
     (
         f'{{"type":"cancel","id":"{"x" * (MAX_REQUEST_ID + 1)}"}}',
-        f"Cancel.id must be a string of 1 to {MAX_REQUEST_ID}",
+        f"CancelFrame.id must be a string of 1 to {MAX_REQUEST_ID}",
     ),
-    ('{"type":"stream","id":"r1","messages":[]}', "Stream.messages must not be empty"),
+    ('{"type":"stream","id":"r1","messages":[]}', "StreamFrame.messages must not be empty"),
     (
         f'{{"type":"stream","id":"","messages":[{USER_MESSAGE}]}}',
-        "Stream.id must be a string of 1 to",
+        "StreamFrame.id must be a string of 1 to",
     ),
     (
         '{"type":"approve","id":"r1","call":"c1","decision":"maybe"}',
-        "Approve.decision must be 'allow' or 'deny'",
+        "ApproveFrame.decision must be 'allow' or 'deny'",
     ),
     (
         '{"type":"approve","id":"r1","call":"c1","decision":"ALLOW"}',
-        "Approve.decision must be 'allow' or 'deny'",
+        "ApproveFrame.decision must be 'allow' or 'deny'",
     ),
-    ('{"type":"approve","id":"r1","call":"","decision":"deny"}', "Approve.call must be"),
+    ('{"type":"approve","id":"r1","call":"","decision":"deny"}', "ApproveFrame.call must be"),
     # a server frame sent to the server
     ('{"type":"ready","version":1,"max_frame":10,"max_streams":1}', "frame type 'ready'"),
     ('{"type":"delta","id":"r1","channel":"content","text":"x"}', "frame type 'delta'"),
@@ -389,12 +389,15 @@ SERVER_REFUSALS: list[tuple[str, str]] = [
         '{"type":"ready","version":1,"max_frame":true,"max_streams":1}',
         "$.max_frame: expected an integer, got bool",
     ),
-    ('{"type":"ready","version":1,"max_frame":0,"max_streams":1}', "Ready.max_frame must be"),
-    ('{"type":"delta","id":"r1","channel":"content","text":""}', "Delta.text must be a non-empty"),
+    ('{"type":"ready","version":1,"max_frame":0,"max_streams":1}', "ReadyFrame.max_frame must be"),
+    (
+        '{"type":"delta","id":"r1","channel":"content","text":""}',
+        "DeltaFrame.text must be a non-empty",
+    ),
     ('{"type":"delta","id":"r1","channel":"content","text":3}', "$.text: expected a string"),
     (
         '{"type":"delta","id":"r1","channel":"reasoning","text":"x"}',
-        "Delta.channel must be 'content' or 'thinking'",
+        "DeltaFrame.channel must be 'content' or 'thinking'",
     ),
     ('{"type":"delta","channel":"content","text":"x"}', "$.id: required field missing"),
     (
@@ -414,13 +417,13 @@ SERVER_REFUSALS: list[tuple[str, str]] = [
     ('{"type":"abort","id":"r1","partial":{},"extra":1}', "unknown field(s) 'extra'"),
     (
         '{"type":"error","code":"upstream","message":"sk-upstream said: quota for acct 42"}',
-        "Error.message must be the fixed text of its code",
+        "ErrorFrame.message must be the fixed text of its code",
     ),
     (
         '{"type":"error","code":"upstream","message":"unauthorized"}',
-        "Error.message must be the fixed text of its code",
+        "ErrorFrame.message must be the fixed text of its code",
     ),
-    ('{"type":"error","code":"teapot","message":"teapot"}', "Error.code must be one of"),
+    ('{"type":"error","code":"teapot","message":"teapot"}', "ErrorFrame.code must be one of"),
     ('{"type":"error","code":"upstream"}', "$.message: required field missing"),
     (
         '{"type":"error","code":"upstream","message":"relay provider failed","retryable":1}',
@@ -428,10 +431,10 @@ SERVER_REFUSALS: list[tuple[str, str]] = [
     ),
     (
         '{"type":"error","code":"upstream","message":"relay provider failed","id":""}',
-        "Error.id must be a string of 1 to",
+        "ErrorFrame.id must be a string of 1 to",
     ),
     # (codec words a str where an object is due as "'str' object has no attribute 'keys'")
-    ('{"type":"approval","id":"r1","call":"c1"}', "invalid Approval: $.call: "),
+    ('{"type":"approval","id":"r1","call":"c1"}', "invalid ApprovalFrame: $.call: "),
     ('{"type":"approval","id":"r1","call":{"id":"","name":"ls"}}', "ToolCall.id must be"),
     # a client frame sent to the client
     (f'{{"type":"hello","version":1,"token":"{TOKEN}"}}', "frame type 'hello'"),
@@ -481,15 +484,15 @@ def test_an_unknown_type_is_echoed_only_in_part() -> None:
 # --------------------------------------------------------------------------- request ids
 
 
-@pytest.mark.parametrize("cls", [Cancel, Delta, Approve, Error])
+@pytest.mark.parametrize("cls", [CancelFrame, DeltaFrame, ApproveFrame, ErrorFrame])
 def test_request_id_bounds_are_enforced_in_characters(cls: type) -> None:
     def build(request_id: str) -> Any:
-        if cls is Cancel:
-            return Cancel(request_id)
-        if cls is Delta:
-            return Delta(request_id, "content", "x")
-        if cls is Approve:
-            return Approve(request_id, "c1", "allow")
+        if cls is CancelFrame:
+            return CancelFrame(request_id)
+        if cls is DeltaFrame:
+            return DeltaFrame(request_id, "content", "x")
+        if cls is ApproveFrame:
+            return ApproveFrame(request_id, "c1", "allow")
         return error_frame("invalid", request_id)
 
     longest = "é" * MAX_REQUEST_ID  # 2 bytes each: the bound counts characters
@@ -526,7 +529,7 @@ def test_a_frame_over_the_limit_is_refused_before_parsing() -> None:
 
 
 def test_the_limit_is_measured_in_utf8_bytes() -> None:
-    frame = Delta("r1", "content", "日本語€😀" * 10)
+    frame = DeltaFrame("r1", "content", "日本語€😀" * 10)
     text = encode_frame(frame)
     size = len(text.encode("utf-8"))
     assert size > len(text)  # multi-byte characters count fully
@@ -541,14 +544,14 @@ def test_the_limit_is_measured_in_utf8_bytes() -> None:
 
 
 def test_a_frame_exactly_at_the_default_limit_is_accepted() -> None:
-    empty = encode_frame(Hello(1, ""))
+    empty = encode_frame(HelloFrame(1, ""))
     pad = DEFAULT_MAX_FRAME - len(empty.encode("utf-8"))
     token = "€" * (pad // 3) + "a" * (pad % 3)
-    text = encode_frame(Hello(1, token))
+    text = encode_frame(HelloFrame(1, token))
     assert len(text.encode("utf-8")) == DEFAULT_MAX_FRAME
-    assert decode_client_frame(text) == Hello(1, token)
+    assert decode_client_frame(text) == HelloFrame(1, token)
     with pytest.raises(SizeLimitError) as info:
-        decode_client_frame(encode_frame(Hello(1, token + "a")))
+        decode_client_frame(encode_frame(HelloFrame(1, token + "a")))
     assert info.value.limit == DEFAULT_MAX_FRAME
     assert info.value.category is Category.USER
 
@@ -605,7 +608,7 @@ def test_http_request_decodes_messages_tools_and_options(
     msgs: list[Message], tools: list[ToolDefinition], options: ProviderOptions | None
 ) -> None:
     # The body a client sends is a stream frame's fields without type and id.
-    frame = Stream("r1", msgs, tools, options)
+    frame = StreamFrame("r1", msgs, tools, options)
     body = json.loads(encode_frame(frame))
     del body["type"], body["id"]
     request = decode_http_request(json.dumps(body, ensure_ascii=False).encode("utf-8"))
@@ -659,7 +662,7 @@ BAD_HELLOS = [
 
 
 def test_hello_repr_never_shows_the_token() -> None:
-    hello = Hello(1, TOKEN)
+    hello = HelloFrame(1, TOKEN)
     assert TOKEN not in repr(hello)
     assert TOKEN not in str(hello)
     assert TOKEN not in repr([hello])
@@ -676,7 +679,7 @@ def test_a_refused_hello_never_shows_the_token(text: str) -> None:
 
 
 def test_a_hello_refused_by_size_never_shows_the_token() -> None:
-    text = encode_frame(Hello(1, TOKEN))
+    text = encode_frame(HelloFrame(1, TOKEN))
     with pytest.raises(SizeLimitError) as info:
         decode_client_frame(text, max_bytes=10)
     assert TOKEN not in str(info.value)
@@ -710,11 +713,11 @@ def test_error_frame_refuses_an_unknown_code() -> None:
 
 def test_an_error_cannot_be_built_with_another_message() -> None:
     with pytest.raises(ValidationError, match="fixed text of its code"):
-        Error("upstream", "the vendor said: invalid key sk-123")
+        ErrorFrame("upstream", "the vendor said: invalid key sk-123")
     with pytest.raises(ValidationError, match="fixed text of its code"):
-        Error("upstream", ERROR_MESSAGES["unauthorized"])
-    with pytest.raises(ValidationError, match=re.escape("Error.code must be one of")):
-        Error("teapot", "teapot")
+        ErrorFrame("upstream", ERROR_MESSAGES["unauthorized"])
+    with pytest.raises(ValidationError, match=re.escape("ErrorFrame.code must be one of")):
+        ErrorFrame("teapot", "teapot")
 
 
 # --------------------------------------------------------------------------- construction
@@ -723,35 +726,45 @@ def test_an_error_cannot_be_built_with_another_message() -> None:
 def test_frames_check_their_field_types_at_construction() -> None:
     user = Message.user("hi")
     with pytest.raises(ValidationError, match=r"messages\[0\] must be a Message, not int"):
-        Stream("r1", [1])  # type: ignore[list-item]
+        StreamFrame("r1", [1])  # type: ignore[list-item]
     with pytest.raises(ValidationError, match="messages must be a sequence of Message"):
         HttpRequest("hi")  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match=r"tools\[0\] must be a ToolDefinition"):
-        Stream("r1", [user], ["search"])  # type: ignore[list-item]
+        StreamFrame("r1", [user], ["search"])  # type: ignore[list-item]
     with pytest.raises(
-        ValidationError, match=re.escape("Stream.options must be a ProviderOptions")
+        ValidationError, match=re.escape("StreamFrame.options must be a ProviderOptions")
     ):
-        Stream("r1", [user], options={"think": True})  # type: ignore[arg-type]
-    with pytest.raises(ValidationError, match=re.escape("Result.result must be a ProviderResult")):
-        Result("r1", "done")  # type: ignore[arg-type]
-    with pytest.raises(ValidationError, match=re.escape("Abort.partial must be a ProviderResult")):
-        Abort("r1", None)  # type: ignore[arg-type]
-    with pytest.raises(ValidationError, match=re.escape("Approval.call must be a ToolCall")):
-        Approval("r1", "c1")  # type: ignore[arg-type]
-    with pytest.raises(ValidationError, match=re.escape("Error.retryable must be true or false")):
-        Error("upstream", ERROR_MESSAGES["upstream"], 1)  # type: ignore[arg-type]
-    with pytest.raises(ValidationError, match=re.escape("Approve.call must be a non-empty string")):
-        Approve("r1", "", "allow")
-    with pytest.raises(ValidationError, match=re.escape("Hello.token must be a string")):
-        Hello(1, None)  # type: ignore[arg-type]
-    with pytest.raises(ValidationError, match=re.escape("Hello.version must be an integer >= 1")):
-        Hello(True, "t")
+        StreamFrame("r1", [user], options={"think": True})  # type: ignore[arg-type]
     with pytest.raises(
-        ValidationError, match=re.escape("Ready.max_streams must be an integer >= 1")
+        ValidationError, match=re.escape("ResultFrame.result must be a ProviderResult")
     ):
-        Ready(1, 10, 0)
+        ResultFrame("r1", "done")  # type: ignore[arg-type]
+    with pytest.raises(
+        ValidationError, match=re.escape("AbortFrame.partial must be a ProviderResult")
+    ):
+        AbortFrame("r1", None)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match=re.escape("ApprovalFrame.call must be a ToolCall")):
+        ApprovalFrame("r1", "c1")  # type: ignore[arg-type]
+    with pytest.raises(
+        ValidationError, match=re.escape("ErrorFrame.retryable must be true or false")
+    ):
+        ErrorFrame("upstream", ERROR_MESSAGES["upstream"], 1)  # type: ignore[arg-type]
+    with pytest.raises(
+        ValidationError, match=re.escape("ApproveFrame.call must be a non-empty string")
+    ):
+        ApproveFrame("r1", "", "allow")
+    with pytest.raises(ValidationError, match=re.escape("HelloFrame.token must be a string")):
+        HelloFrame(1, None)  # type: ignore[arg-type]
+    with pytest.raises(
+        ValidationError, match=re.escape("HelloFrame.version must be an integer >= 1")
+    ):
+        HelloFrame(True, "t")
+    with pytest.raises(
+        ValidationError, match=re.escape("ReadyFrame.max_streams must be an integer >= 1")
+    ):
+        ReadyFrame(1, 10, 0)
     # Any iterable of the right items is accepted, and stored as a tuple.
-    stream = Stream("r1", iter([user]), (t for t in [ToolDefinition("ls")]))
+    stream = StreamFrame("r1", iter([user]), (t for t in [ToolDefinition("ls")]))
     assert stream.messages == (user,)
     assert stream.tools == (ToolDefinition("ls"),)
 
@@ -764,10 +777,10 @@ def test_encode_frame_refuses_what_is_not_a_frame() -> None:
 
 
 def test_encoded_frames_omit_defaults_and_are_compact() -> None:
-    text = encode_frame(Approve("r1", "c1", "deny"))
+    text = encode_frame(ApproveFrame("r1", "c1", "deny"))
     assert text == '{"type":"approve","id":"r1","call":"c1","decision":"deny"}'
     assert loads(text) == json.loads(text)
-    text = encode_frame(Error("budget", ERROR_MESSAGES["budget"]))
+    text = encode_frame(ErrorFrame("budget", ERROR_MESSAGES["budget"]))
     assert (
         text
         == '{"type":"error","code":"budget","message":"the token budget of this token is spent"}'
@@ -788,13 +801,13 @@ def test_delta_fast_paths_agree_with_the_codec(request_id: str, channel: str, te
     from protocols.codec import from_json, to_json
     from protocols.relay import _fast_delta
 
-    frame = Delta(request_id, channel, text)
+    frame = DeltaFrame(request_id, channel, text)
     general = dumps({"type": "delta", **to_json(frame)})  # type: ignore[dict-item]
     assert encode_frame(frame) == general
     fast = _fast_delta(general)
     data = json.loads(general)
     del data["type"]
-    expected = from_json(Delta, data)
+    expected = from_json(DeltaFrame, data)
     assert decode_server_frame(general) == expected
     if fast is not None:  # taken only when it is sure; then it is exactly the general answer
         assert fast == expected
