@@ -112,7 +112,7 @@ def test_set_up_script_installs_the_browser_without_asking_anything() -> None:
         "chromium-driver",
     ]
     # The programs it checks are the ones the browser tests drive.
-    browser_tests = (ROOT / "tests" / "actors" / "test_relay_browser.py").read_text()
+    browser_tests = (ROOT / "tests" / "e2e" / "test_relay_browser.py").read_text()
     for path in script.BROWSER:
         assert f'"{path}"' in browser_tests
 
@@ -140,7 +140,7 @@ def test_set_up_script_says_what_to_install_and_the_run_fails_without_the_browse
     assert "apt-get install chromium chromium-driver" in err
     assert err.index("-m pytest -q") < err.rindex(advice)
     # And the browser tests fail -- never skip -- when the programs are missing.
-    browser_tests = (ROOT / "tests" / "actors" / "test_relay_browser.py").read_text()
+    browser_tests = (ROOT / "tests" / "e2e" / "test_relay_browser.py").read_text()
     assert "pytest.fail(" in browser_tests
     assert "pytest.skip" not in browser_tests
     assert "importorskip" not in browser_tests
