@@ -267,13 +267,10 @@ class _Request:
         if self.state is not _State.QUEUED:  # already tripped: never queued
             return
         try:
-            ref.send_nowait(self)
-        except trio.WouldBlock:
             try:
+                ref.send_nowait(self)
+            except trio.WouldBlock:
                 await ref.send(self)
-            except BaseException:
-                self.withdraw("the request was never delivered", quiet=True)
-                raise
         except BaseException:
             self.withdraw("the request was never delivered", quiet=True)
             raise

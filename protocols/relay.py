@@ -93,6 +93,7 @@ __all__ = [
     "decode_server_frame",
     "encode_frame",
     "error_frame",
+    "is_loopback",
     "loggable",
     "parse_origin",
     "split_host",
@@ -590,11 +591,13 @@ def parse_origin(value: object) -> tuple[str, str, int] | None:
     return scheme, name, _DEFAULT_PORTS[scheme] if port is None else port
 
 
-def _is_loopback(name: str) -> bool:
-    if name == "localhost":
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address, IPv6 with or without brackets) surely means this
+    machine: ``localhost`` or a loopback address. Any other name may resolve to anything."""
+    if host.lower() in ("localhost", "localhost."):
         return True
     try:
-        return ipaddress.ip_address(name).is_loopback
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
 
@@ -633,7 +636,7 @@ class HostPolicy:
         if server is not None:
             own = split_host(server[0]) or split_host(f"[{server[0]}]")
             if own is not None:
-                local = {own[0]} | (LOOPBACK_NAMES if _is_loopback(own[0]) else set())
+                local = {own[0]} | (LOOPBACK_NAMES if is_loopback(own[0]) else set())
                 for name in local:
                     names.add(name)
                     if own_port is not None:

@@ -4,7 +4,6 @@ real OpenAI-compatible endpoint."""
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import os
 import secrets
 import signal
@@ -14,7 +13,7 @@ from typing import TextIO
 
 import trio
 
-from protocols.relay import parse_origin, split_host
+from protocols.relay import is_loopback, parse_origin, split_host
 
 from ..providers import OpenAIChat, StreamingProvider
 from ..relay import RelayLimits, RelayServer, RelayToken, serve
@@ -34,16 +33,6 @@ def _token(given: str | None) -> tuple[str, bool]:
     if token:
         return token, False
     return secrets.token_urlsafe(24), True
-
-
-def is_loopback(host: str) -> bool:
-    """Whether binding ``host`` keeps the relay on this machine."""
-    if host.lower() in ("localhost", "localhost."):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a name: it may resolve to anything
 
 
 @contextlib.asynccontextmanager
