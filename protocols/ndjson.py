@@ -16,6 +16,9 @@ from .errors import Category, ProtocolError, SizeLimitError
 
 __all__ = ["NDJSONDecoder"]
 
+#: How much of a line that failed to parse the decoder keeps (bytes).
+FAILED_LINE_KEPT = 1024
+
 _DEFAULT_MAX_LINE_SIZE = 16 * 1024 * 1024
 # JSON's whitespace: a line made only of these carries no value.
 _JSON_SPACE = b" \t\r\n"
@@ -42,7 +45,16 @@ class NDJSONDecoder:
     :class:`~protocols.errors.ProtocolError`.
     """
 
-    __slots__ = ("_category", "_closed", "_failed", "_lines", "_max", "_pending", "_pending_len")
+    __slots__ = (
+        "_category",
+        "_closed",
+        "_failed",
+        "_lines",
+        "_max",
+        "_pending",
+        "_pending_len",
+        "failed_line",
+    )
 
     def __init__(
         self,
@@ -65,6 +77,9 @@ class NDJSONDecoder:
         self._lines = 0
         self._closed = False
         self._failed = False
+        #: The start (at most :data:`FAILED_LINE_KEPT` bytes) of the line that failed to parse,
+        #: once one has: for an error message that shows it.
+        self.failed_line: bytes | None = None
 
     @property
     def lines(self) -> int:
@@ -149,6 +164,7 @@ class NDJSONDecoder:
             except ProtocolError as exc:
                 self._lines = number
                 self._failed = True
+                self.failed_line = bytes(line[:FAILED_LINE_KEPT])
                 raise ProtocolError(
                     f"NDJSON line {number}: {exc.message}", code="json", category=category
                 ) from exc

@@ -60,9 +60,6 @@ ERROR_BODY_LIMIT = 2048
 #: How much of a record that failed to decode an error message shows (characters).
 RECORD_EXCERPT_LIMIT = 200
 
-#: How much of the NDJSON line being received is kept, to show it if it fails to decode.
-_LINE_HEAD = 1024
-
 #: Words in a header name that mark its value as a credential (redacted from errors).
 _CREDENTIAL_WORDS = ("auth", "key", "token", "secret", "password", "cookie", "signature")
 
@@ -176,7 +173,6 @@ class _HTTPStream(ProviderStream):
         self._response: httpx.Response | None = None
         self._chunks: AsyncIterator[bytes] | None = None
         self._decoder: SSEDecoder | NDJSONDecoder | None = None
-        self._line_head = b""  # the start of the NDJSON line being received
         self._reader: Any = None
         self._shown = False  # a delta reached the caller: never retry from here on
         self._attempts = 0
@@ -321,7 +317,6 @@ class _HTTPStream(ProviderStream):
             raise _Attempt(await self._status_error(response))
         self._chunks = response.aiter_bytes()
         self._decoder = provider.new_decoder()
-        self._line_head = b""
         self._reader = provider.new_reader()
         self._idle_deadline = trio.current_time() + provider.timeouts.first_event
 
@@ -348,14 +343,11 @@ class _HTTPStream(ProviderStream):
                 )
             )
         decoder = self._decoder
-        before = decoder.lines if type(decoder) is NDJSONDecoder else 0
         try:
             try:
                 items = decoder.close() if chunk is None else decoder.feed(chunk)
             except ProtocolError as error:
-                raise self._undecodable_line(error, chunk, before) from None
-            if type(decoder) is NDJSONDecoder and chunk:
-                self._follow_line(chunk)
+                raise self._undecodable_line(error) from None
             if items:
                 self._add(items)
             if chunk is None:
@@ -397,26 +389,15 @@ class _HTTPStream(ProviderStream):
             # one per record.
             self._idle_deadline = trio.current_time() + self._provider.timeouts.idle
 
-    def _follow_line(self, chunk: bytes) -> None:
-        """Keep the start of the NDJSON line being received (for :meth:`_undecodable_line`)."""
-        end = chunk.rfind(b"\n")
-        if end >= 0:
-            self._line_head = chunk[end + 1 : end + 1 + _LINE_HEAD]
-        elif len(self._line_head) < _LINE_HEAD:
-            self._line_head = (self._line_head + chunk)[:_LINE_HEAD]
-
-    def _undecodable_line(
-        self, error: ProtocolError, chunk: bytes | None, before: int
-    ) -> ProtocolError:
+    def _undecodable_line(self, error: ProtocolError) -> ProtocolError:
         """``error`` (a framing decoder's), with an excerpt of the NDJSON line that failed."""
         decoder = self._decoder
         if error.code != "json" or type(decoder) is not NDJSONDecoder:
             return error
-        lines = (self._line_head + (chunk or b"")).split(b"\n")
-        index = decoder.lines - before - 1
-        if not 0 <= index < len(lines):
+        line = decoder.failed_line
+        if line is None:
             return error
-        shown = excerpt(lines[index].decode("utf-8", "replace"), RECORD_EXCERPT_LIMIT)
+        shown = excerpt(line.decode("utf-8", "replace"), RECORD_EXCERPT_LIMIT)
         return ProtocolError(f"{error.message}; the record: {shown}", code=error.code)
 
     @staticmethod
