@@ -10,9 +10,9 @@ from ._json import check_json as check_json
 from ._json import dumpb as dumpb
 from ._json import dumps as dumps
 from ._json import loads as loads
-from .budget import MAX_COUNT as MAX_COUNT
-from .budget import estimate_tokens as estimate_tokens
-from .budget import sanitize_count as sanitize_count
+from .accounting import MAX_COUNT as MAX_COUNT
+from .accounting import estimate_tokens as estimate_tokens
+from .accounting import sanitize_count as sanitize_count
 from .codec import converter as converter
 from .codec import decode as decode
 from .codec import encode as encode

@@ -29,7 +29,7 @@ from typing import Final
 import attrs
 
 from ._json import dumps
-from .budget import estimate_tokens
+from .accounting import estimate_tokens
 from .errors import ValidationError
 from .messages import Message, Role, ToolCall, new_id
 
@@ -421,7 +421,7 @@ def _annotated(message: Message) -> Message:
 def estimate_messages(messages: Iterable[Message]) -> int:
     """An estimate of the prompt tokens of ``messages``: per message
     :data:`MESSAGE_TOKEN_OVERHEAD` plus its text (content, thinking is not sent) and call
-    arguments by :func:`~protocols.budget.estimate_tokens`, plus :data:`IMAGE_TOKEN_ESTIMATE`
+    arguments by :func:`~protocols.accounting.estimate_tokens`, plus :data:`IMAGE_TOKEN_ESTIMATE`
     per image. Monotonic: more or longer messages never estimate lower."""
     total = 0
     for message in messages:

@@ -22,7 +22,7 @@ from jsonschema import SchemaError
 from jsonschema.validators import validator_for
 
 from ._json import JSON, check_json, dumps
-from .budget import sanitize_count
+from .accounting import Usage
 from .errors import ValidationError
 
 __all__ = [
@@ -499,83 +499,6 @@ _ALLOWED_FIELDS: dict[Role, frozenset[str]] = {
     Role.ASSISTANT: frozenset({"calls", "thinking", "interrupted", "continuation"}),
     Role.TOOL: frozenset({"tool_call_id", "name"}),
 }
-
-
-# ---------------------------------------------------------------------------------------------
-# Usage
-
-
-def _default_total(usage: Usage) -> int:
-    # Runs before the validators: leave bad parts for them to report clearly.
-    parts = (usage.prompt, usage.completion)
-    if all(isinstance(part, int) and not isinstance(part, bool) for part in parts):
-        return usage.prompt + usage.completion
-    return 0
-
-
-@attrs.frozen
-class Usage:
-    """Token usage of one or more provider calls.
-
-    ``total`` defaults to ``prompt + completion`` and may not be smaller; ``cached`` is the part of
-    ``prompt`` served from a prompt cache (``None`` when not reported) and may not exceed it.
-    ``a + b`` sums every field (``cached`` stays ``None`` only when both are ``None``).
-    """
-
-    prompt: int = attrs.field(default=0, validator=_count)
-    completion: int = attrs.field(default=0, validator=_count)
-    total: int = attrs.field(
-        default=attrs.Factory(_default_total, takes_self=True), validator=_count
-    )
-    cached: int | None = attrs.field(default=None)
-
-    def __attrs_post_init__(self) -> None:
-        if self.total < self.prompt + self.completion:
-            raise ValidationError(
-                f"Usage.total ({self.total}) is less than prompt + completion "
-                f"({self.prompt} + {self.completion})"
-            )
-        if self.cached is not None:
-            _count(self, attrs.fields(Usage).cached, self.cached)
-            if self.cached > self.prompt:
-                raise ValidationError(
-                    f"Usage.cached ({self.cached}) exceeds Usage.prompt ({self.prompt})"
-                )
-
-    def __add__(self, other: Usage) -> Usage:
-        if not isinstance(other, Usage):
-            return NotImplemented
-        cached = None
-        if self.cached is not None or other.cached is not None:
-            cached = (self.cached or 0) + (other.cached or 0)
-        return Usage(
-            prompt=self.prompt + other.prompt,
-            completion=self.completion + other.completion,
-            total=self.total + other.total,
-            cached=cached,
-        )
-
-    @classmethod
-    def sanitize(
-        cls,
-        *,
-        prompt: object = None,
-        completion: object = None,
-        total: object = None,
-        cached: object = None,
-    ) -> Usage:
-        """Build a valid :class:`Usage` from whatever numbers a provider reported.
-
-        Guarantees: never raises. Each count goes through
-        :func:`~protocols.budget.sanitize_count`; a missing or too-small ``total`` becomes
-        ``prompt + completion``; ``cached`` stays ``None`` when not reported and is clamped to
-        ``prompt`` otherwise.
-        """
-        p = sanitize_count(prompt)
-        c = sanitize_count(completion)
-        t = max(sanitize_count(total), p + c)
-        k = None if cached is None else min(sanitize_count(cached), p)
-        return cls(prompt=p, completion=c, total=t, cached=k)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -375,7 +375,15 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "structure_arguments",
         "validate_arguments",
     ]
-    assert sorted(protocols.accounting.__all__) == ["BudgetMeter", "BudgetScope", "TokenBudget"]
+    assert sorted(protocols.accounting.__all__) == [
+        "BudgetMeter",
+        "BudgetScope",
+        "MAX_COUNT",
+        "TokenBudget",
+        "Usage",
+        "estimate_tokens",
+        "sanitize_count",
+    ]
     assert sorted(actors.agent.__all__) == [
         "Agent",
         "AgentEvent",

@@ -19,8 +19,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 import attrs
 import trio
 
+from protocols.accounting import estimate_tokens
 from protocols.authority import Authority, resolve_ask
-from protocols.budget import estimate_tokens
 from protocols.errors import (
     AgentsError,
     ConfigError,

@@ -27,7 +27,7 @@ The policy, applied to the last message of the conversation:
   reasoning model).
 * A output-token cap (``max_tokens``, ``max_completion_tokens``, Ollama ``num_predict``) smaller
   than the answer cuts it to that many deltas with finish reason ``length``.
-* Usage: prompt tokens estimate the request's text (:func:`~protocols.budget.estimate_tokens`);
+* Usage: prompt tokens estimate the request's text (:func:`~protocols.accounting.estimate_tokens`);
   completion tokens count the deltas plus the estimate of the thinking and call arguments.
 
 Identifiers are derived from a caller-supplied sequence number, so equal inputs give equal bytes.

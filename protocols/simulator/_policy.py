@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._json import dumps, loads
-from ..budget import estimate_tokens
+from ..accounting import estimate_tokens
 from ..errors import ProtocolError
 from ..messages import FinishReason, Usage
 from ._request import (

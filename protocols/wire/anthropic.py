@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .._json import loads
-from ..budget import sanitize_count
+from ..accounting import sanitize_count
 from ..errors import ConfigError, ProtocolError, ProviderError, ValidationError
 from ..messages import (
     FinishReason,

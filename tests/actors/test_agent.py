@@ -27,8 +27,7 @@ from actors.agent import (
 from actors.conversation import CompactionError, Conversation
 from actors.testing import Fail, Hang, Reply, ScriptedProvider, Simulator
 from actors.tools import INTERRUPTED, NOT_EXECUTED
-from protocols.accounting import TokenBudget
-from protocols.budget import estimate_tokens
+from protocols.accounting import TokenBudget, estimate_tokens
 from protocols.errors import ProviderError
 from protocols.history import RECAP_PREFIX
 from protocols.messages import AgentResult, Message, Role, StopReason, ToolCall, Usage

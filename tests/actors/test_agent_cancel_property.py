@@ -41,8 +41,7 @@ from actors import Abort, ActorStopped, open_runtime, tool
 from actors.agent import EXHAUSTED, FALLBACK_SUMMARY, Agent, AgentStatus, Chunk
 from actors.testing import Fail, Hang, Reply, ScriptedProvider, ScriptExhausted
 from actors.tools import INTERRUPTED, NOT_EXECUTED
-from protocols.accounting import TokenBudget
-from protocols.budget import estimate_tokens
+from protocols.accounting import TokenBudget, estimate_tokens
 from protocols.errors import ProviderError
 from protocols.messages import (
     AgentResult,

@@ -42,9 +42,8 @@ from actors.testing import (
     Simulator,
 )
 from actors.tools import INTERRUPTED, NOT_EXECUTED, ToolRegistry
-from protocols.accounting import TokenBudget
+from protocols.accounting import TokenBudget, estimate_tokens
 from protocols.authority import NO_APPROVER_REASON, Authority, Rule, Verdict
-from protocols.budget import estimate_tokens
 from protocols.context import Scope
 from protocols.errors import AgentsError, ProviderError, ValidationError
 from protocols.faults import text_event

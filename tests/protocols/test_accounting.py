@@ -1,4 +1,5 @@
-"""Token budgets and the meter: mid-stream estimates, reconciled to reported usage."""
+"""Token accounting: budgets and the meter (mid-stream estimates, reconciled to reported usage),
+the token estimate and the sanitiser of reported counts."""
 
 from __future__ import annotations
 
@@ -6,8 +7,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocols.accounting import BudgetMeter, TokenBudget
-from protocols.budget import estimate_tokens
+from protocols.accounting import (
+    MAX_COUNT,
+    BudgetMeter,
+    TokenBudget,
+    estimate_tokens,
+    sanitize_count,
+)
 from protocols.errors import ValidationError
 from protocols.messages import Usage
 
@@ -115,3 +121,46 @@ def test_charge_adds_a_call_outside_the_turns_and_keeps_the_turns_estimate() -> 
     assert not meter.exhausted
     meter.charge(Usage(50, 0))
     assert meter.exhausted
+
+
+# Token counts: the estimate and the sanitiser
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens"), [("", 0), ("a", 1), ("abcd", 1), ("abcde", 2), ("é" * 8, 2), ("😀" * 5, 2)]
+)
+def test_estimate_counts_code_points(text: str, tokens: int) -> None:
+    assert estimate_tokens(text) == tokens
+
+
+@given(st.text(), st.text())
+def test_estimate_is_monotonic_and_subadditive_within_one(a: str, b: str) -> None:
+    assert estimate_tokens(a + b) >= estimate_tokens(a)
+    assert estimate_tokens(a + b) <= estimate_tokens(a) + estimate_tokens(b)
+
+
+@pytest.mark.parametrize(
+    ("value", "count"),
+    [
+        (None, 0),
+        (True, 0),
+        (False, 0),
+        (7, 7),
+        (-7, 0),
+        (7.0, 7),
+        (7.2, 8),
+        (float("nan"), 0),
+        (float("inf"), 0),
+        (" 12 ", 12),
+        ("12.5", 13),
+        ("", 0),
+        ("twelve", 0),
+        ([1], 0),
+        (10**30, MAX_COUNT),
+        (1e30, MAX_COUNT),
+    ],
+)
+def test_sanitize_count(value: object, count: int) -> None:
+    result = sanitize_count(value)
+    assert result == count
+    assert type(result) is int

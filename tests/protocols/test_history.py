@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocols.budget import estimate_tokens
+from protocols.accounting import estimate_tokens
 from protocols.codec import decode, dumps, encode
 from protocols.errors import ValidationError
 from protocols.history import (
