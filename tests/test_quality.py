@@ -43,3 +43,15 @@ def test_mypy_covers_both_packages() -> None:
     assert "strict = true" in mypy_section
     assert '"protocols"' in mypy_section
     assert '"actors"' in mypy_section
+
+
+def test_no_two_test_modules_share_a_name() -> None:
+    # pytest imports test modules by their bare name (the test directories are not packages, so
+    # helpers such as actor_helpers import plainly): two files of one name in different folders
+    # would make the second fail to import.
+    seen: dict[str, list[str]] = {}
+    for path in (ROOT / "tests").rglob("*.py"):
+        seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    clashes = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert "test_quality.py" in seen
+    assert not clashes, f"test modules share a name: {clashes}"

@@ -41,7 +41,7 @@ from protocols import (
 )
 from protocols.faults import text_event
 
-FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "tests" / "fixtures"
 MESSAGES = [Message.user("hi")]
 FAST = RetryPolicy(initial=0.01, maximum=0.02)
 IDLE = 0.05  # mock-clock autojump threshold (real seconds) when real sockets are involved

@@ -41,7 +41,7 @@ from actors.testing._loopback import Exchange, LoopbackServer, RequestTooLarge
 from protocols import Message, ProviderError
 from protocols.errors import ANYWHERE_LENGTH
 
-FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "tests" / "fixtures"
 QUICK = RetryPolicy(retries=1, initial=1e-6, maximum=1e-6)
 Vendor = str
 

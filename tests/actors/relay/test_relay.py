@@ -801,7 +801,7 @@ async def test_closing_the_provider_completes_the_close_handshake_without_waitin
 async def test_a_cut_request_is_charged_an_estimate_of_its_prompt_and_what_streamed(
     mock_clock: trio.testing.MockClock,
 ) -> None:
-    from protocols.budget import estimate_tokens
+    from protocols.accounting import estimate_tokens
     from protocols.history import estimate_messages
 
     up = Upstream()
