@@ -14,7 +14,8 @@ from protocols.breaker import CircuitBreaker
 
 from ..agent import Agent
 from ..providers import ProviderConnection, ProviderInterface, StreamingProvider
-from ._actor import Actor, ActorRef, _Cell, _leaves, run_incarnation
+from ._actor import Actor, ActorRef, _Cell
+from ._incarnation import _leaves, run_incarnation
 from ._supervisor import (
     Backoff,
     ChildSpec,

@@ -22,8 +22,8 @@ from ._actor import (
     ActorStatistics,
     ExitKind,
     _Cell,
-    run_incarnation,
 )
+from ._incarnation import run_incarnation
 
 __all__ = [
     "AutoShutdown",
