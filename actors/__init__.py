@@ -7,6 +7,7 @@ and the relay (:mod:`actors.relay`) lets credential-free clients drive a model; 
 they all speak lives in :mod:`protocols`.
 """
 
+from protocols.accounting import TeamBudget as TeamBudget
 from protocols.accounting import TokenBudget as TokenBudget
 
 from ._core._abort import Abort as Abort
@@ -30,8 +31,13 @@ from ._core._supervisor import Supervisor as Supervisor
 from ._core._supervisor import SupervisorGaveUp as SupervisorGaveUp
 from ._core._supervisor import SupervisorStatistics as SupervisorStatistics
 from ._core._supervisor import TerminateChild as TerminateChild
+from ._delegation import handoff as handoff
+from ._run_context import BudgetView as BudgetView
+from ._run_context import RunContext as RunContext
+from ._run_context import RunStep as RunStep
 from ._version import __version__ as __version__
 from .agent import Agent as Agent
+from .agent import AgentBusy as AgentBusy
 from .agent import AgentRun as AgentRun
 from .agent import CycleError as CycleError
 from .cli import main as main
@@ -64,10 +70,12 @@ __all__ = [
     "ActorStatistics",
     "ActorStopped",
     "Agent",
+    "AgentBusy",
     "AgentRun",
     "AnthropicMessages",
     "AutoShutdown",
     "Backoff",
+    "BudgetView",
     "ChildSpec",
     "CompactionError",
     "Conversation",
@@ -84,6 +92,8 @@ __all__ = [
     "RelayToken",
     "ReplyStream",
     "Restart",
+    "RunContext",
+    "RunStep",
     "Runtime",
     "SQLiteConversationStore",
     "StartChild",
@@ -92,11 +102,13 @@ __all__ = [
     "Supervisor",
     "SupervisorGaveUp",
     "SupervisorStatistics",
+    "TeamBudget",
     "TerminateChild",
     "TokenBudget",
     "Tool",
     "ToolRegistry",
     "__version__",
+    "handoff",
     "main",
     "open_runtime",
     "summarizer_for",

@@ -5,7 +5,8 @@ loop it drives for each, with the chunks and events a run produces."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import math
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -44,7 +45,8 @@ from protocols.toolschema import (
 from protocols.workspace import WorkspaceManager
 
 from ._core._abort import Abort
-from .conversation import CompactionError, paying
+from ._run_context import RunStep, _tool_run, context_for
+from .conversation import CompactionError, Conversation, paying
 from .providers import RetryEvent
 from .tools import NOT_EXECUTED, ToolBatch
 
@@ -169,8 +171,10 @@ class _OutputSpec:
 class AgentEvent:
     """Something that happened in a run, delivered to listeners after it happened.
 
-    ``run`` is the run's number on this agent; ``turn`` the provider calls made so far. By
-    ``kind``:
+    ``run`` is the run's number on this agent, ``run_id`` its id (the ``run_id`` of its
+    :class:`~protocols.messages.AgentResult`); ``turn`` the provider calls made so far. An event
+    of a delegated run, as the parent's listeners hear it, has a non-empty ``path`` (the
+    delegation hops down to it, see :class:`~actors.RunStep`). By ``kind``:
 
     * ``start``: the run began (a run withdrawn while it waited never starts);
     * ``turn``: a provider call begins;
@@ -188,7 +192,13 @@ class AgentEvent:
     * ``abort``: the run was cut, or withdrawn before it began (``reason``, ``stop``);
     * ``exhaust``: the turn limit was reached;
     * ``finish``: the run ended (``partial``, ``stop``);
-    * ``error``: the run raised ``error``.
+    * ``error``: the run raised ``error``;
+    * ``progress``: a tool reported progress (``call``, ``text``, ``data``);
+    * ``subagent_start``: the tool ``call`` delegated to ``agent``, whose run is ``child``
+      (``subagent:<call id>``);
+    * ``subagent_finish``: that run ended: ``status`` (its stop reason, or ``error``),
+      ``duration`` (seconds), ``usage`` (its total, delegations included);
+    * ``handoff``: the tool ``call`` handed the rest of the run to ``agent``.
     """
 
     kind: Literal[
@@ -205,6 +215,10 @@ class AgentEvent:
         "exhaust",
         "finish",
         "error",
+        "progress",
+        "subagent_start",
+        "subagent_finish",
+        "handoff",
     ]
     run: int
     turn: int = 0
@@ -218,20 +232,34 @@ class AgentEvent:
     attempt: int | None = None
     delay: float | None = None
     estimated: bool = False
+    run_id: str = ""
+    path: tuple[RunStep, ...] = ()
+    text: str | None = None
+    data: Mapping[str, Any] | None = None
+    agent: str | None = None
+    child: str | None = None
+    status: str | None = None
+    duration: float | None = None
 
 
 @attrs.frozen
 class Chunk:
     """One piece of a run, in order: ``content`` or ``thinking`` text, a ``tool_call`` the model
-    made, a ``tool_result``, or the ``usage`` of a finished turn (``None`` when the provider
-    reported none; ``estimated`` when the run's budget charged it by estimate instead)."""
+    made, a ``tool_result``, the ``usage`` of a finished turn (``None`` when the provider
+    reported none; ``estimated`` when the run's budget charged it by estimate instead), or a
+    tool's ``progress`` (``text``; ``call`` is the reporting call).
 
-    kind: Literal["content", "thinking", "tool_call", "tool_result", "usage"]
+    ``run_id`` is the run that produced it; a chunk of a run delegated to (``as_tool``) reaches
+    the parent's stream with the hops down to that run in ``path`` (empty for the run's own)."""
+
+    kind: Literal["content", "thinking", "tool_call", "tool_result", "usage", "progress"]
     text: str = ""
     call: ToolCall | None = None
     result: ToolResult | None = None
     usage: Usage | None = None
     estimated: bool = False
+    run_id: str = ""
+    path: tuple[RunStep, ...] = ()
 
 
 class _Run:
@@ -244,6 +272,13 @@ class _Run:
         self.request = request
         self.meter = meter
         self.number = number
+        self.run_id = request.run_id
+        self.path = request.path
+        self.conversation: Conversation = request.conversation or agent.conversation
+        self.deps = (
+            request.deps if request.deps is not None else agent._option(request.options, "deps")
+        )
+        self.token: Abort = request.watch if request.watch is not None else request.token
         # How often each identical call (name + canonical arguments) has been run.
         self.seen: dict[str, int] = {}
         # Automatic compaction gave up for this run (futile, or its summarizer failed).
@@ -252,6 +287,8 @@ class _Run:
         self.scope: trio.CancelScope | None = None
         self.appended: list[Message] = []
         self.usage: Usage | None = Usage()  # None once a turn's usage is unknown
+        # What the runs this run delegated to spent (None once one of them is unknown).
+        self.delegated: Usage | None = Usage()
         self.estimated = False
         self.turns_made = 0
         self.thinking: list[str] = []
@@ -261,10 +298,18 @@ class _Run:
         self.batch: ToolBatch | None = None
         # Calls of a committed assistant message whose results are not committed yet.
         self.open_calls: tuple[ToolCall, ...] = ()
+        # A handoff tool of the last batch: the agent to answer the rest of this turn.
+        self.handoff: Agent | None = None
+        # The agent whose answer ended the run, after a handoff.
+        self.answered_by: str | None = None
+        self.pace: Callable[[Any], Awaitable[None]] | None = agent._option(request.options, "pace")
 
     def emit(self, chunk: Chunk) -> None:
         request = self.request
-        if request.send is not None and not request.deliver(chunk):
+        forward = request.forward
+        if forward is not None:
+            forward(chunk)
+        elif request.send is not None and not request.deliver(chunk):
             # The consumer went away without closing the run: that is a cancel, never a crash.
             request.token.cancel("the stream's consumer went away")
 
@@ -272,21 +317,49 @@ class _Run:
         content = next(
             (m.content for m in reversed(self.appended) if m.role.value == "assistant"), ""
         )
+        usage, delegated = self.usage, self.delegated
         return AgentResult(
             content=content,
             thinking="\n\n".join(t for t in self.thinking if t),
             messages=self.appended,
-            usage=self.usage,
+            usage=usage,
             stop=stop,
             turns=self.turns_made,
             output=self.output,
             estimated=self.estimated,
+            run_id=self.run_id,
+            agent=self.answered_by or self.agent.name,
+            total_usage=None if usage is None or delegated is None else usage + delegated,
         )
+
+    def deadline(self) -> float:
+        """The run's deadline (``inf``: none), in :func:`trio.current_time` terms."""
+        scope = self.scope
+        own = scope.deadline if scope is not None else math.inf
+        return min(own, self.request.deadline)
+
+    def relay(self, event: AgentEvent) -> None:
+        """Pass an event of a run below this one to this run's listeners and up."""
+        if self.agent._listeners:
+            self.agent._emit(event)
+        forward = self.request.forward_event
+        if forward is not None:
+            forward(event)
+
+    def progress(self, call_id: str, text: str, data: Mapping[str, Any]) -> None:
+        call = next((c for c in self.open_calls if c.id == call_id), None)
+        self.emit(Chunk("progress", text=text, call=call, run_id=self.run_id))
+        self.event("progress", call=call, text=text, data=dict(data))
+
+    def delegated_to(self, usage: Usage | None) -> None:
+        """A run this run delegated to ended having spent ``usage`` (its total)."""
+        delegated = self.delegated
+        self.delegated = None if delegated is None or usage is None else delegated + usage
 
     async def add(self, *messages: Message) -> None:
         # Shielded: a commit is quick (a local actor call) and must be known to have happened
         # or not -- a cancel landing mid-call could otherwise commit a tool call unrecorded.
-        conversation = self.agent.conversation
+        conversation = self.conversation
         if not conversation._add_now(messages):  # the actor is busy: queue behind its work
             with trio.CancelScope(shield=True):
                 await conversation.add(messages)
@@ -297,8 +370,16 @@ class _Run:
         self.event("retry", attempt=retry.attempt, delay=retry.delay, reason=retry.code + status)
 
     def event(self, kind: Any, **fields: Any) -> None:
-        if self.agent._listeners:  # nobody listening: build no event
-            self.agent._emit(AgentEvent(kind, self.number, turn=self.turns_made, **fields))
+        agent = self.agent
+        forward = self.request.forward_event
+        if agent._listeners or forward is not None:  # nobody listening: build no event
+            event = AgentEvent(
+                kind, self.number, turn=self.turns_made, run_id=self.run_id, **fields
+            )
+            if agent._listeners:
+                agent._emit(event)
+            if forward is not None:
+                forward(event)
 
     def prompt(self, extra: Sequence[Message] = ()) -> tuple[Message, ...]:
         """The next request's messages, built fresh (``extra`` is appended, never stored)."""
@@ -306,7 +387,7 @@ class _Run:
         source = agent.workspace
         active = source.active if isinstance(source, WorkspaceManager) else source
         built = build(
-            agent.conversation._history_now().view(),
+            self.conversation._history_now().view(),
             system=agent.system,
             instructions=agent.instructions,
             files=active.files() if active is not None else (),
@@ -342,7 +423,7 @@ class _Run:
             provider_options = attrs.evolve(provider_options, schema=spec.schema)
         attempts = 0
         while self.turns_made < limit:
-            if self.meter is not None and self.meter.exhausted:
+            if self.meter is not None and self.meter.spent:
                 # Reported usage (prompt tokens, thinking) spent the budget after the stream:
                 # no further turn starts. The last turn's tool calls have run and are answered.
                 self.budget_tripped = True
@@ -384,7 +465,7 @@ class _Run:
                 continue
             self.open_calls = result.calls
             for call in result.calls:
-                self.emit(Chunk("tool_call", call=call))
+                self.emit(Chunk("tool_call", call=call, run_id=self.run_id))
             if tools_off:
                 # The model was told to call no tools and did: none runs, each is answered (the
                 # history stays well formed), and the run fails -- its answer cannot be trusted.
@@ -410,6 +491,8 @@ class _Run:
                 self.event("guard", reason=reason)
                 continue
             batch = await self.run_tools(result.calls, refused=result.denied)
+            if self.handoff is not None:
+                return StopReason.COMPLETE  # the agent handed to answers the rest of the turn
             unknown = [result.calls[index] for index in sorted(batch.skipped)]
             if unknown and unknown_streak:
                 # Unknown tools two turns running: one last call, without tools, that names
@@ -431,7 +514,8 @@ class _Run:
         """Before a provider call: compact when the prompt reaches the agent's window (and the
         conversation can summarise). True when a compaction changed the history."""
         agent = self.agent
-        if agent.window is None or self.futile or not agent.conversation.summarizable:
+        conversation = self.conversation
+        if agent.window is None or self.futile or not conversation.summarizable:
             return False
         head = [m for m in prompt[:1] if m.role is Role.SYSTEM]
         # The compaction's summarizer calls are the run's too: charged to its budget, and cut
@@ -439,7 +523,7 @@ class _Run:
         cut = Abort()
         try:
             with paying(self.charge_compaction, cut):
-                check = await agent.conversation.fit(agent.window, head=head)
+                check = await conversation.fit(agent.window, head=head)
         except CompactionError as error:
             self.event("fault", error=error, reason=error.message)
             if agent.strict:
@@ -473,7 +557,7 @@ class _Run:
         """Record ``text`` as the failed result of every call (none of them runs)."""
         results = [_failed(call, text) for call in calls]
         for tool_result in results:
-            self.emit(Chunk("tool_result", result=tool_result))
+            self.emit(Chunk("tool_result", result=tool_result, run_id=self.run_id))
         await self.add(*(_tool_message(r) for r in results))
         self.open_calls = ()
 
@@ -483,17 +567,21 @@ class _Run:
         """Run a turn's calls (those the provider side ``refused`` are answered, not run)."""
         agent = self.agent
         self.batch = batch = ToolBatch(calls)
-        results = await agent.registry.execute(
-            calls,
-            scope=agent.scope,
-            authority=agent.authority,
-            approve=agent.approve,
-            limit=agent.tool_concurrency,
-            batch=batch,
-            refused=refused,
-        )
+        reset = _tool_run.set(self)
+        try:
+            results = await agent.registry.execute(
+                calls,
+                scope=agent.scope,
+                authority=agent.authority,
+                approve=agent.approve,
+                limit=agent.tool_concurrency,
+                batch=batch,
+                refused=refused,
+            )
+        finally:
+            _tool_run.reset(reset)
         for index, (call, tool_result) in enumerate(zip(calls, results, strict=True)):
-            self.emit(Chunk("tool_result", result=tool_result))
+            self.emit(Chunk("tool_result", result=tool_result, run_id=self.run_id))
             if index in batch.denied and isinstance(tool_result, ToolFailure):
                 self.event("deny", call=call, result=tool_result, reason=tool_result.error)
             else:
@@ -538,8 +626,12 @@ class _Run:
         run's scope (its deadline and abort), and never once the budget is spent -- then the
         run is cut as by a budget trip mid-stream. ``again``: the same turn, re-sent."""
         meter = self.meter
+        if self.pace is not None:
+            # Inside the run's scope: a cancel, a deadline or a budget trip while pacing cuts
+            # the run like any other wait.
+            await self.pace(context_for(self, ""))
         if meter is not None:
-            if meter.exhausted:
+            if meter.spent:
                 self.budget_tripped = True
                 assert self.scope is not None
                 self.scope.cancel()
@@ -553,8 +645,16 @@ class _Run:
             prompt, tools=definitions, options=options
         )
         async with stream:
+            run_id = self.run_id
             async for delta in stream:
-                self.emit(Chunk(delta.channel, text=delta.text))
+                if meter is not None and meter.spent:
+                    # Spent by another run drawing on the same budget (a team's, a parent's)
+                    # before this delta: it is neither shown nor charged.
+                    self.budget_tripped = True
+                    assert self.scope is not None
+                    self.scope.cancel()
+                    await trio.lowlevel.checkpoint()
+                self.emit(Chunk(delta.channel, delta.text, run_id=run_id))
                 if (
                     delta.channel == "content"
                     and meter is not None
@@ -584,7 +684,7 @@ class _Run:
             draw = result.usage
         self.usage = None if self.usage is None or draw is None else self.usage + draw
         self.thinking.append(result.thinking)
-        self.emit(Chunk("usage", usage=draw, estimated=estimated))
+        self.emit(Chunk("usage", usage=draw, estimated=estimated, run_id=self.run_id))
         self.event("usage", usage=draw, estimated=estimated)
 
     async def commit_partial(self) -> None:
@@ -613,7 +713,7 @@ class _Run:
                 else:
                     settled = [_failed(call, NOT_EXECUTED) for call in self.open_calls]
                 for tool_result in settled:
-                    self.emit(Chunk("tool_result", result=tool_result))
+                    self.emit(Chunk("tool_result", result=tool_result, run_id=self.run_id))
                 await self.add(*(_tool_message(r) for r in settled))
                 self.open_calls = ()
                 self.batch = None

@@ -31,16 +31,18 @@ agents run concurrently. A :meth:`Agent.stream` that is never iterated never tak
 
 from __future__ import annotations
 
+import collections
 import contextvars
 import enum
 import logging
-from collections.abc import Callable, Iterable, Sequence
+import math
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import trio
 
-from protocols.accounting import BudgetMeter, TokenBudget
+from protocols.accounting import BudgetMeter, TeamBudget, TokenBudget
 from protocols.authority import Authority
 from protocols.context import Instructions, Scope
 from protocols.errors import (
@@ -53,12 +55,14 @@ from protocols.messages import (
     AgentResult,
     Message,
     StopReason,
+    new_id,
 )
 from protocols.workspace import Workspace, WorkspaceManager
 
 from ._core._abort import Abort
 from ._core._actor import Actor, ActorRef, ActorStopped
 from ._core._supervisor import Restart
+from ._run_context import RunContext, RunStep
 from ._run_loop import (
     COMMIT_DEADLINE,
     EXHAUST_INSTRUCTION,
@@ -90,6 +94,7 @@ __all__ = [
     "TOOLS_OFF",
     "UNKNOWN_TOOLS_FALLBACK",
     "Agent",
+    "AgentBusy",
     "AgentEvent",
     "AgentRun",
     "AgentStatus",
@@ -103,6 +108,12 @@ log = logging.getLogger("trio_agents.agent")
 
 #: Called with the error and the event when an event listener raises.
 ErrorHandler = Callable[[BaseException, "AgentEvent"], None]
+
+#: Awaited before every provider call of a run (see ``RunOptions.pace``).
+Pace = Callable[[RunContext[Any]], Awaitable[None]]
+
+#: What a request does when the agent is busy (see :meth:`Agent.generate`).
+BusyPolicy = Literal["queue", "interrupt", "reject"]
 
 
 class AgentStatus(enum.StrEnum):
@@ -141,12 +152,17 @@ class RunOptions:
     tool that raises does -- ``"record"`` (the default: the model reads the error, a
     ``tool_error`` event and a WARNING log with the traceback tell you) or ``"raise"`` (the
     batch's results are committed, then the run fails with a
-    :class:`~protocols.errors.ToolError` chained to the tool's exception).
+    :class:`~protocols.errors.ToolError` chained to the tool's exception); ``deps``: what tools
+    read as :attr:`RunContext.deps <actors.RunContext.deps>`; ``pace``: an async function
+    awaited (with the run's :class:`~actors.RunContext`) before every provider call of the
+    run, inside the run's scope -- rate limiting, scheduling; a cancel while it waits is a
+    cancel like any other. ``budget`` may be a :class:`~protocols.accounting.TeamBudget`, drawn
+    on by every run given it.
     """
 
     limit: int | None = None
     timeout: float | None = None
-    budget: TokenBudget | None = None
+    budget: TokenBudget | TeamBudget | None = None
     abort: tuple[Abort, ...] = attrs.field(default=(), converter=_tokens)
     think: bool | None = None
     tool_choice: str | None = None
@@ -155,6 +171,8 @@ class RunOptions:
     schema: dict[str, Any] | type | None = None
     schema_retries: int | None = None
     on_tool_error: Literal["record", "raise"] | None = None
+    deps: Any = None
+    pace: Pace | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.on_exhaust not in (None, "stop", "summarize"):
@@ -184,8 +202,10 @@ class RunOptions:
         ):
             raise ValidationError(f"limit must be an integer >= 0, not {self.limit!r}")
         _positive("timeout", self.timeout)
-        if self.budget is not None and not isinstance(self.budget, TokenBudget):
-            raise ValidationError("budget must be a TokenBudget")
+        if self.budget is not None and not isinstance(self.budget, TokenBudget | TeamBudget):
+            raise ValidationError("budget must be a TokenBudget or a TeamBudget")
+        if self.pace is not None and not callable(self.pace):
+            raise ValidationError(f"pace must be an async function, not {self.pace!r}")
         for token in self.abort:
             if not isinstance(token, Abort):
                 raise ValidationError(f"abort takes Abort tokens, not {type(token).__name__}")
@@ -223,7 +243,21 @@ class CycleError(AgentsError):
         self.chain = (*chain, agent)
 
 
-@attrs.define
+class AgentBusy(AgentsError):
+    """A request with ``if_busy="reject"`` found the agent busy (a run in progress or
+    waiting): refused at once, nothing queued or committed."""
+
+    def __init__(self, agent: str) -> None:
+        super().__init__(
+            f"agent {agent!r} is busy answering another message (if_busy='reject')",
+            code="busy",
+            category=Category.USER,
+            retryable=True,
+        )
+        self.agent = agent
+
+
+@attrs.define(eq=False)
 class _Request:
     """One run, from its request to its end: what was asked, where it is, how it ended.
 
@@ -248,13 +282,26 @@ class _Request:
     chain: tuple[_Request, ...] = ()
     _unwatch: Callable[[], None] | None = None
     _waiting: bool = False  # counted in the agent's queued runs
+    run_id: str = attrs.field(factory=new_id)
+    #: The delegation hops above this run (empty for a run a caller started).
+    path: tuple[RunStep, ...] = ()
+    #: The conversation the run works in (None: the agent's).
+    conversation: Conversation | None = None
+    deps: Any = None
+    #: A delegated or handed-to run passes its chunks and events to its parent run.
+    forward: Callable[[Chunk], None] | None = None
+    forward_event: Callable[[AgentEvent], None] | None = None
+    #: A deadline inherited from a parent run (``trio.current_time()`` terms).
+    deadline: float = math.inf
+    #: The meters of the runs this run draws on (its parent's).
+    meters: tuple[BudgetMeter, ...] = ()
+    #: The loop state of the run, once it began (what a cut delegated run had done).
+    run: _Run | None = None
 
-    async def submit(self, ref: ActorRef[Any, Any]) -> None:
-        """Queue this run in the agent's mailbox (without a yield when there is room).
+    def bind(self, *, queued: bool) -> None:
+        """Check the chain of runs the calling task is inside of and watch the tokens.
 
-        Raises :class:`CycleError` when the calling task is inside a run of this agent; a
-        request whose tokens already tripped is withdrawn without being queued."""
-        await trio.lowlevel.checkpoint_if_cancelled()
+        Raises :class:`CycleError` when the calling task is inside a run of this agent."""
         chain = tuple(run for run in _chain.get() if run.state is _State.RUNNING)
         agent = self.agent
         if any(run.agent is agent for run in chain):
@@ -263,20 +310,49 @@ class _Request:
         self.chain = (*chain, self)
         sources = (*agent.defaults.abort, *self.options.abort)
         self.watch = watch = Abort.any(self.token, *sources) if sources else self.token
-        self._unwatch = watch.on_cancel(self._tripped)
+        if queued:
+            self._unwatch = watch.on_cancel(self._tripped)
+
+    async def submit(self, ref: ActorRef[Any, Any], if_busy: BusyPolicy = "queue") -> None:
+        """Queue this run for the agent's actor (without a yield when there is room).
+
+        Raises :class:`CycleError` when the calling task is inside a run of this agent,
+        :class:`AgentBusy` for ``if_busy="reject"`` when the agent is busy, and
+        :class:`~actors.ActorStopped` once the agent is closing; a request whose tokens
+        already tripped is withdrawn without being queued. ``if_busy="interrupt"`` queues it
+        ahead of ordinary runs and cuts the run in progress."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        agent = self.agent
+        if if_busy not in ("queue", "interrupt", "reject"):
+            raise ValidationError(
+                f"if_busy must be 'queue', 'interrupt' or 'reject', not {if_busy!r}"
+            )
+        if agent._closing:
+            self.state = _State.WITHDRAWN
+            raise ActorStopped(f"agent {agent.name!r} is closed", name=agent.name)
+        self.bind(queued=True)
+        if if_busy == "reject" and agent.busy:
+            self.state = _State.WITHDRAWN
+            self._settle()
+            raise AgentBusy(agent.name)
         if self.state is not _State.QUEUED:  # already tripped: never queued
             return
+        queue = agent._urgent if if_busy == "interrupt" else agent._ordinary
+        queue.append(self)
         try:
             try:
                 ref.send_nowait(self)
             except trio.WouldBlock:
                 await ref.send(self)
         except BaseException:
+            queue.remove(self)  # never delivered: no wake-up will come for it
             self.withdraw("the request was never delivered", quiet=True)
             raise
         if self.state is _State.QUEUED:
             self._waiting = True
             agent._queued += 1
+            if if_busy == "interrupt" and agent._current is not None:
+                agent._current.token.cancel("interrupted by a new message")
 
     def _settle(self) -> None:
         if self._unwatch is not None:
@@ -305,7 +381,9 @@ class _Request:
         self.state = _State.WITHDRAWN
         self._settle()
         self.input = ()
-        self.result = result = AgentResult(stop=StopReason.CANCELLED)
+        self.result = result = AgentResult(
+            stop=StopReason.CANCELLED, run_id=self.run_id, agent=self.agent.name
+        )
         self.deliver(("result", result))
         self.close()
         self.finished.set()
@@ -313,9 +391,13 @@ class _Request:
         agent._statistics["withdrawn"] += 1
         if agent._listeners and not quiet:
             agent._runs += 1
-            number = agent._runs
-            agent._emit(AgentEvent("abort", number, reason=reason, stop=StopReason.CANCELLED))
-            agent._emit(AgentEvent("finish", number, stop=StopReason.CANCELLED, partial=True))
+            number, run_id = agent._runs, self.run_id
+            agent._emit(
+                AgentEvent("abort", number, reason=reason, stop=StopReason.CANCELLED, run_id=run_id)
+            )
+            agent._emit(
+                AgentEvent("finish", number, stop=StopReason.CANCELLED, partial=True, run_id=run_id)
+            )
 
     def fail(self, error: BaseException) -> None:
         """End a run that will never finish (its agent stopped): its caller gets ``error``."""
@@ -364,14 +446,26 @@ class AgentRun:
     """A run being streamed: ``async with agent.stream(...) as run: async for chunk in run``,
     then ``run.result``. Leaving the block early aborts the run (its partial is committed)."""
 
-    def __init__(self, agent: Agent, request: _Request, receive: trio.MemoryReceiveChannel[Any]):
+    def __init__(
+        self,
+        agent: Agent,
+        request: _Request,
+        receive: trio.MemoryReceiveChannel[Any],
+        if_busy: BusyPolicy = "queue",
+    ):
         self._agent = agent
         self._request = request
+        self._if_busy = if_busy
         self._receive = receive
         self._submitted = False
         self._result: AgentResult | None = None
         self._error: BaseException | None = None
         self._ended = False
+
+    @property
+    def run_id(self) -> str:
+        """The run's id: its result's and its events' ``run_id``."""
+        return self._request.run_id
 
     @property
     def result(self) -> AgentResult:
@@ -411,7 +505,7 @@ class AgentRun:
         if not self._submitted:
             # Only a delivered request has a run to wait for: a send that raises (the caller
             # cancelled, the agent stopped) delivered nothing.
-            await self._request.submit(self._agent.ref)
+            await self._request.submit(self._agent.ref, self._if_busy)
             self._submitted = True
         try:
             item = await self._receive.receive()
@@ -440,7 +534,8 @@ def _input_messages(input: str | Message | Sequence[Message] | None) -> tuple[Me
 
 
 class _AgentActor(Actor[_Request, None]):
-    """Takes runs from the mailbox one at a time."""
+    """Takes runs one at a time: interrupting ones first, then the others, each class in the
+    order it came (every mailbox message is the wake-up of one queued request)."""
 
     mailbox_size = 1024
 
@@ -448,63 +543,29 @@ class _AgentActor(Actor[_Request, None]):
         self._agent = agent
 
     def undelivered(self, message: _Request, error: ActorStopped) -> None:
-        message.fail(error)  # the agent stopped before this run's turn: its caller must not wait
+        request = self._agent._next()
+        if request is not None:
+            request.fail(error)  # the agent stopped before this run's turn: never wait for it
 
     async def handle(self, message: _Request) -> None:
-        if not message.begin():  # withdrawn while it waited: nothing of it happens
-            return
         agent = self._agent
-        agent._current = message
-        agent.status = AgentStatus.RUNNING
-        agent._runs += 1
-        number = agent._runs
-        chain = _chain.set(message.chain)
+        request = agent._next()
+        if request is None or not request.begin():  # withdrawn while it waited: skip it
+            return
+        agent._current = request
         try:
-            result = await agent._run(message, number)
-        except Exception as error:
-            agent.status = AgentStatus.ERROR
-            agent._statistics["errors"] += 1
-            message.error = error
-            message.deliver(("error", error))
-            if agent._listeners:
-                agent._emit(AgentEvent("error", number, error=error))
-        except BaseException:
-            # Cancelled from outside: the agent is being stopped (its partial was committed).
-            message.fail(
-                ActorStopped(f"agent {agent.name!r} stopped during the run", name=agent.name)
-            )
-            raise
-        else:
-            agent.status = AgentStatus.DONE
-            agent._statistics["runs"] += 1
-            message.result = result
-            message.deliver(("result", result))
-            if agent._listeners:
-                agent._emit(
-                    AgentEvent(
-                        "finish",
-                        number,
-                        turn=result.turns,
-                        stop=result.stop,
-                        partial=result.partial,
-                    )
-                )
+            await agent._execute(request)
         finally:
-            _chain.reset(chain)
             agent._current = None
-            message.state = _State.DONE
-            message.finished.set()
-            message.close()
 
 
 class Agent:
     """An agent: a provider, a conversation, context and tools, run as a supervised actor.
 
-    Start one with :meth:`start`. ``provider`` is any provider or
-    :class:`~actors.providers.ProviderConnection`; ``conversation`` an existing
-    :class:`~actors.conversation.Conversation` (default: a new one). Construction options --
-    ``limit`` (10), ``timeout``, ``budget``, ``think``, ``tool_choice``, ``on_exhaust``,
-    ``max_repeats``, ``on_tool_error`` -- apply to every run unless the run overrides them.
+    Start one with :meth:`start` (or ``runtime.agent(...)``, the same). Run options given there
+    -- ``limit``, ``timeout``, ``budget``, ``think``, ``tool_choice``, ``on_exhaust``,
+    ``max_repeats``, ``on_tool_error``, ``deps``, ``pace`` -- apply to every run unless the run
+    overrides them. Close it with :meth:`aclose` (or ``async with agent:``).
     """
 
     def __init__(
@@ -551,9 +612,17 @@ class Agent:
         self.strict = strict
         self.status = AgentStatus.IDLE
         self._current: _Request | None = None
+        # Runs executing in their caller's task (delegated to, handed to), for abort().
+        self._direct: set[_Request] = set()
         self._statistics = {"runs": 0, "errors": 0, "turns": 0, "withdrawn": 0}
         self._queued = 0
+        # Requests waiting for the actor: interrupting ones go first (see _AgentActor).
+        self._urgent: collections.deque[_Request] = collections.deque()
+        self._ordinary: collections.deque[_Request] = collections.deque()
         self._ref: ActorRef[_Request, None] | None = None
+        self._runtime: Runtime | None = None
+        self._owns_conversation = False
+        self._closing = False
         self._listeners: list[Callable[[AgentEvent], None]] = list(on)
         self._error_handler = error
         self._runs = 0
@@ -590,26 +659,49 @@ class Agent:
         runtime: Runtime,
         provider: ProviderInterface,
         *,
+        name: str | None = None,
         conversation: Conversation | None = None,
+        system: str | None = None,
+        instructions: Instructions | None = None,
+        tools: Iterable[CallableTool] | ToolRegistry = (),
+        scope: Scope | None = None,
+        workspace: Workspace | WorkspaceManager | None = None,
+        authority: Authority | None = None,
+        approve: Approver | None = None,
+        deps: Any = None,
         limit: int = 10,
         timeout: float | None = None,  # noqa: ASYNC109 - the runs' deadline, not start()'s
-        budget: TokenBudget | None = None,
+        budget: TokenBudget | TeamBudget | None = None,
         think: bool | None = None,
         tool_choice: str | None = None,
         abort: Iterable[Abort] = (),
         on_exhaust: Literal["stop", "summarize"] = "stop",
         max_repeats: int = 3,
         on_tool_error: Literal["record", "raise"] = "record",
-        name: str | None = None,
-        **context: Any,
+        pace: Pace | None = None,
+        tool_concurrency: int = 8,
+        window: int | None = None,
+        strict: bool = False,
+        on: Iterable[Callable[[AgentEvent], None]] = (),
+        error: ErrorHandler | None = None,
     ) -> Agent:
         """Start an agent under ``runtime``'s root supervisor and return it.
 
-        ``context`` holds the other constructor arguments (``system``, ``instructions``,
-        ``tools``, ``scope``, ``workspace``, ``authority``, ``approve``, ``tool_concurrency``,
-        ``on`` (event listeners), ``error`` (their error handler), ``window`` (the model's
-        context window in tokens: compact the conversation automatically to stay inside it)
-        and ``strict`` (a failed automatic compaction raises instead of emitting ``fault``)).
+        What it is: ``name`` (its actor's; default ``agent-N``), ``conversation`` (an existing
+        one, which it never stops; default: a new one it owns and stops on :meth:`aclose`),
+        ``system``, ``instructions``, ``tools``, ``scope`` (which tools and files are in
+        reach), ``workspace``, ``authority`` and ``approve`` (the tool gate and who answers its
+        questions), ``deps`` (what tools read as ``RunContext.deps``).
+
+        How its runs go, unless a run says otherwise (see :class:`RunOptions`): ``limit``
+        (provider turns, 10), ``timeout``, ``budget`` (a :class:`TokenBudget` per run, or a
+        :class:`TeamBudget` shared), ``think``, ``tool_choice``, ``abort``, ``on_exhaust``,
+        ``max_repeats``, ``on_tool_error``, ``pace``.
+
+        And: ``tool_concurrency`` (calls of one batch at once), ``window`` (the model's context
+        window in tokens: compact the conversation automatically to stay inside it),
+        ``strict`` (a failed automatic compaction raises instead of emitting ``fault``),
+        ``on`` (event listeners) and ``error`` (their error handler).
         """
         defaults = RunOptions(
             limit=limit,
@@ -621,14 +713,41 @@ class Agent:
             on_exhaust=on_exhaust,
             max_repeats=max_repeats,
             on_tool_error=on_tool_error,
+            deps=deps,
+            pace=pace,
         )
+        owned = conversation is None
         conversation = conversation or await Conversation.start(runtime)
-        self = cls(provider, conversation, defaults=defaults, **context)
+        try:
+            self = cls(
+                provider,
+                conversation,
+                system=system,
+                instructions=instructions,
+                tools=tools,
+                scope=scope,
+                workspace=workspace,
+                authority=authority,
+                approve=approve,
+                defaults=defaults,
+                tool_concurrency=tool_concurrency,
+                on=on,
+                error=error,
+                window=window,
+                strict=strict,
+            )
+            self._runtime = runtime
+            self._owns_conversation = owned
 
-        def agent() -> _AgentActor:  # the factory's name names the actor
-            return _AgentActor(self)
+            def agent() -> _AgentActor:  # the factory's name names the actor
+                return _AgentActor(self)
 
-        self._ref = await runtime.spawn(agent, name=name, restart=Restart.TRANSIENT)
+            self._ref = await runtime.spawn(agent, name=name, restart=Restart.TRANSIENT)
+        except BaseException:
+            if owned:
+                with trio.CancelScope(shield=True):
+                    await conversation.stop()
+            raise
         return self
 
     @property
@@ -643,6 +762,22 @@ class Agent:
         """The name the agent's actor runs under (``"(not started)"`` before :meth:`start`)."""
         return self._ref.name if self._ref is not None else "(not started)"
 
+    @property
+    def deps(self) -> Any:
+        """The dependencies tools of its runs read (``RunContext.deps``) unless a run gives
+        its own."""
+        return self.defaults.deps
+
+    @property
+    def busy(self) -> bool:
+        """A run is in progress or waiting its turn."""
+        return self._current is not None or self._queued > 0
+
+    @property
+    def closed(self) -> bool:
+        """:meth:`aclose` was called: no new run is taken."""
+        return self._closing
+
     def __repr__(self) -> str:
         return f"<Agent {self.name} {self.status.value}>"
 
@@ -653,26 +788,83 @@ class Agent:
         return {**self._statistics, "queued": self._queued}
 
     def abort(self, reason: str = "aborted") -> None:
-        """Cancel the run in progress, if any (queued runs are not affected)."""
+        """Cancel the run in progress and the runs delegated to this agent that are running,
+        if any (queued runs are not affected)."""
         if self._current is not None:
             self._current.token.cancel(reason)
+        for request in list(self._direct):
+            request.token.cancel(reason)
+
+    async def aclose(self, *, cancel: bool = False) -> None:
+        """Close the agent: it takes no new run (they raise :class:`~actors.ActorStopped`), the
+        run in progress and those already waiting end as they would -- or, with
+        ``cancel=True``, the run in progress is cut (committing its partial) and the waiting
+        ones are withdrawn -- then its actor stops, and the conversation it owns (one it made,
+        not one it was given) stops too. Idempotent; the actors it stopped leave the runtime."""
+        if self._closing:
+            if self._ref is not None:
+                await self._ref.wait_stopped()
+            return
+        self._closing = True
+        if cancel:
+            for request in (*self._urgent, *self._ordinary):
+                request.withdraw("the agent was closed")
+            self.abort("the agent was closed")
+        with trio.CancelScope(shield=True):
+            if self._ref is not None:
+                await self._ref.stop()
+            if self._owns_conversation:
+                await self.conversation.stop()
+
+    async def __aenter__(self) -> Agent:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def _next(self) -> _Request | None:
+        """The next waiting request: interrupting ones first, each class in order."""
+        if self._urgent:
+            return self._urgent.popleft()
+        if self._ordinary:
+            return self._ordinary.popleft()
+        return None
 
     def stream(
-        self, input: str | Message | Sequence[Message] | None = None, **options: Any
+        self,
+        input: str | Message | Sequence[Message] | None = None,
+        *,
+        if_busy: BusyPolicy = "queue",
+        **options: Any,
     ) -> AgentRun:
         """Start a run and stream its chunks (see :class:`AgentRun`). ``options`` are
-        :class:`RunOptions` fields overriding the agent's for this run."""
+        :class:`RunOptions` fields overriding the agent's for this run; ``if_busy`` as for
+        :meth:`generate`."""
         run_options = RunOptions(**options)
         send, receive = trio.open_memory_channel[Any](float("inf"))
-        return AgentRun(self, _Request(self, _input_messages(input), run_options, send), receive)
+        request = _Request(self, _input_messages(input), run_options, send)
+        return AgentRun(self, request, receive, if_busy)
 
     async def generate(
-        self, input: str | Message | Sequence[Message] | None = None, **options: Any
+        self,
+        input: str | Message | Sequence[Message] | None = None,
+        *,
+        if_busy: BusyPolicy = "queue",
+        **options: Any,
     ) -> AgentResult:
         """Run to the end and return the result: :meth:`stream`, drained (the same run,
-        without producing chunks nobody reads)."""
+        without producing chunks nobody reads).
+
+        ``if_busy`` says what happens when the agent is already answering (or has runs
+        waiting): ``"queue"`` (the default) waits its turn, first come first served;
+        ``"interrupt"`` cuts the run in progress (its partial is committed as for any cancel)
+        and goes next, ahead of ordinary waiting runs; ``"reject"`` raises :class:`AgentBusy`
+        at once."""
         request = _Request(self, _input_messages(input), RunOptions(**options), None)
-        await request.submit(self.ref)
+        return await self._wait(request, if_busy)
+
+    async def _wait(self, request: _Request, if_busy: BusyPolicy = "queue") -> AgentResult:
+        await request.submit(self.ref, if_busy)
         try:
             await request.finished.wait()
         except BaseException:
@@ -684,40 +876,128 @@ class Agent:
         assert request.result is not None
         return request.result
 
+    def as_tool(
+        self,
+        name: str | None = None,
+        description: str | None = None,
+        *,
+        conversation: Literal["fresh", "shared"] = "fresh",
+    ) -> CallableTool:
+        """A tool whose call is a run of this agent inside the calling run (see
+        ``docs/multi-agent.md``): it inherits the caller's deadline and abort, draws on its
+        budget, and streams into its stream. ``conversation="fresh"`` (the default) gives each
+        call a new conversation; ``"shared"`` runs it in this agent's own conversation, in turn
+        with its other callers."""
+        # Imported here: the delegation module builds on this one.
+        from ._delegation import AgentTool  # noqa: PLC0415
+
+        return AgentTool(self, name=name, description=description, conversation=conversation)
+
     # -- the run -------------------------------------------------------------------------------
 
     def _option(self, options: RunOptions, name: str) -> Any:
         value = getattr(options, name)
         return getattr(self.defaults, name) if value is None else value
 
+    async def _execute(self, request: _Request) -> None:
+        """Run ``request`` (already begun) to its end, delivering its outcome."""
+        self.status = AgentStatus.RUNNING
+        self._runs += 1
+        number = self._runs
+        chain = _chain.set(request.chain)
+        try:
+            result = await self._run(request, number)
+        except Exception as error:
+            self.status = AgentStatus.ERROR
+            self._statistics["errors"] += 1
+            request.error = error
+            request.deliver(("error", error))
+            self._event(request, AgentEvent("error", number, error=error, run_id=request.run_id))
+        except BaseException:
+            if request.forward is None:
+                # Cancelled from outside: the agent is being stopped (its partial was committed).
+                request.fail(
+                    ActorStopped(f"agent {self.name!r} stopped during the run", name=self.name)
+                )
+            raise
+        else:
+            self.status = AgentStatus.DONE
+            self._statistics["runs"] += 1
+            request.result = result
+            request.deliver(("result", result))
+            if self._listeners or request.forward_event is not None:
+                finish = AgentEvent(
+                    "finish",
+                    number,
+                    turn=result.turns,
+                    stop=result.stop,
+                    partial=result.partial,
+                    run_id=request.run_id,
+                )
+                self._event(request, finish)
+        finally:
+            _chain.reset(chain)
+            request.state = _State.DONE
+            request.finished.set()
+            request.close()
+
+    def _event(self, request: _Request, event: AgentEvent) -> None:
+        if self._listeners:
+            self._emit(event)
+        if request.forward_event is not None:
+            request.forward_event(event)
+
+    async def _execute_here(self, request: _Request) -> AgentResult:
+        """Run ``request`` in the calling task (a delegated or handed-to run: inside its
+        parent's scope), not in the agent's actor. Raises what the run raises."""
+        if self._closing:
+            raise ActorStopped(f"agent {self.name!r} is closed", name=self.name)
+        request.bind(queued=False)
+        request.state = _State.RUNNING
+        self._direct.add(request)
+        try:
+            await self._execute(request)
+        finally:
+            self._direct.discard(request)
+        if request.error is not None:
+            raise request.error
+        assert request.result is not None
+        return request.result
+
     async def _run(self, request: _Request, number: int) -> AgentResult:
         options = request.options
         limit: int = self._option(options, "limit")
         timeout: float | None = self._option(options, "timeout")
-        budget: TokenBudget | None = self._option(options, "budget")
-        meter = BudgetMeter(budget) if budget is not None else None
+        meter = _meter_for(self._option(options, "budget"), request.meters)
         run = _Run(self, request, meter, number)
-        token = request.watch if request.watch is not None else request.token
+        request.run = run
+        token = run.token
         if request.input:
             await run.add(*request.input)
-        if self._listeners:
-            self._emit(AgentEvent("start", number))
-        if token.cancelled or (meter is not None and meter.exhausted):
+        run.event("start")
+        if token.cancelled or (meter is not None and meter.spent):
             stop = StopReason.CANCELLED if token.cancelled else StopReason.BUDGET
-            self._emit(AgentEvent("abort", number, reason=token.reason or "budget", stop=stop))
+            run.event("abort", reason=token.reason or "budget", stop=stop)
             return run.result(stop)
         with trio.CancelScope() as scope, token.bind(scope):
+            deadline = request.deadline
             if timeout is not None:
-                scope.deadline = trio.current_time() + timeout
+                deadline = min(deadline, trio.current_time() + timeout)
+            scope.deadline = deadline
             run.scope = scope
+            untrip = _cut_on_trip(meter, run, scope)
             try:
                 with observe_retries(run.retried):
                     stop = await run.turns(limit)
+                    if run.handoff is not None:
+                        stop = await self._hand_off(run)
             except BaseException:
                 # A genuine failure, a cut (committed once: a second commit finds nothing), or
                 # the agent stopped from outside: the history is left well formed either way.
                 await run.commit_partial()
                 raise
+            finally:
+                untrip()
         if scope.cancelled_caught:
             if run.budget_tripped:
                 stop = StopReason.BUDGET
@@ -727,7 +1007,93 @@ class Agent:
                 stop = StopReason.CANCELLED
             await run.commit_partial()
             reason = "budget" if stop is StopReason.BUDGET else token.reason or stop.value
-            self._emit(AgentEvent("abort", number, turn=run.turns_made, reason=reason, stop=stop))
+            run.event("abort", reason=reason, stop=stop)
         elif stop is StopReason.BUDGET:  # spent by a turn's reported usage, between turns
-            self._emit(AgentEvent("abort", number, turn=run.turns_made, reason="budget", stop=stop))
+            run.event("abort", reason="budget", stop=stop)
         return run.result(stop)
+
+    async def _hand_off(self, run: _Run) -> StopReason:
+        """The last batch handed the turn to ``run.handoff``: it answers, in this run's
+        conversation and scope; its work becomes this run's."""
+        target = run.handoff
+        assert target is not None
+        run.handoff = None
+        request = _Request(
+            target,
+            (),
+            RunOptions(),
+            None,
+            run_id=run.run_id,
+            path=run.path,
+            conversation=run.conversation,
+            deps=run.deps,
+            forward=run.emit,
+            forward_event=run.request.forward_event,
+            deadline=run.deadline(),
+            meters=(run.meter,) if run.meter is not None else (),
+        )
+        try:
+            result = await target._execute_here(request)
+        finally:
+            handed = request.run
+            if handed is not None:
+                run.appended.extend(handed.appended)
+                run.thinking.extend(handed.thinking)
+                run.turns_made += handed.turns_made
+                run.usage = (
+                    None
+                    if run.usage is None or handed.usage is None
+                    else (run.usage + handed.usage)
+                )
+                run.delegated_to(handed.delegated)
+                run.estimated = run.estimated or handed.estimated
+        run.answered_by = result.agent
+        run.output = result.output
+        return result.stop
+
+
+def _meter_for(
+    budget: TokenBudget | TeamBudget | None, parents: tuple[BudgetMeter, ...]
+) -> BudgetMeter | None:
+    if isinstance(budget, TeamBudget):
+        return BudgetMeter(None, parents=(budget.meter, *parents))
+    if budget is not None:
+        return BudgetMeter(budget, parents=parents)
+    if parents:
+        return BudgetMeter(None, parents=parents)
+    return None
+
+
+def _cut_on_trip(
+    meter: BudgetMeter | None, run: _Run, scope: trio.CancelScope
+) -> Callable[[], None]:
+    """Cut ``run`` when its meter, or any meter it draws on, is spent (by whichever run's
+    charge); returns a function that stops watching."""
+    if meter is None:
+        return _nothing
+
+    def cut() -> None:
+        run.budget_tripped = True
+        scope.cancel()
+
+    removers = []
+    stack = [meter]
+    seen: set[int] = set()
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if current.budget is not None:
+            removers.append(current.on_trip(cut))
+        stack.extend(current.parents)
+
+    def stop_watching() -> None:
+        for remove in removers:
+            remove()
+
+    return stop_watching
+
+
+def _nothing() -> None:
+    pass

@@ -45,6 +45,8 @@ from protocols.toolschema import (
     validate_arguments,
 )
 
+from ._run_context import _tool_run, context_for
+
 __all__ = [
     "INTERRUPTED",
     "NOT_EXECUTED",
@@ -160,6 +162,16 @@ class Tool:
                 arguments = dict(call.arguments)
         except ValidationError as error:
             return ToolFailure(call.id, call.name, f"invalid arguments: {error.message}")
+        if self.signature is not None and self.signature.context is not None:
+            run = _tool_run.get()
+            if run is None:
+                return ToolFailure(
+                    call.id,
+                    call.name,
+                    "not executed: this tool takes a RunContext and was called outside an agent "
+                    "run",
+                )
+            arguments[self.signature.context] = context_for(run, call.id)
         try:
             if self.timeout is None:
                 value = await self._invoke(arguments)
@@ -209,7 +221,9 @@ def tool(
 
     The schema comes from the signature and the docstring (summary as the description, a
     Google-style ``Args:`` section for parameter descriptions), or from ``schema`` -- then the
-    arguments reach the function as plain JSON values. Raises
+    arguments reach the function as plain JSON values. A parameter annotated
+    :class:`~actors.RunContext` is filled by the runtime with the calling run's context and is
+    left out of the schema. Raises
     :class:`~protocols.errors.ValidationError` when the signature cannot be described (a
     parameter without an annotation, ``*args``, an unsupported type).
     """

@@ -23,6 +23,7 @@ Pure and synchronous: the agent loop calls it and cancels the run when it report
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeAlias
 
 import attrs
@@ -33,6 +34,7 @@ __all__ = [
     "MAX_COUNT",
     "BudgetMeter",
     "BudgetScope",
+    "TeamBudget",
     "TokenBudget",
     "Usage",
     "estimate_tokens",
@@ -200,53 +202,147 @@ class BudgetMeter:
     """Charges one run against a :class:`TokenBudget` (see the module docstring).
 
     ``consumed`` is everything charged so far -- the reported usage of finished turns plus the
-    current turn's estimate; ``exhausted`` whether the budget's count has reached its maximum,
-    the moment the run must be cut. An estimate that overshot is given back at reconcile: the
-    draw of a finished turn is exactly its reported usage.
+    current turn's estimate, plus what meters drawing on this one charged (a delegated run
+    draws on its parent's meter; several runs draw on one :class:`TeamBudget`). ``exhausted``
+    says whether the budget's count has reached its maximum, the moment the run must be cut. An
+    estimate that overshot is given back at reconcile: the draw of a finished turn is exactly
+    its reported usage.
+
+    ``budget`` may be ``None``: the meter only counts, and passes its charges on to ``parents``.
+    Every charge reaches every parent (and theirs) at once, in the same call: a charge is
+    atomic for everyone watching. A meter calls the callbacks registered with :meth:`on_trip`
+    once, when it first becomes exhausted, whoever's charge did it.
     """
 
-    __slots__ = ("_chars", "_estimate", "_settled", "budget")
+    __slots__ = (
+        "_chars",
+        "_drawn",
+        "_estimate",
+        "_settled",
+        "_tripped",
+        "_trips",
+        "budget",
+        "parents",
+    )
 
-    def __init__(self, budget: TokenBudget) -> None:
-        if not isinstance(budget, TokenBudget):
+    def __init__(
+        self, budget: TokenBudget | None = None, *, parents: Sequence[BudgetMeter] = ()
+    ) -> None:
+        if budget is not None and not isinstance(budget, TokenBudget):
             raise ValidationError(f"BudgetMeter takes a TokenBudget, not {type(budget).__name__}")
+        for parent in parents:
+            if not isinstance(parent, BudgetMeter):
+                raise ValidationError(f"a meter draws on BudgetMeters, not {type(parent).__name__}")
         self.budget = budget
+        #: The meters this one draws on: each charge here is charged to them too.
+        self.parents = _without_shared_ancestors(tuple(parents))
         self._settled = Usage()  # the draws of finished turns
         self._chars = 0  # content characters of the current turn
         self._estimate = 0  # the current turn's content estimate, in tokens
+        self._drawn = [0, 0, 0]  # prompt, completion, total charged by meters drawing on this one
+        self._trips: list[Callable[[], None]] = []
+        self._tripped = False
 
     @property
-    def consumed(self) -> Usage:
-        """All tokens charged so far (the current turn's estimate included)."""
+    def own(self) -> Usage:
+        """What this meter's own run charged (its turns, the current estimate included)."""
         if not self._estimate:
             return self._settled
         return self._settled + Usage(completion=self._estimate, total=self._estimate)
 
     @property
-    def used(self) -> int:
-        """The budget's own count so far."""
-        return int(getattr(self.consumed, self.budget.scope))
+    def consumed(self) -> Usage:
+        """All tokens charged so far: :attr:`own` plus what meters drawing on this one
+        charged."""
+        own = self.own
+        prompt, completion, total = self._drawn
+        if not (prompt or completion or total):
+            return own
+        return Usage(
+            prompt=own.prompt + prompt,
+            completion=own.completion + completion,
+            total=own.total + total,
+            cached=own.cached,
+        )
+
+    def _count(self) -> int:
+        scope = "total" if self.budget is None else self.budget.scope
+        settled = self._settled
+        if scope == "prompt":
+            return settled.prompt + self._drawn[0]
+        if scope == "completion":
+            return settled.completion + self._estimate + self._drawn[1]
+        return settled.total + self._estimate + self._drawn[2]
 
     @property
-    def remaining(self) -> int:
-        """What is left of the budget (0 once exhausted)."""
-        return max(self.budget.max - self.used, 0)
+    def used(self) -> int:
+        """The budget's own count so far (``total`` when there is no budget)."""
+        return self._count()
+
+    @property
+    def remaining(self) -> int | None:
+        """What is left of the budget (0 once exhausted; ``None`` without a budget)."""
+        if self.budget is None:
+            return None
+        return max(self.budget.max - self._count(), 0)
 
     @property
     def exhausted(self) -> bool:
-        """The budget's count has reached its maximum."""
-        return self.used >= self.budget.max
+        """The budget's count has reached its maximum (never, without a budget)."""
+        return self.budget is not None and self._count() >= self.budget.max
+
+    @property
+    def spent(self) -> bool:
+        """This meter or any meter it draws on is exhausted: no charge may be made."""
+        if self.exhausted:
+            return True
+        return any(parent.spent for parent in self.parents)
+
+    def on_trip(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` once when this meter becomes exhausted (at once if it is);
+        returns a function that unregisters it."""
+        if self._tripped or self.exhausted:
+            self._tripped = True
+            callback()
+            return lambda: None
+        self._trips.append(callback)
+
+        def remove() -> None:
+            if callback in self._trips:
+                self._trips.remove(callback)
+
+        return remove
+
+    def _changed(self, prompt: int, completion: int, total: int) -> None:
+        # This meter's count moved by the given amounts: pass them up, then trip if exhausted.
+        for parent in self.parents:
+            drawn = parent._drawn
+            drawn[0] += prompt
+            drawn[1] += completion
+            drawn[2] += total
+            parent._changed(prompt, completion, total)
+        if not self._tripped and self.exhausted:
+            self._tripped = True
+            trips, self._trips = self._trips, []
+            for callback in trips:
+                callback()
 
     def begin_turn(self) -> None:
         """A new provider turn starts: its estimate begins at zero."""
+        if self._estimate:
+            estimate, self._estimate = self._estimate, 0
+            self._changed(0, -estimate, -estimate)
         self._chars = 0
-        self._estimate = 0
 
     def charge_content(self, text: str) -> bool:
-        """Charge a content delta by estimate; returns :attr:`exhausted` afterwards."""
+        """Charge a content delta by estimate; returns :attr:`spent` afterwards."""
         self._chars += len(text)
-        self._estimate = -(-self._chars // 4)  # estimate_tokens of the turn's content so far
-        return self.exhausted
+        estimate = -(-self._chars // 4)  # estimate_tokens of the turn's content so far
+        grown = estimate - self._estimate
+        if grown:
+            self._estimate = estimate
+            self._changed(0, grown, grown)
+        return self.spent
 
     def charge(self, usage: Usage | None, *, text: str = "") -> Usage:
         """Charge a call made for the run outside its turns (a compaction's summary) and return
@@ -256,16 +352,85 @@ class BudgetMeter:
             tokens = estimate_tokens(text)
             usage = Usage(completion=tokens, total=tokens)
         self._settled = self._settled + usage
+        self._changed(usage.prompt, usage.completion, usage.total)
         return usage
 
     def reconcile(self, usage: Usage | None, *, thinking: str = "") -> Usage:
         """End the turn and return its draw: the reported ``usage``, or with none reported the
         estimate of the content plus ``thinking``. The estimate is replaced, not added to."""
+        estimate = self._estimate
         if usage is None:
-            tokens = self._estimate + estimate_tokens(thinking)
+            tokens = estimate + estimate_tokens(thinking)
             draw = Usage(completion=tokens, total=tokens)
         else:
             draw = usage
         self._settled = self._settled + draw
-        self.begin_turn()
+        self._estimate = 0
+        self._chars = 0
+        self._changed(draw.prompt, draw.completion - estimate, draw.total - estimate)
         return draw
+
+
+def _ancestors(meter: BudgetMeter) -> set[int]:
+    seen: set[int] = set()
+    stack = list(meter.parents)
+    while stack:
+        current = stack.pop()
+        if id(current) not in seen:
+            seen.add(id(current))
+            stack.extend(current.parents)
+    return seen
+
+
+def _without_shared_ancestors(parents: tuple[BudgetMeter, ...]) -> tuple[BudgetMeter, ...]:
+    # A meter reached through two parents would count every charge twice: keep each once, by
+    # its nearest path (a team budget that a parent run already draws on is not drawn on again).
+    kept: list[BudgetMeter] = []
+    for parent in parents:
+        others = [other for other in parents if other is not parent]
+        if any(id(parent) in _ancestors(other) for other in others):
+            continue
+        if any(parent is other for other in kept):
+            continue
+        kept.append(parent)
+    return tuple(kept)
+
+
+class TeamBudget:
+    """One budget that several runs -- of one agent or many, at once -- draw from.
+
+    Pass it as a run's (or an agent's) ``budget``: each run keeps its own usage and charges
+    the team as it streams; the first charge that reaches ``max`` cuts every run drawing from
+    it (``stop="budget"``), and no run starts a provider call once it is spent. A
+    :class:`TokenBudget`, by contrast, is a fresh allowance for each run.
+    """
+
+    __slots__ = ("budget", "meter")
+
+    def __init__(self, max: int, scope: BudgetScope = "total") -> None:
+        self.budget = TokenBudget(max, scope)
+        #: The meter the runs draw on.
+        self.meter = BudgetMeter(self.budget)
+
+    @property
+    def consumed(self) -> Usage:
+        """Everything the team's runs charged so far."""
+        return self.meter.consumed
+
+    @property
+    def used(self) -> int:
+        """The budget's count so far."""
+        return self.meter.used
+
+    @property
+    def remaining(self) -> int:
+        """What is left (0 once spent)."""
+        return max(self.budget.max - self.meter.used, 0)
+
+    @property
+    def exhausted(self) -> bool:
+        """The budget is spent."""
+        return self.meter.exhausted
+
+    def __repr__(self) -> str:
+        return f"<TeamBudget {self.used}/{self.budget.max} {self.budget.scope}>"

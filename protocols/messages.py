@@ -661,6 +661,10 @@ def _default_partial(result: AgentResult) -> bool:
     return result.stop is not StopReason.COMPLETE
 
 
+def _default_total_usage(result: AgentResult) -> Usage | None:
+    return result.usage
+
+
 @attrs.frozen
 class AgentResult:
     """The outcome of one agent run.
@@ -673,6 +677,10 @@ class AgentResult:
     by estimate, and then ``estimated`` is true (``usage`` includes estimates).
     ``partial`` is true exactly when ``stop`` is not ``complete`` (it defaults accordingly, and a
     contradicting value is refused). ``output`` is the structured answer, when one was asked for.
+    ``run_id`` identifies the run (its events carry the same id; a delegated run's is
+    ``subagent:<call id>``), ``agent`` names the agent that gave the answer (after a handoff, the
+    agent handed to). ``total_usage`` adds to ``usage`` what the runs it delegated to spent
+    (equal to ``usage`` when it delegated nothing; ``None`` when any part is unknown).
     """
 
     content: str = attrs.field(default="", validator=_str)
@@ -691,6 +699,12 @@ class AgentResult:
     output: Any = None
     #: ``usage`` includes estimates for turns the provider reported no usage for.
     estimated: bool = attrs.field(default=False, validator=_bool)
+    run_id: str = attrs.field(default="", validator=_str)
+    agent: str = attrs.field(default="", validator=_str)
+    total_usage: Usage | None = attrs.field(
+        default=attrs.Factory(_default_total_usage, takes_self=True),
+        validator=attrs.validators.optional(attrs.validators.instance_of(Usage)),
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.partial != (self.stop is not StopReason.COMPLETE):

@@ -59,6 +59,12 @@ PROTOCOLS_API = [
 ]
 
 ACTORS_API = [
+    "AgentBusy",
+    "BudgetView",
+    "RunContext",
+    "RunStep",
+    "TeamBudget",
+    "handoff",
     "Abort",
     "Actor",
     "ActorExit",
@@ -379,6 +385,7 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "BudgetMeter",
         "BudgetScope",
         "MAX_COUNT",
+        "TeamBudget",
         "TokenBudget",
         "Usage",
         "estimate_tokens",
@@ -386,6 +393,7 @@ def test_subpackage_export_lists_are_pinned() -> None:
     ]
     assert sorted(actors.agent.__all__) == [
         "Agent",
+        "AgentBusy",
         "AgentEvent",
         "AgentRun",
         "AgentStatus",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import trio
 
@@ -24,6 +24,18 @@ from ._supervisor import (
     Supervisor,
     SupervisorStatistics,
 )
+
+if TYPE_CHECKING:
+    from protocols.accounting import TeamBudget, TokenBudget
+    from protocols.authority import Authority
+    from protocols.context import Instructions, Scope
+    from protocols.workspace import Workspace, WorkspaceManager
+
+    from .._run_loop import AgentEvent
+    from ..agent import ErrorHandler, Pace
+    from ..conversation import Conversation
+    from ..tools import Approver, CallableTool, ToolRegistry
+    from ._abort import Abort
 
 __all__ = ["Runtime", "open_runtime"]
 
@@ -87,10 +99,67 @@ class Runtime:
             self, provider, name=name, limit=limit, breaker=breaker
         )
 
-    async def agent(self, provider: ProviderInterface, **options: Any) -> Agent:
-        """Start an :class:`~actors.agent.Agent` on ``provider`` under this runtime (the
-        options are those of :meth:`Agent.start <actors.agent.Agent.start>`)."""
-        return await Agent.start(self, provider, **options)
+    async def agent(
+        self,
+        provider: ProviderInterface,
+        *,
+        name: str | None = None,
+        conversation: Conversation | None = None,
+        system: str | None = None,
+        instructions: Instructions | None = None,
+        tools: Iterable[CallableTool] | ToolRegistry = (),
+        scope: Scope | None = None,
+        workspace: Workspace | WorkspaceManager | None = None,
+        authority: Authority | None = None,
+        approve: Approver | None = None,
+        deps: Any = None,
+        limit: int = 10,
+        timeout: float | None = None,  # noqa: ASYNC109 - the runs' deadline, not start()'s
+        budget: TokenBudget | TeamBudget | None = None,
+        think: bool | None = None,
+        tool_choice: str | None = None,
+        abort: Iterable[Abort] = (),
+        on_exhaust: Literal["stop", "summarize"] = "stop",
+        max_repeats: int = 3,
+        on_tool_error: Literal["record", "raise"] = "record",
+        pace: Pace | None = None,
+        tool_concurrency: int = 8,
+        window: int | None = None,
+        strict: bool = False,
+        on: Iterable[Callable[[AgentEvent], None]] = (),
+        error: ErrorHandler | None = None,
+    ) -> Agent:
+        """Start an :class:`~actors.agent.Agent` on ``provider`` under this runtime: the same
+        as :meth:`Agent.start <actors.agent.Agent.start>`, whose parameters these are."""
+        return await Agent.start(
+            self,
+            provider,
+            name=name,
+            conversation=conversation,
+            system=system,
+            instructions=instructions,
+            tools=tools,
+            scope=scope,
+            workspace=workspace,
+            authority=authority,
+            approve=approve,
+            deps=deps,
+            limit=limit,
+            timeout=timeout,
+            budget=budget,
+            think=think,
+            tool_choice=tool_choice,
+            abort=abort,
+            on_exhaust=on_exhaust,
+            max_repeats=max_repeats,
+            on_tool_error=on_tool_error,
+            pace=pace,
+            tool_concurrency=tool_concurrency,
+            window=window,
+            strict=strict,
+            on=on,
+            error=error,
+        )
 
     async def start(self, spec: ChildSpec) -> ActorRef[Any, Any]:
         """Start a child of the root from a full :class:`ChildSpec` (a supervisor, say)."""

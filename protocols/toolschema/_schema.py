@@ -33,6 +33,9 @@ class ToolSignature:
     ``parameters`` is a JSON Schema object (``type``, ``properties`` in parameter order,
     ``required``, ``additionalProperties: false``); ``types`` maps each parameter to its resolved
     annotation (``Annotated`` kept) and ``defaults`` each optional parameter to its default.
+    ``context`` names the parameter the runtime fills with the run's context (one annotated with
+    a class marked ``__tool_context__ = True``, such as ``actors.RunContext``); it is in none of
+    the others, so the model never sees it.
     """
 
     name: str
@@ -40,6 +43,7 @@ class ToolSignature:
     parameters: dict[str, Any]
     types: dict[str, Any]
     defaults: dict[str, Any]
+    context: str | None = None
 
 
 # ---------------------------------------------------------------------------------------------

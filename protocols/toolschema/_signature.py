@@ -76,6 +76,7 @@ def signature_of(
     required: list[str] = []
     types_: dict[str, Any] = {}
     defaults: dict[str, Any] = {}
+    context: str | None = None
     for parameter in parameters.values():
         where = f"tool {tool_name!r}, parameter {parameter.name!r}"
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
@@ -94,6 +95,13 @@ def signature_of(
                 f"{where}: no type annotation; annotate it so its JSON Schema can be generated"
             )
         annotation = hints[parameter.name]
+        if is_context_type(annotation):
+            if context is not None:
+                raise ValidationError(
+                    f"{where}: a tool takes one run context parameter ({context!r} is one)"
+                )
+            context = parameter.name
+            continue
         try:
             schema = schema_for(annotation)
         except ValidationError as exc:
@@ -116,7 +124,16 @@ def signature_of(
     }
     text = summary if description is None else description
     ToolDefinition(tool_name, text, schema)  # the same checks a provider request will make
-    return ToolSignature(tool_name, text, schema, types_, defaults)
+    return ToolSignature(tool_name, text, schema, types_, defaults, context)
+
+
+def is_context_type(annotation: Any) -> bool:
+    """Whether ``annotation`` (``C``, ``C[Deps]``, ``Annotated[C[Deps], ...]``) names a class
+    marked ``__tool_context__ = True``: a parameter the runtime fills, not the model."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    origin = typing.get_origin(annotation) or annotation
+    return isinstance(origin, type) and getattr(origin, "__tool_context__", False) is True
 
 
 def _dump(value: Any) -> Any:

@@ -1,0 +1,156 @@
+"""What a tool learns about the run that called it: :class:`RunContext`, and the read-only
+:class:`BudgetView` of the run's budget."""
+
+from __future__ import annotations
+
+import contextvars
+import math
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+
+import attrs
+
+from protocols.accounting import BudgetMeter, BudgetScope
+
+from ._core._abort import Abort
+
+if TYPE_CHECKING:
+    from ._run_loop import _Run
+
+__all__ = ["BudgetView", "RunContext", "RunStep"]
+
+DepsT = TypeVar("DepsT")
+
+#: The run whose tool batch the current task is executing (set around each batch).
+_tool_run: contextvars.ContextVar[_Run | None] = contextvars.ContextVar(
+    "trio_agents_tool_run", default=None
+)
+
+
+@attrs.frozen
+class RunStep:
+    """One hop of a delegation: the parent run ``run_id`` called ``agent`` as the tool call
+    ``call_id``. Chunks and events of a delegated run carry the hops from the outermost run
+    down (``path``); a run's own chunks have an empty path."""
+
+    run_id: str
+    call_id: str
+    agent: str
+
+
+class BudgetView:
+    """A read-only, live view of a run's budget: ``spent`` (the budget's count so far, what
+    the runs it delegated to spent included), ``remaining`` and ``max`` (``None`` without a
+    budget), ``scope`` and ``exhausted`` (this budget or one it draws on is spent)."""
+
+    __slots__ = ("_meter",)
+
+    def __init__(self, meter: BudgetMeter | None) -> None:
+        self._meter = meter
+
+    @property
+    def spent(self) -> int:
+        """Tokens of the budget's count charged so far (0 without a budget)."""
+        return 0 if self._meter is None else self._meter.used
+
+    @property
+    def remaining(self) -> int | None:
+        """Tokens left before the run is cut; ``None`` without a budget of its own."""
+        return None if self._meter is None else self._meter.remaining
+
+    @property
+    def max(self) -> int | None:
+        """The run's own budget, if it has one."""
+        meter = self._meter
+        return None if meter is None or meter.budget is None else meter.budget.max
+
+    @property
+    def scope(self) -> BudgetScope | None:
+        """Which count the budget caps."""
+        meter = self._meter
+        return None if meter is None or meter.budget is None else meter.budget.scope
+
+    @property
+    def exhausted(self) -> bool:
+        """The run's budget, or a budget it draws on (its parent's, its team's), is spent."""
+        return self._meter is not None and self._meter.spent
+
+    def __repr__(self) -> str:
+        return f"<BudgetView spent={self.spent} remaining={self.remaining}>"
+
+
+class RunContext(Generic[DepsT]):
+    """What a tool knows about the run that called it. Declare a parameter annotated
+    ``RunContext`` (or ``RunContext[MyDeps]``) and the runtime fills it; the model never sees
+    it in the tool's schema.
+
+    ``deps``: the run's dependencies (``generate(deps=...)``, else the agent's ``deps=``);
+    ``run_id``, ``call_id``: the run and this tool call; ``agent``: the agent's name;
+    ``deadline``: the run's deadline in :func:`trio.current_time` terms (``inf``: none);
+    ``budget``: a :class:`BudgetView`; ``abort``: the run's token (cancel it to cut the run;
+    watch it to stop work early); ``path``: the delegation hops above this run.
+    :meth:`progress` puts a progress event into the run's stream.
+    """
+
+    __tool_context__: ClassVar[bool] = True
+    __slots__ = (
+        "_run",
+        "abort",
+        "agent",
+        "budget",
+        "call_id",
+        "deadline",
+        "deps",
+        "path",
+        "run_id",
+    )
+
+    def __init__(
+        self,
+        *,
+        deps: DepsT,
+        run_id: str,
+        call_id: str,
+        agent: str,
+        deadline: float = math.inf,
+        budget: BudgetView | None = None,
+        abort: Abort | None = None,
+        path: tuple[RunStep, ...] = (),
+        run: _Run | None = None,
+    ) -> None:
+        """Built by the runtime for each call; build one yourself only to call a tool's function
+        directly (in a test, say): its :meth:`progress` then goes nowhere."""
+        self.deps = deps
+        self.run_id = run_id
+        self.call_id = call_id
+        self.agent = agent
+        self.deadline = deadline
+        self.budget = budget if budget is not None else BudgetView(None)
+        self.abort = abort if abort is not None else Abort()
+        self.path = path
+        self._run = run
+
+    def progress(self, message: str, **data: Any) -> None:
+        """Report progress: a ``progress`` chunk (``text=message``) in the run's stream and a
+        ``progress`` event (``text``, ``data``, ``call``) to its listeners -- and, for a
+        delegated run, to its parent's consumer. Never raises, never waits."""
+        run = self._run
+        if run is not None:
+            run.progress(self.call_id, str(message), data)
+
+    def __repr__(self) -> str:
+        return f"<RunContext run={self.run_id} call={self.call_id} agent={self.agent}>"
+
+
+def context_for(run: _Run, call_id: str) -> RunContext[Any]:
+    """The context of tool call ``call_id`` of ``run``."""
+    return RunContext(
+        deps=run.deps,
+        run_id=run.run_id,
+        call_id=call_id,
+        agent=run.agent.name,
+        deadline=run.deadline(),
+        budget=BudgetView(run.meter),
+        abort=run.token,
+        path=run.path,
+        run=run,
+    )
