@@ -137,6 +137,9 @@ class AgentTool:
             else:
                 result = await child._wait(request)
             status = result.stop.value
+            # Cut with its parent (its abort is the parent's): the call was interrupted, not
+            # answered -- raise the parent's cancel here rather than report a partial answer.
+            await trio.lowlevel.checkpoint_if_cancelled()
         except trio.Cancelled:
             raise
         except Exception as error:
@@ -196,7 +199,7 @@ def _child_request(child: Agent, parent: _Run | None, call: ToolCall, text: str)
     return _Request(
         child,
         (Message.user(text),),
-        RunOptions(),
+        RunOptions(abort=(parent.token,)),  # the parent's abort is the child's too
         None,
         run_id=f"subagent:{call.id}",
         path=(*parent.path, step),

@@ -38,44 +38,58 @@ class RunStep:
 
 
 class BudgetView:
-    """A read-only, live view of a run's budget: ``spent`` (the budget's count so far, what
-    the runs it delegated to spent included), ``remaining`` and ``max`` (``None`` without a
-    budget), ``scope`` and ``exhausted`` (this budget or one it draws on is spent)."""
+    """A read-only, live view of a run's budget: the run's own :class:`~actors.TokenBudget`,
+    or else the nearest budget it draws on (its team's, its parent's). ``spent`` is that
+    budget's count so far (what the runs drawing on it spent included), ``remaining`` and
+    ``max`` what is left and the cap (``None`` when no budget bounds the run), ``scope`` the
+    count it caps, ``exhausted`` whether the run may make no further provider call."""
 
-    __slots__ = ("_meter",)
+    __slots__ = ("_binding", "_meter")
 
     def __init__(self, meter: BudgetMeter | None) -> None:
         self._meter = meter
+        self._binding = _binding(meter)
 
     @property
     def spent(self) -> int:
-        """Tokens of the budget's count charged so far (0 without a budget)."""
-        return 0 if self._meter is None else self._meter.used
+        """Tokens of the budget's count charged so far (0 when no budget bounds the run)."""
+        return 0 if self._binding is None else self._binding.used
 
     @property
     def remaining(self) -> int | None:
-        """Tokens left before the run is cut; ``None`` without a budget of its own."""
-        return None if self._meter is None else self._meter.remaining
+        """Tokens left before the run is cut; ``None`` when no budget bounds the run."""
+        return None if self._binding is None else self._binding.remaining
 
     @property
     def max(self) -> int | None:
-        """The run's own budget, if it has one."""
-        meter = self._meter
-        return None if meter is None or meter.budget is None else meter.budget.max
+        """The cap of the budget that bounds the run."""
+        binding = self._binding
+        return None if binding is None or binding.budget is None else binding.budget.max
 
     @property
     def scope(self) -> BudgetScope | None:
-        """Which count the budget caps."""
-        meter = self._meter
-        return None if meter is None or meter.budget is None else meter.budget.scope
+        """Which count that budget caps."""
+        binding = self._binding
+        return None if binding is None or binding.budget is None else binding.budget.scope
 
     @property
     def exhausted(self) -> bool:
-        """The run's budget, or a budget it draws on (its parent's, its team's), is spent."""
+        """The run's budget, or a budget it draws on, is spent."""
         return self._meter is not None and self._meter.spent
 
     def __repr__(self) -> str:
         return f"<BudgetView spent={self.spent} remaining={self.remaining}>"
+
+
+def _binding(meter: BudgetMeter | None) -> BudgetMeter | None:
+    """The nearest meter with a budget: ``meter`` itself, else its ancestors breadth first."""
+    queue = [meter] if meter is not None else []
+    while queue:
+        current = queue.pop(0)
+        if current.budget is not None:
+            return current
+        queue.extend(current.parents)
+    return None
 
 
 class RunContext(Generic[DepsT]):
