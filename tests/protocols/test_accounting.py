@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from protocols.accounting import (
     MAX_COUNT,
     BudgetMeter,
+    TeamBudget,
     TokenBudget,
     estimate_tokens,
     sanitize_count,
@@ -164,3 +165,120 @@ def test_sanitize_count(value: object, count: int) -> None:
     result = sanitize_count(value)
     assert result == count
     assert type(result) is int
+
+
+# Meters that draw on others: a delegated run's on its parent's, a team's members on the team
+
+
+def test_a_child_meter_charges_its_parent_as_it_streams_and_at_reconcile() -> None:
+    parent = BudgetMeter(TokenBudget(max=100))
+    child = BudgetMeter(None, parents=[parent])
+    child.begin_turn()
+    child.charge_content("x" * 40)  # 10 tokens by estimate
+    assert parent.consumed == Usage(completion=10, total=10)
+    assert parent.own == Usage()  # the parent's own turns charged nothing
+    child.reconcile(Usage(prompt=7, completion=4))  # the estimate overshot: given back
+    assert child.consumed == Usage(prompt=7, completion=4, total=11)
+    assert parent.consumed == Usage(prompt=7, completion=4, total=11)
+    assert parent.used == 11
+
+
+def test_a_charge_that_spends_an_ancestor_trips_it_once_and_spends_the_child() -> None:
+    trips: list[str] = []
+    lead = BudgetMeter(TokenBudget(max=5))
+    middle = BudgetMeter(None, parents=[lead])
+    leaf = BudgetMeter(TokenBudget(max=1000), parents=[middle])
+    lead.on_trip(lambda: trips.append("lead"))
+    assert not leaf.charge_content("x" * 16)  # 4 tokens: under the lead's 5
+    assert leaf.charge_content("x" * 4)  # 5: the lead is spent, so is every meter under it
+    assert trips == ["lead"]
+    assert lead.exhausted
+    assert leaf.spent
+    assert middle.spent
+    assert not leaf.exhausted  # its own budget is far from spent
+    leaf.charge_content("x" * 40)
+    assert trips == ["lead"]  # once
+
+
+def test_on_trip_fires_at_once_on_a_spent_meter_and_can_be_removed() -> None:
+    spent = BudgetMeter(TokenBudget(max=0))
+    calls: list[int] = []
+    spent.on_trip(lambda: calls.append(1))
+    assert calls == [1]
+    fresh = BudgetMeter(TokenBudget(max=2))
+    remove = fresh.on_trip(lambda: calls.append(2))
+    remove()
+    fresh.charge_content("x" * 8)
+    assert fresh.exhausted
+    assert calls == [1]
+
+
+def test_a_meter_reached_twice_is_drawn_on_once() -> None:
+    team = TeamBudget(max=1000)
+    parent = BudgetMeter(None, parents=[team.meter])
+    # A child of a team member, given the team too: the team already sees it through the parent.
+    child = BudgetMeter(None, parents=[parent, team.meter])
+    assert child.parents == (parent,)
+    child.charge(Usage(prompt=3, completion=2))
+    assert team.consumed == Usage(prompt=3, completion=2, total=5)
+    assert parent.consumed == Usage(prompt=3, completion=2, total=5)
+
+
+def test_a_team_budget_is_spent_by_its_members_together() -> None:
+    team = TeamBudget(max=10, scope="completion")
+    first = BudgetMeter(None, parents=[team.meter])
+    second = BudgetMeter(TokenBudget(max=100), parents=[team.meter])
+    assert not first.charge_content("x" * 20)  # 5
+    assert second.charge_content("x" * 20)  # 10: the team is spent for both
+    assert first.spent
+    assert second.spent
+    assert team.exhausted
+    assert team.remaining == 0
+    assert team.used == 10
+    assert "10/10" in repr(team)
+
+
+def test_meters_refuse_what_they_cannot_draw_on() -> None:
+    with pytest.raises(ValidationError):
+        BudgetMeter(None, parents=[TokenBudget(max=1)])  # type: ignore[list-item]
+    unbounded = BudgetMeter()
+    unbounded.charge_content("x" * 400)
+    assert not unbounded.exhausted
+    assert not unbounded.spent
+    assert unbounded.remaining is None
+    assert unbounded.used == 100
+
+
+charges = st.lists(
+    st.one_of(
+        st.tuples(st.just("content"), st.integers(0, 3), st.text(max_size=30)),
+        st.tuples(
+            st.just("reconcile"),
+            st.integers(0, 3),
+            st.none() | st.builds(Usage, st.integers(0, 50), st.integers(0, 50)),
+        ),
+        st.tuples(st.just("begin"), st.integers(0, 3), st.none()),
+    ),
+    max_size=40,
+)
+
+
+@given(charges)
+def test_a_parent_always_counts_exactly_what_its_children_charged(steps: list[tuple]) -> None:
+    team = TeamBudget(max=MAX_COUNT)
+    parent = BudgetMeter(TokenBudget(max=MAX_COUNT), parents=[team.meter])
+    children = [BudgetMeter(None, parents=[parent]) for _ in range(2)] + [
+        BudgetMeter(None, parents=[team.meter]) for _ in range(2)
+    ]
+    for kind, which, value in steps:
+        meter = children[which]
+        if kind == "content":
+            meter.charge_content(value)
+        elif kind == "reconcile":
+            meter.reconcile(value)
+        else:
+            meter.begin_turn()
+    under_parent = sum((child.consumed for child in children[:2]), Usage())
+    assert parent.consumed == under_parent
+    under_team = sum((child.consumed for child in children[2:]), under_parent)
+    assert team.consumed == under_team
