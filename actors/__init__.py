@@ -38,7 +38,9 @@ from ._run_context import RunStep as RunStep
 from ._version import __version__ as __version__
 from .agent import Agent as Agent
 from .agent import AgentBusy as AgentBusy
+from .agent import AgentEvent as AgentEvent
 from .agent import AgentRun as AgentRun
+from .agent import Chunk as Chunk
 from .agent import CycleError as CycleError
 from .cli import main as main
 from .conversation import CompactionError as CompactionError
@@ -71,12 +73,14 @@ __all__ = [
     "ActorStopped",
     "Agent",
     "AgentBusy",
+    "AgentEvent",
     "AgentRun",
     "AnthropicMessages",
     "AutoShutdown",
     "Backoff",
     "BudgetView",
     "ChildSpec",
+    "Chunk",
     "CompactionError",
     "Conversation",
     "ConversationManager",

@@ -141,6 +141,8 @@ class AgentTool:
             # answered -- raise the parent's cancel here rather than report a partial answer.
             await trio.lowlevel.checkpoint_if_cancelled()
         except trio.Cancelled:
+            if parent is not None:
+                status = parent.cut_reason().value
             raise
         except Exception as error:
             status = "error"

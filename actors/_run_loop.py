@@ -332,6 +332,14 @@ class _Run:
             total_usage=None if usage is None or delegated is None else usage + delegated,
         )
 
+    def cut_reason(self) -> StopReason:
+        """Why the run is being cut, as its stop reason would say."""
+        if self.budget_tripped:
+            return StopReason.BUDGET
+        if not self.token.cancelled and trio.current_time() >= self.deadline():
+            return StopReason.TIMEOUT
+        return StopReason.CANCELLED
+
     def deadline(self) -> float:
         """The run's deadline (``inf``: none), in :func:`trio.current_time` terms."""
         scope = self.scope

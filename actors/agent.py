@@ -913,9 +913,16 @@ class Agent:
             request.error = error
             request.deliver(("error", error))
             self._event(request, AgentEvent("error", number, error=error, run_id=request.run_id))
-        except BaseException:
+        except BaseException as error:
+            run = request.run
+            if isinstance(error, trio.Cancelled) and run is not None:
+                # Cut from outside -- with the run it was delegated from, or its agent stopping:
+                # its partial was committed; its listeners still hear how it ended.
+                stop = run.cut_reason()
+                run.event("abort", reason=run.token.reason or stop.value, stop=stop)
+                run.event("finish", stop=stop, partial=True)
             if request.forward is None:
-                # Cancelled from outside: the agent is being stopped (its partial was committed).
+                # The agent is being stopped: its caller must not wait for the run.
                 request.fail(
                     ActorStopped(f"agent {self.name!r} stopped during the run", name=self.name)
                 )

@@ -60,6 +60,8 @@ PROTOCOLS_API = [
 
 ACTORS_API = [
     "AgentBusy",
+    "AgentEvent",
+    "Chunk",
     "BudgetView",
     "RunContext",
     "RunStep",
