@@ -390,9 +390,12 @@ async def test_a_cut_parent_cuts_its_child_mid_stream_and_records_the_call_inter
 ) -> None:
     token = Abort()
     lead_events: list[AgentEvent] = []
+    worker_events: list[AgentEvent] = []
     worker_provider = ScriptedProvider(Hang("partial child"))
     async with open_runtime() as runtime:
-        worker = await Agent.start(runtime, worker_provider, name="worker")
+        worker = await Agent.start(
+            runtime, worker_provider, name="worker", on=[worker_events.append]
+        )
         lead = await Agent.start(
             runtime,
             ScriptedProvider(Reply(calls=[ask("c1", "worker", "work")]), Reply("never")),
@@ -424,8 +427,13 @@ async def test_a_cut_parent_cuts_its_child_mid_stream_and_records_the_call_inter
     assert answered_in_place(lead_history)
     assert len(worker_provider.calls) == 1
     finish = next(e for e in lead_events if e.kind == "subagent_finish")
-    assert finish.status == "cancelled"
+    assert finish.status == expected.value  # why the child stopped: its parent's cut
     assert finish.duration == pytest.approx(3)
+    # The child's listeners hear it end, cut: abort, then a partial finish.
+    assert [e.kind for e in worker_events][-2:] == ["abort", "finish"]
+    assert worker_events[-1].partial
+    if conversation == "fresh":  # cut inside the parent's scope: the parent's reason
+        assert worker_events[-1].stop is expected
     if conversation == "shared":
         # The child commits its partial, interrupted, to its own conversation.
         assert shape(worker_history) == [

@@ -157,6 +157,7 @@ async def test_a_parent_token_budget_cuts_a_worker_that_streams_too_much(
     conversation: str,
 ) -> None:
     worker_events: list[AgentEvent] = []
+    lead_events: list[AgentEvent] = []
     lead_provider = ScriptedProvider(
         Reply(calls=[ToolCall("c1", "worker", {"input": "write 500 tokens"})]),
         Reply("the lead must not get here"),
@@ -172,6 +173,7 @@ async def test_a_parent_token_budget_cuts_a_worker_that_streams_too_much(
             runtime,
             lead_provider,
             tools=[worker.as_tool(conversation=conversation)],  # type: ignore[arg-type]
+            on=[lead_events.append],
         )
         chunks: list[Chunk] = []
         async with lead.stream("delegate", budget=TokenBudget(60)) as run:
@@ -186,10 +188,11 @@ async def test_a_parent_token_budget_cuts_a_worker_that_streams_too_much(
     assert 0 < estimate_tokens(streamed) <= 61
     assert tool_answers(result.messages) == {"c1": INTERRUPTED}
     assert answered_in_place(result.messages)
-    if conversation == "shared":
-        # The worker's own run ended on the budget it draws on.
-        finish = next(e for e in worker_events if e.kind == "finish")
-        assert finish.stop is StopReason.BUDGET
+    # The worker's own run ended on the budget it draws on, and the lead was told so.
+    finish = next(e for e in worker_events if e.kind == "finish")
+    assert (finish.stop, finish.partial) == (StopReason.BUDGET, True)
+    delegated = next(e for e in lead_events if e.kind == "subagent_finish")
+    assert delegated.status == "budget"
 
 
 async def test_a_parent_budget_spent_by_one_child_stops_its_siblings(
