@@ -21,6 +21,7 @@ from actors import Abort, Agent, RunContext, RunStep, handoff, open_runtime, too
 from actors.agent import AgentEvent, Chunk
 from actors.testing import Fail, Hang, Reply, ScriptedProvider
 from actors.tools import INTERRUPTED
+from protocols.accounting import TokenBudget
 from protocols.errors import ConfigError, ProviderError, ToolError
 from protocols.messages import AgentResult, Message, Role, StopReason, ToolCall, Usage
 
@@ -783,6 +784,34 @@ async def test_a_handoff_stays_inside_the_runs_deadline(
         stored = await triage.conversation.messages()
     assert (result.stop, result.content) == (StopReason.TIMEOUT, "thinking")
     assert shape(stored)[-1] == (Role.ASSISTANT, "thinking", True)
+
+
+async def test_a_handoff_draws_on_the_runs_budget_and_reads_its_deps() -> None:
+    seen: list[object] = []
+
+    @tool
+    async def whoami(ctx: RunContext[object]) -> str:
+        """Read the deps."""
+        seen.append(ctx.deps)
+        return "checked"
+
+    deps = object()
+    writer_provider = ScriptedProvider(
+        Reply(calls=[ToolCall("w1", "whoami", {})]), Reply("word " * 200, chunk=4)
+    )
+    async with open_runtime() as runtime:
+        writer = await Agent.start(runtime, writer_provider, name="writer", tools=[whoami])
+        triage = await Agent.start(
+            runtime,
+            ScriptedProvider(Reply(calls=[ToolCall("h1", "transfer_to_writer", {})])),
+            tools=[handoff(writer)],
+        )
+        result = await triage.generate("write", budget=TokenBudget(30), deps=deps)
+    assert seen == [deps]
+    assert result.stop is StopReason.BUDGET
+    assert result.content.startswith("word word")  # the target's partial answer
+    assert result.usage is not None
+    assert 30 <= result.usage.total <= 31  # the target's turns are the run's, on its budget
 
 
 async def test_a_handoff_to_itself_or_back_up_the_chain_is_refused() -> None:
