@@ -251,11 +251,16 @@ class HandoffTool:
         refusal = _refusal(target)
         if refusal is not None:
             return ToolFailure(call.id, call.name, refusal)
-        if run.handoff is not None:
+        first = next(
+            (c for c in run.open_calls if isinstance(run.agent.registry.get(c.name), HandoffTool)),
+            call,
+        )
+        if first.id != call.id or run.handoff is not None:
+            # Several handoffs in one batch: the first in call order is the one taken.
+            chosen = run.agent.registry.get(first.name)
+            name = chosen.agent.name if isinstance(chosen, HandoffTool) else target.name
             return ToolFailure(
-                call.id,
-                call.name,
-                f"refused: this turn is already handed to {run.handoff.name!r}",
+                call.id, call.name, f"refused: this turn is already handed to {name!r}"
             )
         if target.closed:
             return ToolFailure(call.id, call.name, f"refused: agent {target.name!r} is closed")

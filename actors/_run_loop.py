@@ -634,6 +634,9 @@ class _Run:
         run's scope (its deadline and abort), and never once the budget is spent -- then the
         run is cut as by a budget trip mid-stream. ``again``: the same turn, re-sent."""
         meter = self.meter
+        # A cut that landed while the run was shielded (committing) stops it here, before a
+        # provider call starts.
+        await trio.lowlevel.checkpoint_if_cancelled()
         if self.pace is not None:
             # Inside the run's scope: a cancel, a deadline or a budget trip while pacing cuts
             # the run like any other wait.

@@ -361,6 +361,7 @@ class _Request:
         if self._waiting:
             self._waiting = False
             self.agent._queued -= 1
+            self.agent._maybe_idle()
 
     def _tripped(self, reason: str) -> None:
         if self.state is _State.QUEUED:
@@ -557,6 +558,7 @@ class _AgentActor(Actor[_Request, None]):
             await agent._execute(request)
         finally:
             agent._current = None
+            agent._maybe_idle()
 
 
 class Agent:
@@ -623,6 +625,7 @@ class Agent:
         self._runtime: Runtime | None = None
         self._owns_conversation = False
         self._closing = False
+        self._idle: trio.Event | None = None  # set when the last waiting run has ended
         self._listeners: list[Callable[[AgentEvent], None]] = list(on)
         self._error_handler = error
         self._runs = 0
@@ -810,6 +813,25 @@ class Agent:
             for request in (*self._urgent, *self._ordinary):
                 request.withdraw("the agent was closed")
             self.abort("the agent was closed")
+        else:
+            # However long they take: stopping the actor would cut them at its shutdown
+            # deadline. (A caller cancelled while waiting here still closes the agent below.)
+            try:
+                while self.busy:
+                    self._idle = trio.Event()
+                    await self._idle.wait()
+            except BaseException:
+                self.abort("the agent was closed")
+                await self._stop_owned()
+                raise
+        await self._stop_owned()
+
+    def _maybe_idle(self) -> None:
+        idle = self._idle
+        if idle is not None and not self.busy:
+            idle.set()
+
+    async def _stop_owned(self) -> None:
         with trio.CancelScope(shield=True):
             if self._ref is not None:
                 await self._ref.stop()
@@ -915,9 +937,11 @@ class Agent:
             self._event(request, AgentEvent("error", number, error=error, run_id=request.run_id))
         except BaseException as error:
             run = request.run
+            self.status = AgentStatus.DONE  # it ended, partially
             if isinstance(error, trio.Cancelled) and run is not None:
                 # Cut from outside -- with the run it was delegated from, or its agent stopping:
                 # its partial was committed; its listeners still hear how it ended.
+                self._statistics["runs"] += 1
                 stop = run.cut_reason()
                 run.event("abort", reason=run.token.reason or stop.value, stop=stop)
                 run.event("finish", stop=stop, partial=True)
@@ -1025,6 +1049,7 @@ class Agent:
         target = run.handoff
         assert target is not None
         run.handoff = None
+        run.answered_by = target.name  # from now on, whatever the run shows is the target's
         request = _Request(
             target,
             (),
@@ -1054,7 +1079,7 @@ class Agent:
                 )
                 run.delegated_to(handed.delegated)
                 run.estimated = run.estimated or handed.estimated
-        run.answered_by = result.agent
+        run.answered_by = result.agent  # the target may have handed on in turn
         run.output = result.output
         return result.stop
 

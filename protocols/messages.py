@@ -232,7 +232,18 @@ def _to_messages(value: Iterable[Message]) -> tuple[Message, ...]:
     return _tuple(Message, "AgentResult.messages", value)
 
 
+#: Schemas already found valid, by their exact form (``repr``: a tuple is not a list, key order
+#: kept): checking one against the meta-schema costs about a millisecond, and the same tool
+#: schemas are checked again and again (every agent made a tool, every decoded tool
+#: definition). Bounded; cleared when full.
+_VALID_SCHEMAS: dict[str, None] = {}
+_VALID_SCHEMAS_MAX = 1024
+
+
 def _check_schema(what: str, schema: Mapping[str, Any]) -> None:
+    key = repr(schema)
+    if key in _VALID_SCHEMAS:
+        return
     try:
         validator_for(schema).check_schema(dict(schema))
     except SchemaError as exc:
@@ -240,6 +251,9 @@ def _check_schema(what: str, schema: Mapping[str, Any]) -> None:
         raise ValidationError(
             f"{what} is not a valid JSON Schema at {location}: {exc.message}"
         ) from None
+    if len(_VALID_SCHEMAS) >= _VALID_SCHEMAS_MAX:
+        _VALID_SCHEMAS.clear()
+    _VALID_SCHEMAS[key] = None
 
 
 def _unique_call_ids(owner: str, calls: tuple[ToolCall, ...]) -> None:

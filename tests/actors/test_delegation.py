@@ -18,7 +18,7 @@ import trio
 import trio.testing
 
 from actors import Abort, Agent, RunContext, RunStep, handoff, open_runtime, tool
-from actors.agent import AgentEvent, Chunk
+from actors.agent import AgentEvent, AgentStatus, Chunk
 from actors.testing import Fail, Hang, Reply, ScriptedProvider
 from actors.tools import INTERRUPTED
 from protocols.accounting import TokenBudget
@@ -853,16 +853,13 @@ async def test_two_handoffs_in_one_batch_hand_to_one_agent_and_refuse_the_other(
             tools=[handoff(target) for target in targets],
         )
         result = await triage.generate("hi")
-    # Which of the two calls runs first is the batch's business; exactly one wins.
+    # The first handoff in call order is taken, whichever call's task runs first.
     answers = tool_answers(result.messages)
-    winner = result.agent
-    loser = "second" if winner == "first" else "first"
-    assert winner in providers
-    by_target = {"first": answers["h1"], "second": answers["h2"]}
-    assert by_target[winner] == f"handed to {winner}; it answers from here"
-    assert by_target[loser] == f"refused: this turn is already handed to {winner!r}"
-    assert result.content == f"{winner} here"
-    assert providers[loser].calls == []
+    assert result.agent == "first"
+    assert answers["h1"] == "handed to first; it answers from here"
+    assert answers["h2"] == "refused: this turn is already handed to 'first'"
+    assert result.content == "first here"
+    assert providers["second"].calls == []
     assert answered_in_place(result.messages)
 
 
@@ -885,3 +882,75 @@ async def test_a_handoff_outside_a_run_or_to_a_closed_agent_is_refused() -> None
         result = await triage.generate("hi")
     assert tool_answers(result.messages)["h1"] == "refused: agent 'target' is closed"
     assert (result.agent, result.content) == (triage.name, "kept it")
+
+
+async def test_a_handoff_cut_by_the_runs_deadline_names_the_target_as_the_answering_agent(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with open_runtime() as runtime:
+        slow = await Agent.start(runtime, ScriptedProvider(Hang("thinking")), name="slow")
+        triage = await Agent.start(
+            runtime,
+            ScriptedProvider(Reply(calls=[ToolCall("h1", "transfer_to_slow", {})], delay=1)),
+            name="triage",
+            tools=[handoff(slow)],
+        )
+        result = await triage.generate("hi", timeout=4)
+        stored = await triage.conversation.messages()
+    assert (stored[-1].role, stored[-1].content, stored[-1].interrupted) == (
+        Role.ASSISTANT,
+        "thinking",
+        True,
+    )
+    assert (result.stop, result.content) == (StopReason.TIMEOUT, "thinking")
+    assert result.agent == "slow"
+
+
+# A *fresh* delegated run cut together with its parent (its abort, its timeout) ends as a run
+# does: its agent is done, not left running, the run is counted, its listeners hear the end.
+@pytest.mark.parametrize("how", ["abort", "timeout"])
+async def test_a_fresh_child_cut_with_its_parent_ends_done_with_abort_and_finish(
+    how: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    worker_events: list[AgentEvent] = []
+    async with open_runtime() as runtime:
+        worker = await Agent.start(
+            runtime, ScriptedProvider(Hang("half")), name="worker", on=[worker_events.append]
+        )
+        lead = await Agent.start(
+            runtime,
+            ScriptedProvider(Reply(calls=[ToolCall("c1", "worker", {"input": "x"})])),
+            tools=[worker.as_tool()],
+        )
+
+        async def later() -> None:
+            await trio.sleep(2)
+            lead.abort("stop")
+
+        async with trio.open_nursery() as nursery:
+            if how == "abort":
+                nursery.start_soon(later)
+                await lead.generate("go")
+            else:
+                await lead.generate("go", timeout=2)
+    assert [e.kind for e in worker_events][-2:] == ["abort", "finish"]
+    assert worker.status is AgentStatus.DONE
+    assert worker.statistics()["runs"] == 1
+
+
+# The same through the run's budget: the target's partial answer is the target's.
+async def test_a_handoff_cut_by_the_runs_budget_names_the_target() -> None:
+    async with open_runtime() as runtime:
+        writer = await Agent.start(
+            runtime, ScriptedProvider(Reply("word " * 200, chunk=4)), name="writer"
+        )
+        triage = await Agent.start(
+            runtime,
+            ScriptedProvider(Reply(calls=[ToolCall("h1", "transfer_to_writer", {})])),
+            name="triage",
+            tools=[handoff(writer)],
+        )
+        result = await triage.generate("write", budget=TokenBudget(30))
+    assert result.stop is StopReason.BUDGET
+    assert result.content.startswith("word word")
+    assert result.agent == "writer"

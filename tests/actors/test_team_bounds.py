@@ -723,3 +723,30 @@ async def test_runtime_agent_passes_each_option_through_and_refuses_unknown_ones
     assert (defaults.limit, defaults.timeout, defaults.budget) == (3, 60, team)
     assert (defaults.max_repeats, defaults.on_tool_error, defaults.pace) == (2, "raise", pace)
     assert (agent.tool_concurrency, agent.window) == (2, 4096)
+
+
+async def test_aclose_waits_for_runs_longer_than_the_actors_shutdown_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    provider = ScriptedProvider(Reply("one", delay=5), Reply("two", delay=5))
+    results: list[AgentResult] = []
+    errors: list[BaseException] = []
+    async with open_runtime() as runtime:
+        agent = await Agent.start(runtime, provider)
+
+        async def run(text: str, at: float) -> None:
+            await trio.sleep(at)
+            try:
+                results.append(await agent.generate(text))
+            except Exception as error:
+                errors.append(error)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run, "first", 0)
+            nursery.start_soon(run, "second", 1)
+            await trio.sleep(2)
+            await agent.aclose()
+    # Longer than the actor's 5 s shutdown deadline: aclose waits for them, it does not cut.
+    assert errors == []
+    assert sorted(r.content for r in results) == ["one", "two"]
+    assert all(r.stop is StopReason.COMPLETE for r in results)
