@@ -336,7 +336,7 @@ class _Run:
         """Why the run is being cut, as its stop reason would say."""
         if self.budget_tripped:
             return StopReason.BUDGET
-        if not self.token.cancelled and trio.current_time() >= self.deadline():
+        if trio.current_time() >= self.deadline():
             return StopReason.TIMEOUT
         return StopReason.CANCELLED
 

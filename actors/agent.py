@@ -1032,7 +1032,9 @@ class Agent:
         if scope.cancelled_caught:
             if run.budget_tripped:
                 stop = StopReason.BUDGET
-            elif not token.cancelled and trio.current_time() >= scope.deadline:
+            elif trio.current_time() >= scope.deadline:
+                # The deadline had passed when the cut landed: a timeout, also when a caller
+                # gave up at that same moment (a parent cut by its own deadline does so).
                 stop = StopReason.TIMEOUT
             else:
                 stop = StopReason.CANCELLED
