@@ -140,10 +140,6 @@ class AgentTool:
             # Cut with its parent (its abort is the parent's): the call was interrupted, not
             # answered -- raise the parent's cancel here rather than report a partial answer.
             await trio.lowlevel.checkpoint_if_cancelled()
-        except trio.Cancelled:
-            if parent is not None:
-                status = parent.cut_reason().value
-            raise
         except Exception as error:
             status = "error"
             # Reported as a tool that raised is: a tool_error event, the WARNING log, and a
@@ -156,6 +152,11 @@ class AgentTool:
             if len(text) > _ERROR_LIMIT:
                 text = text[: _ERROR_LIMIT - 3] + "..."
             return ToolFailure(call.id, call.name, text)
+        except BaseException:
+            # Cut with its parent (Cancelled, or a group of them out of a nursery).
+            if parent is not None:
+                status = parent.cut_reason().value
+            raise
         finally:
             usage = _spent(request.run, result)
             if parent is not None:

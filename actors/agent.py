@@ -938,7 +938,8 @@ class Agent:
         except BaseException as error:
             run = request.run
             self.status = AgentStatus.DONE  # it ended, partially
-            if isinstance(error, trio.Cancelled) and run is not None:
+            if run is not None and not isinstance(error, Exception):
+                # (Cancelled, or a group of them out of a tool batch's nursery.)
                 # Cut from outside -- with the run it was delegated from, or its agent stopping:
                 # its partial was committed; its listeners still hear how it ended.
                 self._statistics["runs"] += 1

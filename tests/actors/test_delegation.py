@@ -954,3 +954,46 @@ async def test_a_handoff_cut_by_the_runs_budget_names_the_target() -> None:
     assert result.stop is StopReason.BUDGET
     assert result.content.startswith("word word")
     assert result.agent == "writer"
+
+
+@tool
+async def nap(seconds: float) -> str:
+    """Sleep a while."""
+    await trio.sleep(seconds)
+    return "rested"
+
+
+async def test_a_child_cut_while_its_own_tools_run_at_once_still_reports_its_end(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The cut leaves the child's tool batch as a group of Cancelled, not a bare Cancelled.
+    events: list[str] = []
+    async with open_runtime() as runtime:
+        naps = [ToolCall(f"n{i}", "nap", {"seconds": 5.0 + i}) for i in range(2)]
+        child = await Agent.start(
+            runtime,
+            ScriptedProvider(Reply(calls=naps)),
+            name="child",
+            tools=[nap],
+            on=[lambda e: events.append(e.kind)],
+        )
+        lead = await Agent.start(
+            runtime,
+            ScriptedProvider(Reply(calls=[ToolCall("c1", "child", {"input": "go"})])),
+            name="lead",
+            tools=[child.as_tool()],
+        )
+        token = Abort()
+        async with trio.open_nursery() as nursery:
+
+            async def cut() -> None:
+                await trio.sleep(1)
+                token.cancel("stop")
+
+            nursery.start_soon(cut)
+            result = await lead.generate("go", abort=[token])
+    assert result.stop is StopReason.CANCELLED
+    assert result.messages[-1].content == INTERRUPTED
+    assert events[-2:] == ["abort", "finish"]
+    assert child.statistics()["runs"] == 1
+    assert child.status is AgentStatus.DONE

@@ -32,10 +32,6 @@ on every agent, or a ``TokenBudget`` on the lead's run) and interrupts (a second
   caller that cuts its own run gets control back at once.
 
 Everything runs on a ``MockClock`` with ``autojump_threshold=0``: no real sleeps.
-
-Known gap, tolerated narrowly: a delegated run cut with its caller while it runs several tools
-at once ends without telling its own listeners (no ``abort``/``finish`` event); such a run is
-accepted only when its parent recorded the call as interrupted.
 """
 
 from __future__ import annotations
@@ -475,7 +471,6 @@ class RunInfo:
     #: Child runs it started (subagent_start), by call id, and how each call ended.
     started: dict[str, str] = attrs.Factory(dict)
     finished: dict[str, str] = attrs.Factory(dict)
-    silent: bool = False  # began, and its own events never said how it ended
 
     @property
     def began(self) -> bool:
@@ -530,13 +525,9 @@ def _runs(record: Record) -> dict[str, RunInfo]:
             assert ev.call.id not in run.finished, "a delegation finished twice"
             run.finished[ev.call.id] = ev.status
     for run in runs.values():
-        if run.began and run.end is None and run.parent is not None:
-            # Known library gap (reported): a delegated run cut with its caller while it ran
-            # tools concurrently gets the cancel as a BaseExceptionGroup, and its own listeners
-            # never hear abort/finish. Its parent must then record the call as interrupted.
-            run.silent = True
-            event("a delegated run cut with its parent, silently")
-        elif run.began:
+        if run.began:
+            # Also a delegated run cut with its caller while its tools ran concurrently (the
+            # cancel then leaves as a group): its own listeners hear how it ended.
             assert run.end is not None, f"{run.run_id} began and never ended"
         assert set(run.started) == set(run.finished), "a delegation never finished"
     return runs
@@ -598,7 +589,7 @@ class Facts:
         # (cancelled) whatever cut the parent, and one running when the parent's deadline
         # passes may see the parent's give-up before its own deadline.
         parent = run.parent
-        return parent is not None and (parent.stop in CUTS or parent.silent)
+        return parent is not None and parent.stop in CUTS
 
     def budget_reached(self, run: RunInfo, lead_trip: float | None, lead_known: bool) -> bool:
         """The budget this run draws on was reached before it ended."""
@@ -949,7 +940,7 @@ def _check_team_budget(facts: Facts, used: int | None) -> None:
         # The trip cut every run drawing on the team at once, wherever it was.
         when, _, position = record.trip
         for run in facts.runs.values():
-            if run.began and run.first < position and not run.silent and run.last >= position:
+            if run.began and run.first < position and run.last >= position:
                 assert run.end == when, f"{run.run_id} went on after the team's budget tripped"
 
 
@@ -1065,7 +1056,7 @@ def _check_delegations(
         agent = facts.members[parent.agent]
         children = {facts.case.members[child].name for child in agent.children}
         for call_id, name, text, last in calls:
-            cut_here = last and (parent.stop in CUTS or parent.silent)
+            cut_here = last and parent.stop in CUTS
             if text in (INTERRUPTED, NOT_EXECUTED):
                 assert cut_here, f"{call_id}: {text!r}, but its run was not cut there"
             if name not in children:
@@ -1081,7 +1072,6 @@ def _check_delegations(
                 continue
             assert delegated, f"{call_id}: answered, never delegated"
             assert child is not None
-            assert not child.silent, f"{call_id}: answered by a child that never ended"
             status = parent.finished[call_id]
             if text.startswith(f"the agent {name!r} failed"):
                 assert child.failed
