@@ -337,7 +337,7 @@ class _Request:
             raise AgentBusy(agent.name)
         if self.state is not _State.QUEUED:  # already tripped: never queued
             return
-        queue = agent._urgent if if_busy == "interrupt" else agent._ordinary
+        queue = agent._queue(urgent=if_busy == "interrupt")
         queue.append(self)
         try:
             try:
@@ -615,12 +615,13 @@ class Agent:
         self.status = AgentStatus.IDLE
         self._current: _Request | None = None
         # Runs executing in their caller's task (delegated to, handed to), for abort().
-        self._direct: set[_Request] = set()
+        self._direct: set[_Request] | None = None
         self._statistics = {"runs": 0, "errors": 0, "turns": 0, "withdrawn": 0}
         self._queued = 0
-        # Requests waiting for the actor: interrupting ones go first (see _AgentActor).
-        self._urgent: collections.deque[_Request] = collections.deque()
-        self._ordinary: collections.deque[_Request] = collections.deque()
+        # Requests waiting for the actor: interrupting ones go first (see _AgentActor). Made
+        # when first needed: an idle agent should cost little.
+        self._urgent: collections.deque[_Request] | None = None
+        self._ordinary: collections.deque[_Request] | None = None
         self._ref: ActorRef[_Request, None] | None = None
         self._runtime: Runtime | None = None
         self._owns_conversation = False
@@ -795,7 +796,7 @@ class Agent:
         if any (queued runs are not affected)."""
         if self._current is not None:
             self._current.token.cancel(reason)
-        for request in list(self._direct):
+        for request in list(self._direct or ()):
             request.token.cancel(reason)
 
     async def aclose(self, *, cancel: bool = False) -> None:
@@ -810,7 +811,7 @@ class Agent:
             return
         self._closing = True
         if cancel:
-            for request in (*self._urgent, *self._ordinary):
+            for request in (*(self._urgent or ()), *(self._ordinary or ())):
                 request.withdraw("the agent was closed")
             self.abort("the agent was closed")
         else:
@@ -851,6 +852,16 @@ class Agent:
         if self._ordinary:
             return self._ordinary.popleft()
         return None
+
+    def _queue(self, *, urgent: bool) -> collections.deque[_Request]:
+        """Where a request waits: the interrupting class or the ordinary one."""
+        if urgent:
+            if self._urgent is None:
+                self._urgent = collections.deque()
+            return self._urgent
+        if self._ordinary is None:
+            self._ordinary = collections.deque()
+        return self._ordinary
 
     def stream(
         self,
@@ -986,11 +997,14 @@ class Agent:
             raise ActorStopped(f"agent {self.name!r} is closed", name=self.name)
         request.bind(queued=False)
         request.state = _State.RUNNING
-        self._direct.add(request)
+        if self._direct is None:
+            self._direct = set()
+        direct = self._direct
+        direct.add(request)
         try:
             await self._execute(request)
         finally:
-            self._direct.discard(request)
+            direct.discard(request)
         if request.error is not None:
             raise request.error
         assert request.result is not None
