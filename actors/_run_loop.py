@@ -33,7 +33,6 @@ from protocols.messages import (
     ToolDefinition,
     ToolFailure,
     ToolResult,
-    ToolSuccess,
     Usage,
 )
 from protocols.toolschema import (
@@ -566,7 +565,7 @@ class _Run:
         results = [_failed(call, text) for call in calls]
         for tool_result in results:
             self.emit(Chunk("tool_result", result=tool_result, run_id=self.run_id))
-        await self.add(*(_tool_message(r) for r in results))
+        await self.add(*(Message.from_result(r) for r in results))
         self.open_calls = ()
 
     async def run_tools(
@@ -598,7 +597,7 @@ class _Run:
                     self.event(
                         "tool_error", call=call, result=tool_result, error=batch.errors[index]
                     )
-        await self.add(*(_tool_message(r) for r in results))
+        await self.add(*(Message.from_result(r) for r in results))
         self.batch = None
         self.open_calls = ()
         if batch.errors and agent._option(self.request.options, "on_tool_error") == "raise":
@@ -725,21 +724,10 @@ class _Run:
                     settled = [_failed(call, NOT_EXECUTED) for call in self.open_calls]
                 for tool_result in settled:
                     self.emit(Chunk("tool_result", result=tool_result, run_id=self.run_id))
-                await self.add(*(_tool_message(r) for r in settled))
+                await self.add(*(Message.from_result(r) for r in settled))
                 self.open_calls = ()
                 self.batch = None
 
 
 def _failed(call: ToolCall, text: str) -> ToolResult:
     return ToolFailure(call.id, call.name, text)
-
-
-def _tool_message(result: ToolResult) -> Message:
-    """A tool result as the tool message the model reads: a success as JSON text (a string
-    value as it is), a failure as its error text."""
-    if isinstance(result, ToolSuccess):
-        value = result.value
-        content = value if isinstance(value, str) else dumps(value)
-    else:
-        content = result.error
-    return Message.tool(result.id, result.name, content)

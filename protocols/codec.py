@@ -27,7 +27,7 @@ from cattrs.gen import make_dict_unstructure_fn, override
 
 from ._json import JSON, MAX_DEPTH, check_json, dumpb, dumps, loads
 from .errors import Category, ProtocolError
-from .messages import FinishReason, Role, StopReason, ToolFailure, ToolResult, ToolSuccess
+from .messages import ToolFailure, ToolResult, ToolSuccess
 
 __all__ = [
     "JSON",
@@ -163,12 +163,12 @@ def _make_converter() -> cattrs.Converter:
     conv.register_structure_hook_factory(_is_homogeneous_tuple, _strict_tuple_factory)
     # JSON-object fields (tool arguments, schemas, extra) are validated by the classes themselves.
     conv.register_structure_hook_func(_is_str_keyed_dict, _structure_object)
-    # Enums (Role, FinishReason, StopReason) travel as their plain string values.
-    # (registered per class: cattrs would otherwise treat StrEnum members as plain str, as is.)
-    # Structured here too, so a bad value is reported at its own path ($.role), not the object's.
-    for enum_class in (Role, FinishReason, StopReason):
-        conv.register_unstructure_hook(enum_class, _enum_value)
-        conv.register_structure_hook(enum_class, _structure_enum)
+    # Every StrEnum (Role, StopReason, JobStatus, ...) travels as its plain string value.
+    # (registered on StrEnum itself, which comes before str in every such enum's MRO: cattrs
+    # would otherwise treat the members as plain str, as is.) Structured here too, so a bad value
+    # is reported at its own path ($.role), not the object's.
+    conv.register_unstructure_hook(enum.StrEnum, _enum_value)
+    conv.register_structure_hook(enum.StrEnum, _structure_enum)
 
     plain_success = conv.get_unstructure_hook(ToolSuccess)
     plain_failure = conv.get_unstructure_hook(ToolFailure)

@@ -411,7 +411,13 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "TOOLS_OFF",
         "UNKNOWN_TOOLS_FALLBACK",
     ]
+    import protocols.jobs
+
+    assert {"AgentJob", "JobRecord", "JobStatus", "replay", "decide", "runnable"} <= set(
+        protocols.jobs.__all__
+    )
     for module in (
+        protocols.jobs,
         actors.agent,
         protocols.accounting,
         actors.tools,

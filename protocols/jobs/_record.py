@@ -1,0 +1,540 @@
+"""The run record of a job and its state machine, as pure transitions.
+
+Every transition takes the record as the writer last read it and returns either
+:class:`Applied` (the new record, its ``revision`` one higher) or :class:`Conflict` (nothing
+changes, and why): a store writes the new record only if the stored revision is still the one
+read -- compare-and-swap -- so of two writers racing from one revision exactly one wins. A
+worker's writes also carry the :class:`Lease` of its acquisition: the ``fence`` is incremented on
+every acquisition, so a worker that lost its lease (paused, partitioned, taken over) can never
+write again.
+
+States::
+
+    queued --acquire--> running --finish--> completed | partial | failed | cancelled
+       ^                  |  |  \\--suspend--> awaiting_input --answer (all)--> queued
+       |                  |  \\--abandon--> abandoned
+       \\----retry--------/
+    queued | awaiting_input --cancel--> cancelled;   running --cancel--> (cancel requested)
+
+A running record whose lease has expired may be acquired again (a crashed worker's run is
+continued elsewhere); a terminal record never changes again, except to be purged.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+import attrs
+
+from ..errors import ValidationError
+from ..messages import AgentResult, Usage
+from ._job import AgentJob
+
+__all__ = [
+    "TERMINAL",
+    "Admission",
+    "Applied",
+    "ApprovalAnswer",
+    "ApprovalRequest",
+    "Conflict",
+    "JobRecord",
+    "JobStatus",
+    "Lease",
+    "Priority",
+    "Tombstone",
+    "Transition",
+    "abandon",
+    "acquire",
+    "admission",
+    "admit",
+    "answer",
+    "cancel",
+    "checkpoint",
+    "finish",
+    "purge",
+    "renew",
+    "retry",
+    "runnable",
+    "suspend",
+]
+
+
+class JobStatus(enum.StrEnum):
+    """Where a job is."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    AWAITING_INPUT = "awaiting_input"
+    COMPLETED = "completed"
+    PARTIAL = "partial"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    ABANDONED = "abandoned"
+
+
+#: The states a job never leaves (but to be purged).
+TERMINAL = frozenset(
+    {
+        JobStatus.COMPLETED,
+        JobStatus.PARTIAL,
+        JobStatus.FAILED,
+        JobStatus.CANCELLED,
+        JobStatus.ABANDONED,
+    }
+)
+
+
+class Priority(enum.StrEnum):
+    """``interrupt`` jobs go ahead of ``normal`` ones (first in, first out within each)."""
+
+    NORMAL = "normal"
+    INTERRUPT = "interrupt"
+
+
+def _count(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValidationError(f"JobRecord.{attribute.name} must be an int >= 0, not {value!r}")
+
+
+def _time(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+    ):
+        raise ValidationError(f"{attribute.name} must be a finite time, not {value!r}")
+
+
+@attrs.frozen
+class Lease:
+    """A worker's hold on a running job: who, with which fencing token, until when (wall-clock
+    seconds). Every write a worker makes for the job carries it."""
+
+    owner: str
+    fence: int = attrs.field(validator=_count)
+    until: float = attrs.field(validator=_time)
+
+
+@attrs.frozen
+class ApprovalRequest:
+    """A tool call the authority put to a human (``reason``: its verdict's text)."""
+
+    call_id: str
+    tool: str
+    reason: str = ""
+
+
+@attrs.frozen
+class ApprovalAnswer:
+    """A human's answer to an :class:`ApprovalRequest`."""
+
+    call_id: str
+    allow: bool
+    reason: str = ""
+
+
+def _statuses(value: JobStatus | str) -> JobStatus:
+    return value if isinstance(value, JobStatus) else JobStatus(value)
+
+
+@attrs.frozen
+class JobRecord:
+    """The durable state of one job (see the module docstring for its life).
+
+    ``revision`` counts writes (compare-and-swap on it); ``fence`` counts acquisitions;
+    ``sequence`` is the admission order, ``execution`` the order of first acquisition (a thread's
+    history follows it); ``attempts`` counts acquisitions that started or continued the run;
+    ``turns`` and ``usage`` are what its attempts spent, carried across them; ``children`` are the
+    ids of the jobs it waits for, in order; ``pending`` the approvals it waits for and
+    ``answers`` the ones given; ``not_before`` holds a retry back.
+    """
+
+    id: str
+    job: AgentJob
+    sequence: int = attrs.field(validator=_count)
+    created_at: float = attrs.field(validator=_time)
+    status: JobStatus = attrs.field(default=JobStatus.QUEUED, converter=_statuses)
+    revision: int = attrs.field(default=1, validator=_count)
+    fence: int = attrs.field(default=0, validator=_count)
+    lease: Lease | None = None
+    priority: Priority = Priority.NORMAL
+    key: str | None = None
+    parent: str | None = None
+    children: tuple[str, ...] = ()
+    execution: int | None = None
+    attempts: int = attrs.field(default=0, validator=_count)
+    turns: int = attrs.field(default=0, validator=_count)
+    usage: Usage = attrs.field(factory=Usage)
+    cancel_requested: bool = False
+    pending: tuple[ApprovalRequest, ...] = ()
+    answers: tuple[ApprovalAnswer, ...] = ()
+    not_before: float | None = attrs.field(default=None, validator=_time)
+    result: AgentResult | None = None
+    error: str | None = None
+    updated_at: float | None = attrs.field(default=None, validator=_time)
+
+    @property
+    def terminal(self) -> bool:
+        """The job has ended for good."""
+        return self.status in TERMINAL
+
+    @property
+    def conversation(self) -> str | None:
+        """The thread the job belongs to, if any."""
+        return self.job.conversation
+
+    def held_by(self, lease: Lease) -> bool:
+        """``lease`` is the current holder's (same owner and fence) on a running job."""
+        current = self.lease
+        return (
+            self.status is JobStatus.RUNNING
+            and current is not None
+            and current.owner == lease.owner
+            and current.fence == lease.fence
+            and self.fence == lease.fence
+        )
+
+
+@attrs.frozen
+class Tombstone:
+    """What a purged job leaves: its id and key, forever (a purged key is never admitted
+    again)."""
+
+    id: str
+    key: str | None
+    purged_at: float
+
+
+@attrs.frozen
+class Applied:
+    """The transition applies: write ``record`` if the stored revision is still ``expected``."""
+
+    record: JobRecord
+    expected: int
+
+
+@attrs.frozen
+class Conflict:
+    """The transition does not apply; nothing changes. ``reason`` says why."""
+
+    reason: Literal["revision", "fenced", "state", "lease", "not_due", "waiting"]
+    detail: str
+
+
+Transition = Applied | Conflict
+
+
+def _write(record: JobRecord, now: float, **changes: Any) -> Applied:
+    changed = attrs.evolve(record, revision=record.revision + 1, updated_at=now, **changes)
+    return Applied(changed, record.revision)
+
+
+def _revision(record: JobRecord, expected: int | None) -> Conflict | None:
+    if expected is not None and record.revision != expected:
+        return Conflict(
+            "revision", f"job {record.id} is at revision {record.revision}, not {expected}"
+        )
+    return None
+
+
+def _holder(record: JobRecord, lease: Lease) -> Conflict | None:
+    if record.held_by(lease):
+        return None
+    return Conflict(
+        "fenced",
+        f"job {record.id} is no longer held by {lease.owner!r} with fence {lease.fence} "
+        f"(its fence is {record.fence}, status {record.status.value})",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Admission
+
+
+@attrs.frozen
+class Admission:
+    """What admitting a job with a key decides: ``new`` (admit it), ``duplicate`` (the key's
+    job, which is returned instead), or ``refused`` (the key's job was purged)."""
+
+    decision: Literal["new", "duplicate", "refused"]
+    existing: JobRecord | None = None
+    detail: str = ""
+
+
+def admission(existing: JobRecord | Tombstone | None, job: AgentJob) -> Admission:
+    """Decide an admission given what the store holds under its key (nothing without a key).
+
+    A key names one job for good: the same key returns the existing job (whatever its state,
+    also after it ended), and a purged key is refused, never reused."""
+    if existing is None:
+        return Admission("new")
+    if isinstance(existing, Tombstone):
+        return Admission(
+            "refused",
+            detail=f"the key was used by job {existing.id}, which was purged; use a new key",
+        )
+    return Admission("duplicate", existing)
+
+
+def admit(
+    id: str,
+    job: AgentJob,
+    *,
+    sequence: int,
+    now: float,
+    key: str | None = None,
+    priority: Priority = Priority.NORMAL,
+    parent: str | None = None,
+    children: Sequence[str] = (),
+) -> JobRecord:
+    """A newly admitted job's record (queued, revision 1)."""
+    return JobRecord(
+        id,
+        job,
+        sequence,
+        now,
+        key=key,
+        priority=priority,
+        parent=parent,
+        children=tuple(children),
+        updated_at=now,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The worker's side
+
+
+def acquire(
+    record: JobRecord,
+    *,
+    owner: str,
+    now: float,
+    lease: float,
+    execution: int,
+    expected: int | None = None,
+) -> Transition:
+    """A worker takes the job: a queued one that is due, or a running one whose lease expired
+    (its worker is presumed dead and the run is continued). The fence goes up by one, so the
+    previous holder can no longer write. ``execution`` is the next execution number (kept only
+    the first time). A job with a cancel requested is not taken."""
+    if (conflict := _revision(record, expected)) is not None:
+        return conflict
+    if not lease > 0 or not math.isfinite(lease):
+        raise ValidationError(f"a lease must be a number of seconds > 0, not {lease!r}")
+    if record.status is JobStatus.QUEUED:
+        if record.cancel_requested:
+            return Conflict("state", f"job {record.id} has a cancel requested")
+        if record.not_before is not None and now < record.not_before:
+            return Conflict("not_due", f"job {record.id} waits until {record.not_before}")
+    elif record.status is JobStatus.RUNNING:
+        current = record.lease
+        if current is not None and now < current.until:
+            return Conflict("lease", f"job {record.id} is held by {current.owner!r}")
+    else:
+        return Conflict("state", f"job {record.id} is {record.status.value}")
+    fence = record.fence + 1
+    return _write(
+        record,
+        now,
+        status=JobStatus.RUNNING,
+        fence=fence,
+        lease=Lease(owner, fence, now + lease),
+        attempts=record.attempts + 1,
+        execution=record.execution if record.execution is not None else execution,
+        not_before=None,
+    )
+
+
+def renew(record: JobRecord, holder: Lease, *, now: float, lease: float) -> Transition:
+    """The holder extends its lease. Fenced if it is not the holder any more (also after its
+    lease expired and another worker took the job); allowed after expiry while nobody has."""
+    if (conflict := _holder(record, holder)) is not None:
+        return conflict
+    return _write(record, now, lease=Lease(holder.owner, holder.fence, now + lease))
+
+
+def checkpoint(
+    record: JobRecord, holder: Lease, *, now: float, turns: int, usage: Usage
+) -> Transition:
+    """The holder records what the run has spent so far (kept across attempts)."""
+    if (conflict := _holder(record, holder)) is not None:
+        return conflict
+    return _write(record, now, turns=turns, usage=usage)
+
+
+def suspend(
+    record: JobRecord, holder: Lease, *, now: float, pending: Iterable[ApprovalRequest]
+) -> Transition:
+    """The run waits for humans: ``awaiting_input`` with the requests, held by no worker."""
+    requests = tuple(pending)
+    if not requests:
+        raise ValidationError("suspend needs at least one approval request")
+    if (conflict := _holder(record, holder)) is not None:
+        return conflict
+    return _write(
+        record, now, status=JobStatus.AWAITING_INPUT, lease=None, pending=requests, answers=()
+    )
+
+
+def answer(
+    record: JobRecord, given: ApprovalAnswer, *, now: float, expected: int | None = None
+) -> Transition:
+    """A human answers one pending request (from any process). When every request has its
+    answer the job is queued again, to be continued by any worker. A second answer to the same
+    call, or an answer to no pending call, is a conflict."""
+    if (conflict := _revision(record, expected)) is not None:
+        return conflict
+    if record.status is not JobStatus.AWAITING_INPUT:
+        return Conflict("state", f"job {record.id} is {record.status.value}, not awaiting input")
+    if all(request.call_id != given.call_id for request in record.pending):
+        return Conflict("waiting", f"job {record.id} does not wait for call {given.call_id!r}")
+    if any(previous.call_id == given.call_id for previous in record.answers):
+        return Conflict("waiting", f"call {given.call_id!r} of job {record.id} has its answer")
+    answers = (*record.answers, given)
+    if len(answers) == len(record.pending):
+        return _write(record, now, status=JobStatus.QUEUED, answers=answers)
+    return _write(record, now, answers=answers)
+
+
+def finish(
+    record: JobRecord,
+    holder: Lease,
+    *,
+    now: float,
+    status: JobStatus,
+    result: AgentResult | None = None,
+    error: str | None = None,
+) -> Transition:
+    """The holder ends the job: ``completed``, ``partial``, ``failed`` or ``cancelled``, with its
+    result or error. Of two racing finishes from one revision, exactly one applies."""
+    if status not in (
+        JobStatus.COMPLETED,
+        JobStatus.PARTIAL,
+        JobStatus.FAILED,
+        JobStatus.CANCELLED,
+    ):
+        raise ValidationError(
+            f"a job finishes completed, partial, failed or cancelled, not {status}"
+        )
+    if (conflict := _holder(record, holder)) is not None:
+        return conflict
+    usage = record.usage
+    if result is not None and result.total_usage is not None:
+        usage = result.total_usage
+    return _write(record, now, status=status, lease=None, result=result, error=error, usage=usage)
+
+
+def retry(record: JobRecord, holder: Lease, *, now: float, delay: float, error: str) -> Transition:
+    """The holder gives the attempt up (``error``) to be tried again after ``delay`` seconds,
+    continuing from its journal."""
+    if (conflict := _holder(record, holder)) is not None:
+        return conflict
+    if not delay >= 0 or not math.isfinite(delay):
+        raise ValidationError(f"a retry delay must be a number of seconds >= 0, not {delay!r}")
+    return _write(
+        record, now, status=JobStatus.QUEUED, lease=None, not_before=now + delay, error=error
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Anyone's side
+
+
+def cancel(record: JobRecord, *, now: float, expected: int | None = None) -> Transition:
+    """Cancel the job: a queued or waiting one ends ``cancelled`` at once (it never runs); a
+    running one is marked, and its worker cuts the run and finishes it ``cancelled``. A
+    terminal job is a conflict."""
+    if (conflict := _revision(record, expected)) is not None:
+        return conflict
+    if record.terminal:
+        return Conflict("state", f"job {record.id} has already ended ({record.status.value})")
+    if record.status is JobStatus.RUNNING:
+        if record.cancel_requested:
+            return Conflict("state", f"job {record.id} has a cancel requested already")
+        return _write(record, now, cancel_requested=True)
+    return _write(record, now, status=JobStatus.CANCELLED, lease=None, cancel_requested=True)
+
+
+def abandon(
+    record: JobRecord, *, now: float, error: str, expected: int | None = None
+) -> Transition:
+    """Give up a job no worker can run (its agent is unknown, its retries are spent, its
+    journal drifted): ``abandoned``. A running job only once its lease has expired (the holder
+    is presumed dead: that is the evidence)."""
+    if (conflict := _revision(record, expected)) is not None:
+        return conflict
+    if record.terminal:
+        return Conflict("state", f"job {record.id} has already ended ({record.status.value})")
+    current = record.lease
+    if record.status is JobStatus.RUNNING and current is not None and now < current.until:
+        return Conflict("lease", f"job {record.id} is held by {current.owner!r}")
+    return _write(record, now, status=JobStatus.ABANDONED, lease=None, error=error)
+
+
+def purge(record: JobRecord, *, now: float) -> Tombstone | Conflict:
+    """Remove an ended job, leaving its :class:`Tombstone`. A job that has not ended is a
+    conflict (purge never interrupts)."""
+    if not record.terminal:
+        return Conflict("state", f"job {record.id} is {record.status.value}: not ended")
+    return Tombstone(record.id, record.key, now)
+
+
+# ---------------------------------------------------------------------------------------------
+# Order
+
+
+def runnable(records: Iterable[JobRecord], *, now: float) -> list[JobRecord]:
+    """The jobs a worker may acquire now, in the order to take them.
+
+    Interrupting jobs before normal ones, each class in admission order (``sequence``; never
+    ids or timestamps), and a running job whose lease expired (its worker is presumed dead)
+    before both. A job waits for its children to end and for its retry delay. Of the jobs naming
+    one ``conversation`` (a thread) only the first in that order may run, and none while another
+    of them runs or awaits input: a thread's jobs run one at a time, in order, and a job held
+    back (a retry delay, its children) holds back the ones after it."""
+    everything = list(records)
+    by_id = {record.id: record for record in everything}
+
+    def order(record: JobRecord) -> tuple[int, int, int]:
+        continuing = 0 if record.status is JobStatus.RUNNING else 1
+        interrupting = 0 if record.priority is Priority.INTERRUPT else 1
+        return (continuing, interrupting, record.sequence)
+
+    def due(record: JobRecord) -> bool:
+        if record.status is JobStatus.QUEUED:
+            if record.cancel_requested:
+                return False
+            if record.not_before is not None and now < record.not_before:
+                return False
+            return all(child not in by_id or by_id[child].terminal for child in record.children)
+        if record.status is JobStatus.RUNNING:
+            current = record.lease
+            return current is None or now >= current.until
+        return False
+
+    heads: dict[str, JobRecord] = {}
+    busy: set[str] = set()
+    for record in everything:
+        thread = record.conversation
+        if thread is None or record.terminal:
+            continue
+        if record.status is JobStatus.AWAITING_INPUT or (
+            record.status is JobStatus.RUNNING and not due(record)
+        ):
+            busy.add(thread)
+        head = heads.get(thread)
+        if head is None or order(record) < order(head):
+            heads[thread] = record
+    out = [
+        record
+        for record in everything
+        if due(record)
+        and (
+            record.conversation is None
+            or (record.conversation not in busy and heads[record.conversation] is record)
+        )
+    ]
+    out.sort(key=order)
+    return out
