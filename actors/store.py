@@ -32,15 +32,13 @@ Bad arguments (a non-string or empty id, a ``limit`` out of range) raise
 from __future__ import annotations
 
 import builtins
-import contextlib
 import heapq
 import logging
 import os
 import re
 import sqlite3
-import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from types import TracebackType
 from typing import Final, Protocol, TypeVar, runtime_checkable
 
@@ -49,6 +47,8 @@ import trio
 from protocols.codec import decode, encode
 from protocols.errors import AgentsError, Category, ValidationError
 from protocols.history import ConversationSnapshot
+
+from ._sqlite import _CONVERSATIONS, SCHEMA_VERSION, StoreError, connect, translated, write
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
@@ -74,34 +74,6 @@ MAX_LIST_LIMIT: Final = 1000
 #: How long (seconds) a SQLite store waits for another connection's write lock by default.
 DEFAULT_BUSY_TIMEOUT: Final = 5.0
 
-#: The schema version this code writes. Older known versions are migrated on open; newer or
-#: unknown ones are refused.
-SCHEMA_VERSION: Final = 1
-
-_META: Final = "trio_agents_meta"
-_CONVERSATIONS: Final = "trio_agents_conversations"
-_PREFIX: Final = "trio_agents_"
-
-# What each migration runs, by the version it produces. They run in one transaction, with the
-# new version written to the meta table at its end.
-_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
-    1: (
-        f"CREATE TABLE {_META} (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)",
-        f"CREATE TABLE {_CONVERSATIONS} ("
-        "id TEXT PRIMARY KEY NOT NULL, snapshot TEXT NOT NULL, updated_at REAL NOT NULL)",
-    ),
-}
-
-# The exact columns (name, declared type, not null, primary key) the current schema has.
-_COLUMNS: Final[dict[str, tuple[tuple[str, str, int, int], ...]]] = {
-    _META: (("key", "TEXT", 1, 1), ("value", "TEXT", 1, 0)),
-    _CONVERSATIONS: (
-        ("id", "TEXT", 1, 1),
-        ("snapshot", "TEXT", 1, 0),
-        ("updated_at", "REAL", 1, 0),
-    ),
-}
-
 _GET: Final = f"SELECT CAST(snapshot AS BLOB) FROM {_CONVERSATIONS} WHERE id = ?"
 _UPSERT: Final = (
     f"INSERT INTO {_CONVERSATIONS} (id, snapshot, updated_at) VALUES (?, ?, ?) "
@@ -111,44 +83,10 @@ _DELETE: Final = f"DELETE FROM {_CONVERSATIONS} WHERE id = ?"
 _LIST_FIRST: Final = f"SELECT id FROM {_CONVERSATIONS} ORDER BY id LIMIT ?"
 _LIST_AFTER: Final = f"SELECT id FROM {_CONVERSATIONS} WHERE id > ? ORDER BY id LIMIT ?"
 
-# Primary SQLite result codes (the low byte of an extended code).
-_SQLITE_BUSY: Final = 5
-_SQLITE_LOCKED: Final = 6
-_SQLITE_CORRUPT: Final = 11
-_SQLITE_NOTADB: Final = 26
-
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 #: How much of a decoder's complaint a ``corrupt`` error quotes.
 _DETAIL_LIMIT: Final = 300
-
-
-class StoreError(AgentsError):
-    """A conversation store could not do what was asked.
-
-    ``code`` says why: ``"closed"`` (the store was closed), ``"schema"`` (the database's schema
-    is newer than this code, unknown, or partial), ``"corrupt"`` (a stored snapshot does not
-    decode, or the file is not a SQLite database), ``"permissions"`` (the database file is
-    readable or writable by other users), ``"too_large"`` (a snapshot above ``max_bytes``),
-    ``"busy"`` (another connection held the write lock longer than the busy timeout; retryable),
-    ``"io"`` (any other failure of the file or of SQLite), ``"unsupported"`` (this Python's SQLite
-    cannot be used as required). ``conversation_id`` names the conversation concerned, when one is.
-    """
-
-    default_code = "store"
-    default_category = Category.SYSTEM
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        code: str,
-        category: Category | None = None,
-        retryable: bool | None = None,
-        conversation_id: str | None = None,
-    ) -> None:
-        super().__init__(message, code=code, category=category, retryable=retryable)
-        self.conversation_id = conversation_id
 
 
 @runtime_checkable
@@ -333,198 +271,6 @@ class MemoryConversationStore:
 # SQLite: the synchronous side, run in the worker thread
 
 
-def _translate(exc: sqlite3.Error, action: str) -> StoreError:
-    primary = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-    if primary in (_SQLITE_BUSY, _SQLITE_LOCKED):
-        return StoreError(
-            f"{action}: the database stayed locked by another connection ({exc})",
-            code="busy",
-            retryable=True,
-        )
-    if primary in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
-        return StoreError(f"{action}: the database file is damaged ({exc})", code="corrupt")
-    return StoreError(f"{action}: {exc}", code="io")
-
-
-@contextlib.contextmanager
-def _translated(action: str) -> Iterator[None]:
-    try:
-        yield
-    except sqlite3.Error as exc:
-        raise _translate(exc, action) from exc
-
-
-@contextlib.contextmanager
-def _write(conn: sqlite3.Connection) -> Iterator[None]:
-    """One write transaction: ``BEGIN IMMEDIATE`` takes the write lock up front (waiting up to
-    the busy timeout), so it never fails half-way to upgrade a read lock; any failure rolls
-    back."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-        raise
-
-
-def _check_private(path: str, *, required: bool) -> None:
-    """Refuse a file other users may read or write (POSIX only; see the class docstring)."""
-    if os.name != "posix":  # pragma: no cover - modes mean something else elsewhere
-        return
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        if required:
-            raise StoreError(
-                f"the database file {path} vanished while opening", code="io"
-            ) from None
-        return
-    except OSError as exc:
-        raise StoreError(f"cannot inspect {path}: {exc.strerror}", code="io") from exc
-    if not stat.S_ISREG(info.st_mode):
-        raise StoreError(f"{path} is not a regular file", code="io")
-    mode = stat.S_IMODE(info.st_mode)
-    if mode & 0o077:
-        raise StoreError(
-            f"{path} is accessible to other users (mode {mode:04o}); a conversation store must "
-            "be owner-only: check who could have read it, then chmod 600 it",
-            code="permissions",
-            category=Category.USER,
-        )
-
-
-def _prepare_file(path: str) -> None:
-    """Create the database file owner-only before SQLite touches it, or check an existing one.
-
-    SQLite creates the ``-wal`` and ``-shm`` companions with the mode of the database file, so a
-    0600 database gets 0600 companions; existing companions are checked too.
-    """
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags, 0o600)
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise StoreError(
-            f"cannot create the database file {path}: {exc.strerror}", code="io"
-        ) from exc
-    else:
-        try:
-            if hasattr(os, "fchmod"):
-                os.fchmod(fd, 0o600)  # a umask may have taken bits the owner needs
-        finally:
-            os.close(fd)
-        log.debug("created conversation store file %s", path)
-    _check_private(path, required=True)
-    for suffix in ("-wal", "-shm", "-journal"):
-        _check_private(path + suffix, required=False)
-
-
-def _tables(conn: sqlite3.Connection) -> set[str]:
-    rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
-    return {name for (name,) in rows if isinstance(name, str) and name.startswith(_PREFIX)}
-
-
-def _check_columns(conn: sqlite3.Connection, table: str) -> None:
-    expected = _COLUMNS[table]
-    found = tuple(
-        (str(name), str(kind).upper(), int(notnull), int(pk))
-        for (_cid, name, kind, notnull, _default, pk) in conn.execute(f"PRAGMA table_info({table})")
-    )
-    if found != expected:
-        names = ", ".join(f"{c[0]} {c[1]}" for c in found) or "none"
-        raise StoreError(
-            f"the database's {table} table has unexpected columns ({names}); this is not a "
-            "trio-agents conversation store, or it was altered",
-            code="schema",
-        )
-
-
-def _schema_version(conn: sqlite3.Connection) -> int:
-    """The schema version the database holds (0: none of our tables yet). Refuses partial and
-    unknown schemas. Called inside the open transaction, so no other migrator races it."""
-    tables = _tables(conn)
-    if _META not in tables:
-        if tables:
-            raise StoreError(
-                f"the database holds trio-agents tables ({', '.join(sorted(tables))}) but no "
-                f"{_META} table: a partial schema, refused",
-                code="schema",
-            )
-        return 0
-    _check_columns(conn, _META)
-    row = conn.execute(f"SELECT value FROM {_META} WHERE key = 'schema_version'").fetchone()
-    if row is None:
-        raise StoreError(
-            f"the database's {_META} table has no schema_version: a partial schema, refused",
-            code="schema",
-        )
-    text = str(row[0])
-    if not text.isdecimal() or not 1 <= int(text) <= SCHEMA_VERSION:
-        newer = text.isdecimal() and int(text) > SCHEMA_VERSION
-        raise StoreError(
-            f"the database has schema version {text[:40]!r}, "
-            + (
-                f"newer than this trio-agents supports ({SCHEMA_VERSION}); upgrade trio-agents"
-                if newer
-                else f"which is not a version trio-agents knows (1 to {SCHEMA_VERSION})"
-            ),
-            code="schema",
-        )
-    version = int(text)
-    if version == SCHEMA_VERSION:
-        missing = set(_COLUMNS) - tables
-        if missing:
-            raise StoreError(
-                f"the database is at schema version {version} but lacks "
-                f"{', '.join(sorted(missing))}: a partial schema, refused",
-                code="schema",
-            )
-    return version
-
-
-def _migrate(conn: sqlite3.Connection) -> None:
-    """Bring the schema to :data:`SCHEMA_VERSION` in one transaction, then verify it."""
-    with _write(conn):
-        version = _schema_version(conn)
-        if version < SCHEMA_VERSION:
-            for target in range(version + 1, SCHEMA_VERSION + 1):
-                for statement in _MIGRATIONS[target]:
-                    conn.execute(statement)
-            conn.execute(
-                f"INSERT INTO {_META} (key, value) VALUES ('schema_version', ?) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (str(SCHEMA_VERSION),),
-            )
-            log.debug("migrated conversation store schema %d -> %d", version, SCHEMA_VERSION)
-        for table in _COLUMNS:
-            _check_columns(conn, table)
-
-
-def _enable_wal(conn: sqlite3.Connection, busy_timeout: float) -> object:
-    """Switch to WAL and return the journal mode SQLite reports.
-
-    Two connections switching a fresh file at once can deadlock on the lock upgrade, and SQLite
-    then answers ``SQLITE_BUSY`` at once instead of calling the busy handler; so the switch is
-    retried here, with a short growing pause, until the busy timeout is spent. This runs in the
-    store's worker thread, so the pause blocks no event loop."""
-    deadline = time.monotonic() + busy_timeout
-    pause = 0.001
-    while True:
-        try:
-            (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
-            return mode
-        except sqlite3.OperationalError as exc:
-            busy = (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in (_SQLITE_BUSY, _SQLITE_LOCKED)
-            if not busy or time.monotonic() + pause > deadline:
-                raise
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
-
-
 class _Database:
     """The synchronous side of a SQLite store: one connection, used by one worker call at a time
     (the store's limiter guarantees it). Every write is one ``BEGIN IMMEDIATE`` transaction that
@@ -547,26 +293,7 @@ class _Database:
         max_bytes: int,
         clock: Callable[[], float],
     ) -> _Database:
-        _prepare_file(path)
-        with _translated(f"opening the conversation store {path}"):
-            conn = sqlite3.connect(
-                path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
-            )
-            try:
-                mode = _enable_wal(conn, busy_timeout)
-                if str(mode).lower() != "wal":
-                    raise StoreError(
-                        f"SQLite refused WAL mode for {path} (it kept {mode!r}); the store "
-                        "needs a local file system",
-                        code="unsupported",
-                    )
-                # NORMAL in WAL mode: commits are atomic and survive a process crash; only an
-                # OS crash or power loss can lose the last commits (never corrupt the file).
-                conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
-                _migrate(conn)
-            except BaseException:
-                conn.close()
-                raise
+        conn = connect(path, busy_timeout=busy_timeout, durable=durable, what="conversation store")
         return cls(conn, max_bytes=max_bytes, clock=clock)
 
     @property
@@ -584,12 +311,12 @@ class _Database:
     def set(self, snapshot: ConversationSnapshot) -> None:
         text = _encode(snapshot, self._max_bytes)
         conn = self.conn
-        with _write(conn):
+        with write(conn):
             conn.execute(_UPSERT, (snapshot.id, text, float(self._clock())))
 
     def delete(self, id: str) -> bool:
         conn = self.conn
-        with _write(conn):
+        with write(conn):
             cursor = conn.execute(_DELETE, (id,))
         return cursor.rowcount > 0
 
@@ -735,7 +462,7 @@ class SQLiteConversationStore:
         database = self._database
 
         def call() -> _R:
-            with _translated(action):
+            with translated(action):
                 return work(database)
 
         return await trio.to_thread.run_sync(call, limiter=self._limiter)
@@ -777,7 +504,7 @@ class SQLiteConversationStore:
         database = self._database
 
         def close() -> None:
-            with _translated(f"closing the conversation store {self.path}"):
+            with translated(f"closing the conversation store {self.path}"):
                 database.close()
 
         await trio.to_thread.run_sync(close, limiter=self._limiter)

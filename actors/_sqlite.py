@@ -1,0 +1,340 @@
+"""The SQLite plumbing the stores share: one file, one versioned schema, owner-only, in WAL mode.
+
+:class:`~actors.store.SQLiteConversationStore` and :class:`~actors.durable.SQLiteRunStore` may
+open the same file: its schema holds the conversations (version 1) and the durable jobs (version
+2). Opening migrates an older known version in one ``BEGIN IMMEDIATE`` transaction and refuses,
+with :class:`StoreError` ``code="schema"``, a newer or unknown version and a partial schema.
+Everything here is synchronous: the stores run it in their worker thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import stat
+import time
+from collections.abc import Iterator
+from typing import Final
+
+from protocols.errors import AgentsError, Category
+
+__all__ = ["SCHEMA_VERSION", "StoreError", "connect", "translated", "write"]
+
+# The stores' file handling has always logged under the conversation store's name.
+log = logging.getLogger("actors.store")
+
+#: The schema version this code writes. Older known versions are migrated on open; newer or
+#: unknown ones are refused.
+SCHEMA_VERSION: Final = 2
+
+_META: Final = "trio_agents_meta"
+_CONVERSATIONS: Final = "trio_agents_conversations"
+_PREFIX: Final = "trio_agents_"
+JOBS: Final = "trio_agents_jobs"
+JOURNAL: Final = "trio_agents_journal"
+TOMBSTONES: Final = "trio_agents_tombstones"
+
+# What each migration runs, by the version it produces. They run in one transaction, with the
+# new version written to the meta table at its end.
+_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
+    1: (
+        f"CREATE TABLE {_META} (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)",
+        f"CREATE TABLE {_CONVERSATIONS} ("
+        "id TEXT PRIMARY KEY NOT NULL, snapshot TEXT NOT NULL, updated_at REAL NOT NULL)",
+    ),
+    # Durable jobs (actors.durable): the record as JSON beside the columns a query needs, the
+    # journal of each job, and what purged jobs leave. The counters live in the meta table.
+    2: (
+        f"CREATE TABLE {JOBS} ("
+        "id TEXT PRIMARY KEY NOT NULL, key TEXT UNIQUE, status TEXT NOT NULL, "
+        "sequence INTEGER NOT NULL UNIQUE, record TEXT NOT NULL)",
+        f"CREATE INDEX {JOBS}_status ON {JOBS} (status, sequence)",
+        f"CREATE TABLE {JOURNAL} ("
+        "job TEXT NOT NULL, seq INTEGER NOT NULL, entry TEXT NOT NULL, PRIMARY KEY (job, seq))",
+        f"CREATE TABLE {TOMBSTONES} ("
+        "id TEXT PRIMARY KEY NOT NULL, key TEXT UNIQUE, purged_at REAL NOT NULL)",
+    ),
+}
+
+# The exact columns (name, declared type, not null, primary key) the current schema has.
+_COLUMNS: Final[dict[str, tuple[tuple[str, str, int, int], ...]]] = {
+    _META: (("key", "TEXT", 1, 1), ("value", "TEXT", 1, 0)),
+    _CONVERSATIONS: (
+        ("id", "TEXT", 1, 1),
+        ("snapshot", "TEXT", 1, 0),
+        ("updated_at", "REAL", 1, 0),
+    ),
+    JOBS: (
+        ("id", "TEXT", 1, 1),
+        ("key", "TEXT", 0, 0),
+        ("status", "TEXT", 1, 0),
+        ("sequence", "INTEGER", 1, 0),
+        ("record", "TEXT", 1, 0),
+    ),
+    JOURNAL: (
+        ("job", "TEXT", 1, 1),
+        ("seq", "INTEGER", 1, 2),
+        ("entry", "TEXT", 1, 0),
+    ),
+    TOMBSTONES: (
+        ("id", "TEXT", 1, 1),
+        ("key", "TEXT", 0, 0),
+        ("purged_at", "REAL", 1, 0),
+    ),
+}
+
+# Primary SQLite result codes (the low byte of an extended code).
+_SQLITE_BUSY: Final = 5
+_SQLITE_LOCKED: Final = 6
+_SQLITE_CORRUPT: Final = 11
+_SQLITE_NOTADB: Final = 26
+
+
+class StoreError(AgentsError):
+    """A store (of conversations or of durable jobs) could not do what was asked.
+
+    ``code`` says why: ``"closed"`` (the store was closed), ``"schema"`` (the database's schema
+    is newer than this code, unknown, or partial), ``"corrupt"`` (a stored snapshot does not
+    decode, or the file is not a SQLite database), ``"permissions"`` (the database file is
+    readable or writable by other users), ``"too_large"`` (a snapshot above ``max_bytes``),
+    ``"busy"`` (another connection held the write lock longer than the busy timeout; retryable),
+    ``"io"`` (any other failure of the file or of SQLite), ``"unsupported"`` (this Python's SQLite
+    cannot be used as required), ``"fenced"`` (a worker's write for a job it no longer holds),
+    ``"purged"`` (an idempotency key whose job was purged). ``conversation_id`` names the
+    conversation concerned, when one is.
+    """
+
+    default_code = "store"
+    default_category = Category.SYSTEM
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str,
+        category: Category | None = None,
+        retryable: bool | None = None,
+        conversation_id: str | None = None,
+    ) -> None:
+        super().__init__(message, code=code, category=category, retryable=retryable)
+        self.conversation_id = conversation_id
+
+
+def _translate(exc: sqlite3.Error, action: str) -> StoreError:
+    primary = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    if primary in (_SQLITE_BUSY, _SQLITE_LOCKED):
+        return StoreError(
+            f"{action}: the database stayed locked by another connection ({exc})",
+            code="busy",
+            retryable=True,
+        )
+    if primary in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+        return StoreError(f"{action}: the database file is damaged ({exc})", code="corrupt")
+    return StoreError(f"{action}: {exc}", code="io")
+
+
+@contextlib.contextmanager
+def translated(action: str) -> Iterator[None]:
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise _translate(exc, action) from exc
+
+
+@contextlib.contextmanager
+def write(conn: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction: ``BEGIN IMMEDIATE`` takes the write lock up front (waiting up to
+    the busy timeout), so it never fails half-way to upgrade a read lock; any failure rolls
+    back."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        raise
+
+
+def _check_private(path: str, *, required: bool) -> None:
+    """Refuse a file other users may read or write (POSIX only; see the class docstring)."""
+    if os.name != "posix":  # pragma: no cover - modes mean something else elsewhere
+        return
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        if required:
+            raise StoreError(
+                f"the database file {path} vanished while opening", code="io"
+            ) from None
+        return
+    except OSError as exc:
+        raise StoreError(f"cannot inspect {path}: {exc.strerror}", code="io") from exc
+    if not stat.S_ISREG(info.st_mode):
+        raise StoreError(f"{path} is not a regular file", code="io")
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o077:
+        raise StoreError(
+            f"{path} is accessible to other users (mode {mode:04o}); a trio-agents store must "
+            "be owner-only: check who could have read it, then chmod 600 it",
+            code="permissions",
+            category=Category.USER,
+        )
+
+
+def _prepare_file(path: str) -> None:
+    """Create the database file owner-only before SQLite touches it, or check an existing one.
+
+    SQLite creates the ``-wal`` and ``-shm`` companions with the mode of the database file, so a
+    0600 database gets 0600 companions; existing companions are checked too.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise StoreError(
+            f"cannot create the database file {path}: {exc.strerror}", code="io"
+        ) from exc
+    else:
+        try:
+            if hasattr(os, "fchmod"):
+                os.fchmod(fd, 0o600)  # a umask may have taken bits the owner needs
+        finally:
+            os.close(fd)
+        log.debug("created store file %s", path)
+    _check_private(path, required=True)
+    for suffix in ("-wal", "-shm", "-journal"):
+        _check_private(path + suffix, required=False)
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    return {name for (name,) in rows if isinstance(name, str) and name.startswith(_PREFIX)}
+
+
+def _check_columns(conn: sqlite3.Connection, table: str) -> None:
+    expected = _COLUMNS[table]
+    found = tuple(
+        (str(name), str(kind).upper(), int(notnull), int(pk))
+        for (_cid, name, kind, notnull, _default, pk) in conn.execute(f"PRAGMA table_info({table})")
+    )
+    if found != expected:
+        names = ", ".join(f"{c[0]} {c[1]}" for c in found) or "none"
+        raise StoreError(
+            f"the database's {table} table has unexpected columns ({names}); this is not a "
+            "trio-agents store, or it was altered",
+            code="schema",
+        )
+
+
+def _schema_version(conn: sqlite3.Connection) -> int:
+    """The schema version the database holds (0: none of our tables yet). Refuses partial and
+    unknown schemas. Called inside the open transaction, so no other migrator races it."""
+    tables = _tables(conn)
+    if _META not in tables:
+        if tables:
+            raise StoreError(
+                f"the database holds trio-agents tables ({', '.join(sorted(tables))}) but no "
+                f"{_META} table: a partial schema, refused",
+                code="schema",
+            )
+        return 0
+    _check_columns(conn, _META)
+    row = conn.execute(f"SELECT value FROM {_META} WHERE key = 'schema_version'").fetchone()
+    if row is None:
+        raise StoreError(
+            f"the database's {_META} table has no schema_version: a partial schema, refused",
+            code="schema",
+        )
+    text = str(row[0])
+    if not text.isdecimal() or not 1 <= int(text) <= SCHEMA_VERSION:
+        newer = text.isdecimal() and int(text) > SCHEMA_VERSION
+        raise StoreError(
+            f"the database has schema version {text[:40]!r}, "
+            + (
+                f"newer than this trio-agents supports ({SCHEMA_VERSION}); upgrade trio-agents"
+                if newer
+                else f"which is not a version trio-agents knows (1 to {SCHEMA_VERSION})"
+            ),
+            code="schema",
+        )
+    version = int(text)
+    if version == SCHEMA_VERSION:
+        missing = set(_COLUMNS) - tables
+        if missing:
+            raise StoreError(
+                f"the database is at schema version {version} but lacks "
+                f"{', '.join(sorted(missing))}: a partial schema, refused",
+                code="schema",
+            )
+    return version
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Bring the schema to :data:`SCHEMA_VERSION` in one transaction, then verify it."""
+    with write(conn):
+        version = _schema_version(conn)
+        if version < SCHEMA_VERSION:
+            for target in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in _MIGRATIONS[target]:
+                    conn.execute(statement)
+            conn.execute(
+                f"INSERT INTO {_META} (key, value) VALUES ('schema_version', ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (str(SCHEMA_VERSION),),
+            )
+            log.debug("migrated store schema %d -> %d", version, SCHEMA_VERSION)
+        for table in _COLUMNS:
+            _check_columns(conn, table)
+
+
+def _enable_wal(conn: sqlite3.Connection, busy_timeout: float) -> object:
+    """Switch to WAL and return the journal mode SQLite reports.
+
+    Two connections switching a fresh file at once can deadlock on the lock upgrade, and SQLite
+    then answers ``SQLITE_BUSY`` at once instead of calling the busy handler; so the switch is
+    retried here, with a short growing pause, until the busy timeout is spent. This runs in the
+    store's worker thread, so the pause blocks no event loop."""
+    deadline = time.monotonic() + busy_timeout
+    pause = 0.001
+    while True:
+        try:
+            (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            return mode
+        except sqlite3.OperationalError as exc:
+            busy = (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in (_SQLITE_BUSY, _SQLITE_LOCKED)
+            if not busy or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+def connect(path: str, *, busy_timeout: float, durable: bool, what: str) -> sqlite3.Connection:
+    """Open the store file at ``path`` (creating it owner-only), in WAL mode, its schema made
+    current. ``what`` names the store in errors."""
+    _prepare_file(path)
+    with translated(f"opening the {what} {path}"):
+        conn = sqlite3.connect(
+            path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+        )
+        try:
+            mode = _enable_wal(conn, busy_timeout)
+            if str(mode).lower() != "wal":
+                raise StoreError(
+                    f"SQLite refused WAL mode for {path} (it kept {mode!r}); the store "
+                    "needs a local file system",
+                    code="unsupported",
+                )
+            # NORMAL in WAL mode: commits are atomic and survive a process crash; only an
+            # OS crash or power loss can lose the last commits (never corrupt the file).
+            conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+            _migrate(conn)
+        except BaseException:
+            conn.close()
+            raise
+    return conn
