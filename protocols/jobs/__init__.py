@@ -19,6 +19,7 @@ from ._journal import InputEntry as InputEntry
 from ._journal import IntentEntry as IntentEntry
 from ._journal import JournalDrift as JournalDrift
 from ._journal import Replay as Replay
+from ._journal import RequestEntry as RequestEntry
 from ._journal import ResponseEntry as ResponseEntry
 from ._journal import ResultEntry as ResultEntry
 from ._journal import TerminalEntry as TerminalEntry
@@ -43,6 +44,7 @@ from ._record import abandon as abandon
 from ._record import acquire as acquire
 from ._record import admission as admission
 from ._record import admit as admit
+from ._record import admit_tree as admit_tree
 from ._record import answer as answer
 from ._record import cancel as cancel
 from ._record import checkpoint as checkpoint
@@ -79,6 +81,7 @@ __all__ = [
     "Lease",
     "Priority",
     "Replay",
+    "RequestEntry",
     "ResponseEntry",
     "ResultEntry",
     "TerminalEntry",
@@ -88,6 +91,7 @@ __all__ = [
     "acquire",
     "admission",
     "admit",
+    "admit_tree",
     "answer",
     "cancel",
     "checkpoint",

@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Literal
 
 import attrs
 
+from ..accounting import estimate_tokens
 from ..codec import from_json, to_json
 from ..errors import AgentsError, Category, ProtocolError
 from ..messages import (
@@ -53,6 +54,7 @@ __all__ = [
     "IntentEntry",
     "JournalDrift",
     "Replay",
+    "RequestEntry",
     "ResponseEntry",
     "ResultEntry",
     "TerminalEntry",
@@ -88,9 +90,11 @@ class JournalDrift(AgentsError):
         self.detail = detail
 
 
-def idempotency_key(job: str, call_id: str) -> str:
-    """The idempotency key of a call: the same for every attempt at it, in any process."""
-    return f"{job}:{call_id}"
+def idempotency_key(job: str, turn: int, index: int) -> str:
+    """The idempotency key of the ``index``-th call of the ``turn``-th response: the same for
+    every attempt at it, in any process (not the call's id: models reuse those across
+    turns)."""
+    return f"{job}:{turn}:{index}"
 
 
 @attrs.frozen
@@ -99,6 +103,16 @@ class InputEntry:
 
     messages: tuple[Message, ...]
     kind: ClassVar[str] = "input"
+
+
+@attrs.frozen
+class RequestEntry:
+    """A provider call of ``turn`` is about to start (written with the commit before it): a
+    call lost in a crash still counts toward the run's turns, and what it streamed (its
+    checkpoint) toward its budget."""
+
+    turn: int
+    kind: ClassVar[str] = "request"
 
 
 @attrs.frozen
@@ -171,6 +185,7 @@ class TerminalEntry:
 
 Entry = (
     InputEntry
+    | RequestEntry
     | ResponseEntry
     | IntentEntry
     | ResultEntry
@@ -184,6 +199,7 @@ _KINDS: dict[str, type[Any]] = {
     cls.kind: cls
     for cls in (
         InputEntry,
+        RequestEntry,
         ResponseEntry,
         IntentEntry,
         ResultEntry,
@@ -234,7 +250,9 @@ class Replay:
 
     ``messages``: the conversation the run made (input, responses, results; a turn cut before
     it settled is its last checkpoint, an interrupted assistant message, when nothing settled
-    after it); ``turns`` and ``usage``: what its settled responses spent; ``open``: the calls
+    after it); ``turns``: the provider calls it started (settled or not); ``usage``: what its
+    settled responses reported (``None`` once one reported none); ``unsettled``: the tokens the
+    last call streamed before it was lost, by estimate (its checkpoint); ``open``: the calls
     of the last response without a result, in call order, with their intents; ``asked`` and
     ``answers``: approvals of the open batch; ``terminal``: its end, once it has one."""
 
@@ -248,11 +266,17 @@ class Replay:
     answers: dict[str, AnswerEntry] = attrs.field(factory=dict)
     checkpoint: CheckpointEntry | None = None
     terminal: TerminalEntry | None = None
+    unsettled: int = 0
 
     @property
     def started(self) -> bool:
         """The run has its input."""
         return bool(self.messages)
+
+    @property
+    def settled(self) -> int:
+        """The responses that settled (the last one's calls are the open batch)."""
+        return sum(1 for m in self.messages if m.role is Role.ASSISTANT and not m.interrupted)
 
 
 def replay(
@@ -261,7 +285,8 @@ def replay(
     """Read a journal back (see :class:`Replay`). ``history``, when given, is the conversation
     as stored elsewhere: it must be exactly the journal's. Raises :class:`JournalDrift`."""
     messages: list[Message] = []
-    turns = 0
+    turns = 0  # settled responses
+    requested = 0  # provider calls started
     usage: Usage | None = Usage()
     calls: dict[str, ToolCall] = {}  # of the last response
     intents: dict[str, str] = {}
@@ -286,6 +311,11 @@ def replay(
             continue
         if not messages:
             raise drift(index, f"a {entry.kind} entry before the input")
+        if isinstance(entry, RequestEntry):
+            if entry.turn != turns + 1 or requested > turns + 1:
+                raise drift(index, f"a request for turn {entry.turn} after {turns} settled")
+            requested = entry.turn
+            continue
         if isinstance(entry, ResponseEntry):
             if entry.message.role is not Role.ASSISTANT:
                 raise drift(index, "a response that is not an assistant message")
@@ -295,6 +325,7 @@ def replay(
             checkpoint = None
             messages.append(entry.message)
             turns += 1
+            requested = max(requested, turns)
             usage = None if usage is None or entry.usage is None else usage + entry.usage
             calls = {call.id: call for call in entry.message.calls}
             intents, results, asked, answers = {}, {}, {}, {}
@@ -305,8 +336,9 @@ def replay(
                     index,
                     f"an intent for call {entry.call.id!r}, which the last response did not make",
                 )
-            if call != entry.call:
-                raise drift(index, f"the intent for call {call.id!r} differs from the call")
+            if call.name != entry.call.name:
+                # (The arguments may differ: the intent records those the call ran with.)
+                raise drift(index, f"the intent for call {call.id!r} names another tool")
             if call.id in results:
                 raise drift(index, f"an intent for call {call.id!r}, which has its result")
             previous = intents.get(call.id)
@@ -347,6 +379,9 @@ def replay(
         else:  # pragma: no cover - the union is closed
             raise drift(index, f"an unknown entry {entry!r}")
     open_calls = tuple(call for cid, call in calls.items() if cid not in results)
+    unsettled = 0
+    if checkpoint is not None:
+        unsettled = estimate_tokens(checkpoint.content) + estimate_tokens(checkpoint.thinking)
     if checkpoint is not None and (checkpoint.content or checkpoint.thinking):
         # A turn cut before it settled: what it streamed stays, marked interrupted.
         messages.append(
@@ -354,7 +389,7 @@ def replay(
         )
     made = Replay(
         tuple(messages),
-        turns,
+        max(turns, requested),
         usage,
         open_calls,
         intents,
@@ -363,6 +398,7 @@ def replay(
         answers,
         checkpoint,
         terminal,
+        unsettled,
     )
     if history is not None:
         _check_history(job, made, history)
@@ -407,10 +443,13 @@ def decide(job: str, made: Replay, *, idempotent: Callable[[str], bool]) -> list
     started runs again with its key only if ``idempotent(tool name)``, and is otherwise answered
     :data:`UNKNOWN_EFFECT`. Never re-runs a call silently."""
     out: list[Decision] = []
+    last = next((m for m in reversed(made.messages) if m.role is Role.ASSISTANT and m.calls), None)
+    index_of = {call.id: i for i, call in enumerate(last.calls)} if last is not None else {}
     for call in made.open:
         key = made.intents.get(call.id)
         if key is None:
-            out.append(Decision("run", call, idempotency_key(job, call.id)))
+            fresh = idempotency_key(job, made.settled, index_of.get(call.id, 0))
+            out.append(Decision("run", call, fresh))
         elif idempotent(call.name):
             out.append(Decision("rerun", call, key))
         else:

@@ -50,6 +50,7 @@ __all__ = [
     "acquire",
     "admission",
     "admit",
+    "admit_tree",
     "answer",
     "cancel",
     "checkpoint",
@@ -164,6 +165,7 @@ class JobRecord:
     children: tuple[str, ...] = ()
     execution: int | None = None
     attempts: int = attrs.field(default=0, validator=_count)
+    takeovers: int = attrs.field(default=0, validator=_count)
     turns: int = attrs.field(default=0, validator=_count)
     usage: Usage = attrs.field(factory=Usage)
     cancel_requested: bool = False
@@ -218,7 +220,7 @@ class Applied:
 class Conflict:
     """The transition does not apply; nothing changes. ``reason`` says why."""
 
-    reason: Literal["revision", "fenced", "state", "lease", "not_due", "waiting"]
+    reason: Literal["revision", "fenced", "state", "lease", "not_due", "waiting", "duplicate"]
     detail: str
 
 
@@ -302,6 +304,43 @@ def admit(
     )
 
 
+def admit_tree(
+    job: AgentJob,
+    *,
+    ids: Iterable[str],
+    first_sequence: int,
+    now: float,
+    key: str | None = None,
+    priority: Priority = Priority.NORMAL,
+) -> list[JobRecord]:
+    """The records of ``job`` and its declared children (theirs too), to be admitted together:
+    children first, each before its parent (which waits for them, listing them in declared
+    order), every record with the next id from ``ids`` and the next sequence number. Only the
+    top job carries ``key`` and ``priority``."""
+    fresh = iter(ids)
+    records: list[JobRecord] = []
+
+    def visit(node: AgentJob, parent: str | None, top: bool) -> str:
+        own = next(fresh)
+        children = [visit(child, own, False) for child in node.children]
+        records.append(
+            admit(
+                own,
+                node,
+                sequence=first_sequence + len(records),
+                now=now,
+                key=key if top else None,
+                priority=priority if top else Priority.NORMAL,
+                parent=parent,
+                children=children,
+            )
+        )
+        return own
+
+    visit(job, None, True)
+    return records
+
+
 # ---------------------------------------------------------------------------------------------
 # The worker's side
 
@@ -318,7 +357,9 @@ def acquire(
     """A worker takes the job: a queued one that is due, or a running one whose lease expired
     (its worker is presumed dead and the run is continued). The fence goes up by one, so the
     previous holder can no longer write. ``execution`` is the next execution number (kept only
-    the first time). A job with a cancel requested is not taken."""
+    the first time). A job with a cancel requested is not taken. Taking a queued job counts an
+    ``attempt``; taking over an expired one counts a ``takeover`` (a worker died: bounded apart
+    from retries, so neither a crashing job nor crashing workers exhaust the other)."""
     if (conflict := _revision(record, expected)) is not None:
         return conflict
     if not lease > 0 or not math.isfinite(lease):
@@ -335,13 +376,15 @@ def acquire(
     else:
         return Conflict("state", f"job {record.id} is {record.status.value}")
     fence = record.fence + 1
+    taking_over = record.status is JobStatus.RUNNING
     return _write(
         record,
         now,
         status=JobStatus.RUNNING,
         fence=fence,
         lease=Lease(owner, fence, now + lease),
-        attempts=record.attempts + 1,
+        attempts=record.attempts + (0 if taking_over else 1),
+        takeovers=record.takeovers + (1 if taking_over else 0),
         execution=record.execution if record.execution is not None else execution,
         not_before=None,
     )
@@ -383,15 +426,22 @@ def answer(
 ) -> Transition:
     """A human answers one pending request (from any process). When every request has its
     answer the job is queued again, to be continued by any worker. A second answer to the same
-    call, or an answer to no pending call, is a conflict."""
+    call is ``Conflict("duplicate")`` when it says the same (a no-op: callers may treat it as
+    done) and ``Conflict("waiting")`` when it differs, as is an answer to no pending call."""
     if (conflict := _revision(record, expected)) is not None:
         return conflict
     if record.status is not JobStatus.AWAITING_INPUT:
         return Conflict("state", f"job {record.id} is {record.status.value}, not awaiting input")
     if all(request.call_id != given.call_id for request in record.pending):
         return Conflict("waiting", f"job {record.id} does not wait for call {given.call_id!r}")
-    if any(previous.call_id == given.call_id for previous in record.answers):
-        return Conflict("waiting", f"call {given.call_id!r} of job {record.id} has its answer")
+    for previous in record.answers:
+        if previous.call_id == given.call_id:
+            same = previous.allow == given.allow
+            return Conflict(
+                "duplicate" if same else "waiting",
+                f"call {given.call_id!r} of job {record.id} was already answered "
+                f"({'allow' if previous.allow else 'deny'})",
+            )
     answers = (*record.answers, given)
     if len(answers) == len(record.pending):
         return _write(record, now, status=JobStatus.QUEUED, answers=answers)
