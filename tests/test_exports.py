@@ -411,12 +411,21 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "TOOLS_OFF",
         "UNKNOWN_TOOLS_FALLBACK",
     ]
+    import actors.durable
     import protocols.jobs
 
+    assert sorted(actors.durable.__all__) == [
+        "Admitted",
+        "DEFAULT_MAX_BYTES",
+        "MemoryRunStore",
+        "RunStore",
+        "SQLiteRunStore",
+    ]
     assert {"AgentJob", "JobRecord", "JobStatus", "replay", "decide", "runnable"} <= set(
         protocols.jobs.__all__
     )
     for module in (
+        actors.durable,
         protocols.jobs,
         actors.agent,
         protocols.accounting,

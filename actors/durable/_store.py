@@ -1,0 +1,466 @@
+"""Run stores: where durable jobs -- their records and journals -- are kept.
+
+:class:`RunStore` is the port every store implements; :class:`MemoryRunStore` (tests, processes
+that keep nothing) and :class:`~actors.durable.SQLiteRunStore` (the embedded default, safe for
+several processes on one file) are the adapters. The state machine itself is pure and lives in
+:mod:`protocols.jobs`; a store applies its transitions with compare-and-swap.
+
+Guarantees of every store (the contract suite in ``tests/actors/durable/test_run_store.py``
+checks them against each):
+
+* ``admit`` returns only once the job -- and its declared children, admitted before it -- is
+  durable. A key names one job forever: admitting with a key already used returns that job
+  (``created=False``), whatever its state; a key whose job was purged is refused
+  (:class:`~actors.store.StoreError` ``code="purged"``).
+* ``write`` applies a transition only if the stored revision is the one it was computed from: of
+  two writers racing from one revision exactly one wins; the loser changes nothing.
+* ``acquire`` takes the first job :func:`protocols.jobs.runnable` orders first, atomically: two
+  workers never acquire one job at once.
+* ``append`` adds journal entries only while the writer's lease holds the job (its fence is the
+  job's): otherwise it raises ``code="fenced"`` and nothing is written. With ``then``, the
+  record's transition is written in the same transaction.
+* ``purge`` removes an ended job's record and journal at once, leaving a tombstone.
+* Records and entries come back decoded afresh: no caller object is ever shared with the store.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import time
+from collections.abc import Iterable, Sequence
+from types import TracebackType
+from typing import Protocol, runtime_checkable
+
+import attrs
+import trio
+
+from protocols.codec import decode, dumps, encode, loads
+from protocols.errors import AgentsError, Category, ValidationError
+from protocols.jobs import (
+    AgentJob,
+    Applied,
+    Conflict,
+    Entry,
+    JobRecord,
+    JobStatus,
+    Lease,
+    Priority,
+    Tombstone,
+    acquire,
+    admission,
+    admit_tree,
+    entry_from_json,
+    entry_to_json,
+    purge,
+    runnable,
+)
+from protocols.messages import new_id
+
+from .._sqlite import StoreError
+
+__all__ = ["DEFAULT_MAX_BYTES", "Admitted", "MemoryRunStore", "RunStore"]
+
+#: The largest encoded record or journal entry a store accepts by default: 16 MiB.
+DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+
+
+@attrs.frozen
+class Admitted:
+    """What ``admit`` did: the job's ``record`` (the existing one when ``created`` is false)
+    and the records of its declared children, in the order they were admitted."""
+
+    record: JobRecord
+    created: bool
+    children: tuple[JobRecord, ...] = ()
+
+
+@runtime_checkable
+class RunStore(Protocol):
+    """Where durable jobs are kept (see the module docstring for what every store
+    guarantees). Times are wall-clock seconds (``time.time()``), read by the store when the
+    caller passes none."""
+
+    async def admit(
+        self,
+        job: AgentJob,
+        *,
+        now: float | None = None,
+        key: str | None = None,
+        priority: Priority = Priority.NORMAL,
+    ) -> Admitted:
+        """Admit ``job`` (and its children), durably, or return the key's job."""
+        ...
+
+    async def get(self, id: str) -> JobRecord | None:
+        """The job's record, or ``None`` (never admitted, or purged)."""
+        ...
+
+    async def find(self, key: str) -> JobRecord | None:
+        """The job admitted with ``key``, or ``None``."""
+        ...
+
+    async def list(
+        self,
+        *,
+        statuses: Iterable[JobStatus] | None = None,
+        after: int | None = None,
+        limit: int = 100,
+    ) -> builtins.list[JobRecord]:
+        """Up to ``limit`` records in admission order, with a sequence above ``after``, in one
+        of ``statuses`` (any, when ``None``)."""
+        ...
+
+    async def write(self, transition: Applied) -> bool:
+        """Write the transition's record if the stored revision is still its ``expected``."""
+        ...
+
+    async def acquire(
+        self, *, owner: str, lease: float, now: float | None = None
+    ) -> JobRecord | None:
+        """Take the first runnable job for ``owner`` (``None``: nothing to run)."""
+        ...
+
+    async def append(
+        self,
+        id: str,
+        holder: Lease,
+        entries: Sequence[Entry],
+        *,
+        then: Applied | None = None,
+    ) -> None:
+        """Append to the job's journal while ``holder`` holds it (else ``code="fenced"``)."""
+        ...
+
+    async def journal(self, id: str) -> builtins.list[Entry]:
+        """The job's journal, in order."""
+        ...
+
+    async def purge(self, id: str, *, now: float | None = None) -> Tombstone | Conflict | None:
+        """Remove an ended job, leaving a tombstone (``None``: no such job)."""
+        ...
+
+    async def purged(self, id: str) -> Tombstone | None:
+        """The tombstone of a purged job, or ``None``."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release the store; later calls raise ``code="closed"``."""
+        ...
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks and encodings shared by the stores
+
+
+def check_id(value: object, what: str = "a job id") -> str:
+    if not isinstance(value, str) or not value or len(value) > 200:
+        raise ValidationError(f"{what} must be a non-empty str of at most 200 characters")
+    return value
+
+
+def check_time(value: object, what: str = "now") -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValidationError(f"{what} must be a time in seconds, not {value!r}")
+    return float(value)
+
+
+def check_limit(limit: object) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise ValidationError(f"limit must be an integer from 1 to 1000, not {limit!r}")
+    return limit
+
+
+def encode_checked(value: object, max_bytes: int, what: str) -> str:
+    text = encode(value)
+    if len(text) > max_bytes or (len(text) * 4 > max_bytes and not text.isascii()):
+        size = len(text.encode("utf-8"))
+        if size > max_bytes:
+            raise StoreError(
+                f"{what} is {size} bytes of JSON, above the store's limit of {max_bytes}",
+                code="too_large",
+                category=Category.USER,
+            )
+    return text
+
+
+def encode_entry(entry: Entry, max_bytes: int) -> str:
+    text = dumps(entry_to_json(entry))
+    if len(text.encode("utf-8")) > max_bytes:
+        raise StoreError(
+            f"a journal entry is above the store's limit of {max_bytes} bytes",
+            code="too_large",
+            category=Category.USER,
+        )
+    return text
+
+
+def decode_record(id: str, text: str | bytes) -> JobRecord:
+    try:
+        record = decode(JobRecord, text, category=Category.SYSTEM)
+    except AgentsError as exc:
+        raise StoreError(
+            f"the stored record of job {id!r} is corrupt: {exc.message[:300]}", code="corrupt"
+        ) from exc
+    if record.id != id:
+        raise StoreError(f"the stored record of job {id!r} holds job {record.id!r}", code="corrupt")
+    return record
+
+
+def decode_entry(id: str, text: str | bytes) -> Entry:
+    try:
+        return entry_from_json(loads(text, category=Category.SYSTEM))
+    except AgentsError as exc:
+        raise StoreError(
+            f"a journal entry of job {id!r} is corrupt: {exc.message[:300]}", code="corrupt"
+        ) from exc
+
+
+def purged_key(key: str, stone: Tombstone) -> StoreError:
+    return StoreError(
+        f"the key {key!r} belonged to job {stone.id}, which was purged; use a new key",
+        code="purged",
+        category=Category.USER,
+    )
+
+
+def fenced(id: str, holder: Lease, record: JobRecord | None) -> StoreError:
+    where = "is gone" if record is None else f"has fence {record.fence}, {record.status.value}"
+    return StoreError(
+        f"job {id}: the write of {holder.owner!r} with fence {holder.fence} is refused (the job "
+        f"{where}): this worker no longer holds it",
+        code="fenced",
+    )
+
+
+def closed() -> StoreError:
+    return StoreError("the run store is closed", code="closed", category=Category.USER)
+
+
+# ---------------------------------------------------------------------------------------------
+# The in-memory store
+
+
+class MemoryRunStore:
+    """A :class:`RunStore` in dicts, for tests and for processes that keep nothing.
+
+    Rows are encoded JSON, exactly what the SQLite store writes, so the two behave alike. Each
+    call checkpoints first and then runs without awaiting, so it happens entirely or (when
+    cancelled) not at all.
+    """
+
+    def __init__(self, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+            raise ValidationError(f"max_bytes must be an integer >= 1, not {max_bytes!r}")
+        self._max_bytes = max_bytes
+        self._records: dict[str, str] = {}
+        self._keys: dict[str, str] = {}
+        self._journals: dict[str, list[str]] = {}
+        self._tombstones: dict[str, Tombstone] = {}
+        self._purged_keys: dict[str, Tombstone] = {}
+        self._next_sequence = 1
+        self._next_execution = 1
+        self._closed = False
+
+    async def __aenter__(self) -> MemoryRunStore:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def _enter(self) -> None:
+        if self._closed:
+            raise closed()
+        await trio.lowlevel.checkpoint()
+        if self._closed:
+            raise closed()
+
+    def _load(self, id: str) -> JobRecord | None:
+        text = self._records.get(id)
+        return None if text is None else decode_record(id, text)
+
+    def _store(self, record: JobRecord) -> None:
+        self._records[record.id] = encode_checked(
+            record, self._max_bytes, f"the record of job {record.id!r}"
+        )
+
+    async def admit(
+        self,
+        job: AgentJob,
+        *,
+        now: float | None = None,
+        key: str | None = None,
+        priority: Priority = Priority.NORMAL,
+    ) -> Admitted:
+        """See :meth:`RunStore.admit`."""
+        if not isinstance(job, AgentJob):
+            raise ValidationError(f"admit takes an AgentJob, not {type(job).__name__}")
+        if key is not None:
+            check_id(key, "a key")
+        now = time.time() if now is None else check_time(now)
+        await self._enter()
+        if key is not None:
+            stone = self._purged_keys.get(key)
+            existing = self._keys.get(key)
+            decided = admission(
+                stone if stone is not None else (self._load(existing) if existing else None), job
+            )
+            if decided.decision == "refused":
+                assert stone is not None
+                raise purged_key(key, stone)
+            if decided.decision == "duplicate":
+                assert decided.existing is not None
+                return Admitted(decided.existing, False)
+        first = self._next_sequence
+        records = admit_tree(
+            job,
+            ids=iter(new_id, None),
+            first_sequence=first,
+            now=now,
+            key=key,
+            priority=priority,
+        )
+        texts = [encode_checked(r, self._max_bytes, f"the record of job {r.id!r}") for r in records]
+        self._next_sequence += len(records)
+        for record, text in zip(records, texts, strict=True):
+            self._records[record.id] = text
+            self._journals[record.id] = []
+        top = records[-1]
+        if key is not None:
+            self._keys[key] = top.id
+        return Admitted(top, True, tuple(records[:-1]))
+
+    async def get(self, id: str) -> JobRecord | None:
+        """See :meth:`RunStore.get`."""
+        check_id(id)
+        await self._enter()
+        return self._load(id)
+
+    async def find(self, key: str) -> JobRecord | None:
+        """See :meth:`RunStore.find`."""
+        check_id(key, "a key")
+        await self._enter()
+        id = self._keys.get(key)
+        return None if id is None else self._load(id)
+
+    async def list(
+        self,
+        *,
+        statuses: Iterable[JobStatus] | None = None,
+        after: int | None = None,
+        limit: int = 100,
+    ) -> builtins.list[JobRecord]:
+        """See :meth:`RunStore.list`."""
+        wanted = None if statuses is None else {JobStatus(s) for s in statuses}
+        check_limit(limit)
+        await self._enter()
+        records = [decode_record(id, text) for id, text in self._records.items()]
+        chosen = sorted(
+            (
+                r
+                for r in records
+                if (wanted is None or r.status in wanted) and (after is None or r.sequence > after)
+            ),
+            key=lambda r: r.sequence,
+        )
+        return chosen[:limit]
+
+    async def write(self, transition: Applied) -> bool:
+        """See :meth:`RunStore.write`."""
+        if not isinstance(transition, Applied):
+            raise ValidationError(f"write takes an Applied transition, not {transition!r}")
+        await self._enter()
+        return self._write_now(transition)
+
+    def _write_now(self, transition: Applied) -> bool:
+        record = transition.record
+        stored = self._load(record.id)
+        if stored is None or stored.revision != transition.expected:
+            return False
+        self._store(record)
+        return True
+
+    async def acquire(
+        self, *, owner: str, lease: float, now: float | None = None
+    ) -> JobRecord | None:
+        """See :meth:`RunStore.acquire`."""
+        check_id(owner, "an owner")
+        now = time.time() if now is None else check_time(now)
+        await self._enter()
+        records = (decode_record(id, text) for id, text in self._records.items())
+        live = [record for record in records if not record.terminal]
+        for candidate in runnable(live, now=now):
+            taken = acquire(
+                candidate, owner=owner, now=now, lease=lease, execution=self._next_execution
+            )
+            if isinstance(taken, Applied):
+                if candidate.execution is None:
+                    self._next_execution += 1
+                self._store(taken.record)
+                return taken.record
+        return None
+
+    async def append(
+        self,
+        id: str,
+        holder: Lease,
+        entries: Sequence[Entry],
+        *,
+        then: Applied | None = None,
+    ) -> None:
+        """See :meth:`RunStore.append`."""
+        check_id(id)
+        texts = [encode_entry(entry, self._max_bytes) for entry in entries]
+        await self._enter()
+        stored = self._load(id)
+        if stored is None or not stored.held_by(holder):
+            raise fenced(id, holder, stored)
+        if then is not None:
+            if then.record.id != id or not then.record.held_by(holder):
+                raise ValidationError("append's transition must be for the same job and holder")
+            if stored.revision != then.expected:
+                raise fenced(id, holder, stored)
+            self._store(then.record)
+        self._journals.setdefault(id, []).extend(texts)
+
+    async def journal(self, id: str) -> builtins.list[Entry]:
+        """See :meth:`RunStore.journal`."""
+        check_id(id)
+        await self._enter()
+        return [decode_entry(id, text) for text in self._journals.get(id, [])]
+
+    async def purge(self, id: str, *, now: float | None = None) -> Tombstone | Conflict | None:
+        """See :meth:`RunStore.purge`."""
+        check_id(id)
+        now = time.time() if now is None else check_time(now)
+        await self._enter()
+        record = self._load(id)
+        if record is None:
+            return self._tombstones.get(id)
+        outcome = purge(record, now=now)
+        if isinstance(outcome, Tombstone):
+            del self._records[id]
+            self._journals.pop(id, None)
+            self._tombstones[id] = outcome
+            if record.key is not None:
+                self._keys.pop(record.key, None)
+                self._purged_keys[record.key] = outcome
+        return outcome
+
+    async def purged(self, id: str) -> Tombstone | None:
+        """See :meth:`RunStore.purged`."""
+        check_id(id)
+        await self._enter()
+        return self._tombstones.get(id)
+
+    async def aclose(self) -> None:
+        """Forget everything and refuse further calls (idempotent)."""
+        self._closed = True
+        self._records.clear()
+        self._journals.clear()
+        await trio.lowlevel.checkpoint()
