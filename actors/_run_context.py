@@ -101,7 +101,10 @@ class RunContext(Generic[DepsT]):
     ``run_id``, ``call_id``: the run and this tool call; ``agent``: the agent's name;
     ``deadline``: the run's deadline in :func:`trio.current_time` terms (``inf``: none);
     ``budget``: a :class:`BudgetView`; ``abort``: the run's token (cancel it to cut the run;
-    watch it to stop work early); ``path``: the delegation hops above this run.
+    watch it to stop work early); ``path``: the delegation hops above this run;
+    ``idempotency_key``: in a journaled run (a durable job), the call's key -- the same in every
+    attempt at it, also when a continuing worker runs an idempotent tool again (``None``
+    otherwise).
     :meth:`progress` puts a progress event into the run's stream.
     """
 
@@ -114,6 +117,7 @@ class RunContext(Generic[DepsT]):
         "call_id",
         "deadline",
         "deps",
+        "idempotency_key",
         "path",
         "run_id",
     )
@@ -129,6 +133,7 @@ class RunContext(Generic[DepsT]):
         budget: BudgetView | None = None,
         abort: Abort | None = None,
         path: tuple[RunStep, ...] = (),
+        idempotency_key: str | None = None,
         run: _Run | None = None,
     ) -> None:
         """Built by the runtime for each call; build one yourself only to call a tool's function
@@ -141,6 +146,7 @@ class RunContext(Generic[DepsT]):
         self.budget = budget if budget is not None else BudgetView(None)
         self.abort = abort if abort is not None else Abort()
         self.path = path
+        self.idempotency_key = idempotency_key
         self._run = run
 
     def progress(self, message: str, **data: Any) -> None:
@@ -166,5 +172,6 @@ def context_for(run: _Run, call_id: str) -> RunContext[Any]:
         budget=BudgetView(run.meter),
         abort=run.token,
         path=run.path,
+        idempotency_key=run.journal.key(call_id) if run.journal is not None else None,
         run=run,
     )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import attrs
 import trio
@@ -22,6 +22,7 @@ from protocols.errors import (
     ToolError,
     ValidationError,
 )
+from protocols.jobs import CheckpointPolicy, Decision
 from protocols.messages import (
     AgentResult,
     Message,
@@ -47,7 +48,7 @@ from ._core._abort import Abort
 from ._run_context import RunStep, _tool_run, context_for
 from .conversation import CompactionError, Conversation, paying
 from .providers import RetryEvent
-from .tools import NOT_EXECUTED, ToolBatch
+from .tools import NOT_EXECUTED, ToolBatch, ToolRegistry
 
 if TYPE_CHECKING:
     from .agent import Agent, _Request
@@ -65,6 +66,8 @@ __all__ = [
     "AgentEvent",
     "Chunk",
     "OutputError",
+    "Resume",
+    "RunJournal",
 ]
 
 log = logging.getLogger("trio_agents.agent")
@@ -261,6 +264,49 @@ class Chunk:
     path: tuple[RunStep, ...] = ()
 
 
+@attrs.frozen
+class Resume:
+    """Where a journaled run that is being continued stands: the provider calls it made
+    (``turns``), what its settled responses reported (``usage``), the tokens a call lost in a
+    crash streamed (``unsettled``, by estimate), and what to do with each call of its open
+    batch."""
+
+    turns: int = 0
+    usage: Usage | None = attrs.field(factory=Usage)
+    unsettled: int = 0
+    decisions: tuple[Decision, ...] = ()
+
+
+class RunJournal(Protocol):
+    """What a journaled run makes durable, each before the boundary it guards
+    (:mod:`actors.durable` implements it). A write the store refuses as fenced drops the run:
+    the journal cuts it and writes nothing more."""
+
+    async def request(self, turn: int) -> None:
+        """A provider call of ``turn`` is about to start."""
+
+    async def response(self, message: Message, usage: Usage | None) -> None:
+        """A settled response, before any of its calls is dispatched."""
+
+    async def message(self, message: Message) -> None:
+        """Another message the run adds."""
+
+    async def results(self, results: Sequence[ToolResult]) -> None:
+        """Results of the open batch (those not journaled yet, of calls it knows)."""
+
+    async def checkpoint(self, turn: int, content: str, thinking: str) -> None:
+        """What the turn in flight has streamed so far."""
+
+    def tools(self, registry: ToolRegistry) -> ToolRegistry:
+        """``registry`` with each tool recording its call's intent before its effect and its
+        result after."""
+        ...
+
+    def key(self, call_id: str) -> str | None:
+        """The idempotency key of a call of the open batch."""
+        ...
+
+
 class _Run:
     """The state of one run: what it appended, its usage, and what to commit on a cancel."""
 
@@ -302,6 +348,8 @@ class _Run:
         # The agent whose answer ended the run, after a handoff.
         self.answered_by: str | None = None
         self.pace: Callable[[Any], Awaitable[None]] | None = agent._option(request.options, "pace")
+        self.journal: RunJournal | None = request.journal
+        self.checkpoints = CheckpointPolicy() if request.journal is not None else None
 
     def emit(self, chunk: Chunk) -> None:
         request = self.request
@@ -371,6 +419,24 @@ class _Run:
             with trio.CancelScope(shield=True):
                 await conversation.add(messages)
         self.appended.extend(messages)
+
+    async def respond(self, message: Message, usage: Usage | None) -> None:
+        """Commit a settled response: journaled first (before any of its calls runs)."""
+        if self.journal is not None:
+            await self.journal.response(message, usage)
+        await self.add(message)
+
+    async def note(self, message: Message) -> None:
+        """Commit a message of the run's own (journaled first)."""
+        if self.journal is not None:
+            await self.journal.message(message)
+        await self.add(message)
+
+    async def record(self, results: Sequence[ToolResult]) -> None:
+        """Commit results of the open batch (journaled first)."""
+        if self.journal is not None:
+            await self.journal.results(results)
+        await self.add(*(Message.from_result(r) for r in results))
 
     def retried(self, retry: RetryEvent) -> None:
         status = f" (HTTP {retry.status})" if retry.status is not None else ""
@@ -448,13 +514,14 @@ class _Run:
                 stated = (Message.user(OUTPUT_INSTRUCTION + dumps(spec.schema)),)
                 prompt = self.prompt(stated)
                 result = await self.provider_turn(prompt, definitions, provider_options, again=True)
-            await self.add(
+            await self.respond(
                 Message.assistant(
                     result.content,
                     calls=result.calls,
                     thinking=result.thinking,
                     continuation=result.continuation,
-                )
+                ),
+                result.usage,
             )
             if not result.calls:
                 if spec is None:
@@ -468,7 +535,7 @@ class _Run:
                 retries_left -= 1
                 limit += 1  # a retry is an extra answer, not one of the tool turns
                 feedback = OUTPUT_FEEDBACK.format(issues="; ".join(issues[:5]))
-                await self.add(Message.user(feedback))
+                await self.note(Message.user(feedback))
                 continue
             self.open_calls = result.calls
             for call in result.calls:
@@ -560,12 +627,28 @@ class _Run:
                 self.seen[key] = self.seen.get(key, 0) + 1
         return over
 
+    async def finish_batch(self, decisions: Sequence[Decision]) -> None:
+        """A continued run first answers the batch its crash left open: calls that never
+        started run, idempotent ones that had started run again (same key), the others are
+        answered that their effect is unknown; recorded results are already in the history."""
+        calls = tuple(d.call for d in decisions)
+        self.open_calls = calls
+        unknown = [d.result for d in decisions if d.action == "unknown" and d.result is not None]
+        if unknown:
+            for tool_result in unknown:
+                self.emit(Chunk("tool_result", result=tool_result, run_id=self.run_id))
+            await self.record(unknown)
+        again = tuple(d.call for d in decisions if d.action in ("run", "rerun"))
+        if again:
+            await self.run_tools(again)
+        self.open_calls = ()
+
     async def answer(self, calls: Sequence[ToolCall], text: str) -> None:
         """Record ``text`` as the failed result of every call (none of them runs)."""
         results = [_failed(call, text) for call in calls]
         for tool_result in results:
             self.emit(Chunk("tool_result", result=tool_result, run_id=self.run_id))
-        await self.add(*(Message.from_result(r) for r in results))
+        await self.record(results)
         self.open_calls = ()
 
     async def run_tools(
@@ -574,9 +657,12 @@ class _Run:
         """Run a turn's calls (those the provider side ``refused`` are answered, not run)."""
         agent = self.agent
         self.batch = batch = ToolBatch(calls)
+        registry = agent.registry
+        if self.journal is not None:
+            registry = self.journal.tools(registry)
         reset = _tool_run.set(self)
         try:
-            results = await agent.registry.execute(
+            results = await registry.execute(
                 calls,
                 scope=agent.scope,
                 authority=agent.authority,
@@ -597,7 +683,7 @@ class _Run:
                     self.event(
                         "tool_error", call=call, result=tool_result, error=batch.errors[index]
                     )
-        await self.add(*(Message.from_result(r) for r in results))
+        await self.record(results)
         self.batch = None
         self.open_calls = ()
         if batch.errors and agent._option(self.request.options, "on_tool_error") == "raise":
@@ -619,7 +705,7 @@ class _Run:
         quiet = attrs.evolve(options, tool_choice=None)
         result = await self.provider_turn(prompt, None, quiet)
         text = result.content.strip() or fallback
-        await self.add(Message.assistant(text, thinking=result.thinking))
+        await self.respond(Message.assistant(text, thinking=result.thinking), result.usage)
 
     async def provider_turn(
         self,
@@ -651,12 +737,19 @@ class _Run:
             self.turns_made += 1
             self.agent._statistics["turns"] += 1
             self.event("turn")
+        journal, checkpoints = self.journal, self.checkpoints
+        if journal is not None and not again:
+            await journal.request(self.turns_made)
         self.stream = stream = self.agent.provider.stream(
             prompt, tools=definitions, options=options
         )
         async with stream:
             run_id = self.run_id
             async for delta in stream:
+                if checkpoints is not None and checkpoints.delta():
+                    assert journal is not None
+                    partial = stream.partial
+                    await journal.checkpoint(self.turns_made, partial.content, partial.thinking)
                 if meter is not None and meter.spent:
                     # Spent by another run drawing on the same budget (a team's, a parent's)
                     # before this delta: it is neither shown nor charged.
@@ -706,6 +799,10 @@ class _Run:
             if stream is not None:
                 partial = stream.partial
                 self.settle_usage(partial)
+                if self.journal is not None and (partial.content or partial.thinking):
+                    await self.journal.checkpoint(
+                        self.turns_made, partial.content, partial.thinking
+                    )
                 if partial.content or partial.calls:
                     await self.add(
                         Message.assistant(
@@ -724,7 +821,7 @@ class _Run:
                     settled = [_failed(call, NOT_EXECUTED) for call in self.open_calls]
                 for tool_result in settled:
                     self.emit(Chunk("tool_result", result=tool_result, run_id=self.run_id))
-                await self.add(*(Message.from_result(r) for r in settled))
+                await self.record(settled)
                 self.open_calls = ()
                 self.batch = None
 

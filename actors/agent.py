@@ -55,6 +55,7 @@ from protocols.messages import (
     AgentResult,
     Message,
     StopReason,
+    Usage,
     new_id,
 )
 from protocols.workspace import Workspace, WorkspaceManager
@@ -75,6 +76,8 @@ from ._run_loop import (
     AgentEvent,
     Chunk,
     OutputError,
+    Resume,
+    RunJournal,
     _Run,
 )
 from .conversation import Conversation
@@ -297,6 +300,9 @@ class _Request:
     meters: tuple[BudgetMeter, ...] = ()
     #: The loop state of the run, once it began (what a cut delegated run had done).
     run: _Run | None = None
+    #: A journaled run's journal (actors.durable), and where a continued one stands.
+    journal: RunJournal | None = None
+    resume: Resume | None = None
 
     def bind(self, *, queued: bool) -> None:
         """Check the chain of runs the calling task is inside of and watch the tokens.
@@ -1018,6 +1024,15 @@ class Agent:
         run = _Run(self, request, meter, number)
         request.run = run
         token = run.token
+        resume = request.resume
+        if resume is not None:
+            # A continued run: what it spent before counts toward its limits.
+            run.turns_made = resume.turns
+            run.usage = resume.usage
+            if meter is not None:
+                meter.charge(resume.usage or Usage())
+                if resume.unsettled:
+                    meter.charge(Usage(completion=resume.unsettled, total=resume.unsettled))
         if request.input:
             await run.add(*request.input)
         run.event("start")
@@ -1034,6 +1049,8 @@ class Agent:
             untrip = _cut_on_trip(meter, run, scope)
             try:
                 with observe_retries(run.retried):
+                    if resume is not None and resume.decisions:
+                        await run.finish_batch(resume.decisions)
                     stop = await run.turns(limit)
                     if run.handoff is not None:
                         stop = await self._hand_off(run)

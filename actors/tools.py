@@ -108,7 +108,10 @@ class Tool:
     ``blocking``: a sync function that blocks (disk, CPU, a sync client) runs in a worker thread;
     a cancel then waits for it to return (threads cannot be interrupted). Other sync functions run
     on the event loop and must be quick. ``timeout``: seconds one call may take (its failure tells
-    the model so).
+    the model so). ``idempotent``: running a call twice with the same
+    :attr:`RunContext.idempotency_key <actors.RunContext.idempotency_key>` has the effect of
+    running it once -- a durable job's worker that took over a crashed one runs such a call
+    again when its effect is unknown, instead of telling the model it is unknown.
     """
 
     definition: ToolDefinition
@@ -116,6 +119,7 @@ class Tool:
     signature: ToolSignature | None = attrs.field(default=None, repr=False)
     blocking: bool = False
     timeout: float | None = None
+    idempotent: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.timeout is not None and not (
@@ -206,6 +210,7 @@ def tool(
     schema: Mapping[str, Any] | None = None,
     blocking: bool = False,
     timeout: float | None = None,
+    idempotent: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
     function: Callable[..., Any] | None = None,
@@ -216,6 +221,7 @@ def tool(
     schema: Mapping[str, Any] | None = None,
     blocking: bool = False,
     timeout: float | None = None,
+    idempotent: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a :class:`Tool` of a typed function, as ``@tool`` or ``@tool(...)``.
 
@@ -234,10 +240,10 @@ def tool(
             definition = ToolDefinition(
                 name or target.__name__, description or doc.split("\n\n")[0], dict(schema)
             )
-            return Tool(definition, target, None, blocking, timeout)
+            return Tool(definition, target, None, blocking, timeout, idempotent)
         signature = signature_of(target, name=name, description=description)
         definition = ToolDefinition(signature.name, signature.description, signature.parameters)
-        return Tool(definition, target, signature, blocking, timeout)
+        return Tool(definition, target, signature, blocking, timeout, idempotent)
 
     return make(function) if function is not None else make
 

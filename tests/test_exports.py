@@ -416,10 +416,16 @@ def test_subpackage_export_lists_are_pinned() -> None:
 
     assert sorted(actors.durable.__all__) == [
         "Admitted",
+        "AgentRegistry",
+        "AgentSpec",
         "DEFAULT_MAX_BYTES",
+        "JobError",
+        "JobQueue",
         "MemoryRunStore",
         "RunStore",
         "SQLiteRunStore",
+        "StoreJournal",
+        "open_job_queue",
     ]
     assert {"AgentJob", "JobRecord", "JobStatus", "replay", "decide", "runnable"} <= set(
         protocols.jobs.__all__

@@ -1,12 +1,31 @@
-"""Durable runs and jobs: the stores that keep them (this package's first part).
+"""Durable runs and jobs: the stores that keep them, the registry of agents a job may name,
+and the job queue whose workers run them as journaled runs, continuing after a crash.
 
 The pure model -- jobs, records, transitions, the journal -- is :mod:`protocols.jobs`.
 """
 
+from ._journal import StoreJournal as StoreJournal
+from ._queue import JobError as JobError
+from ._queue import JobQueue as JobQueue
+from ._queue import open_job_queue as open_job_queue
+from ._registry import AgentRegistry as AgentRegistry
+from ._registry import AgentSpec as AgentSpec
 from ._sqlite_store import SQLiteRunStore as SQLiteRunStore
 from ._store import DEFAULT_MAX_BYTES as DEFAULT_MAX_BYTES
 from ._store import Admitted as Admitted
 from ._store import MemoryRunStore as MemoryRunStore
 from ._store import RunStore as RunStore
 
-__all__ = ["DEFAULT_MAX_BYTES", "Admitted", "MemoryRunStore", "RunStore", "SQLiteRunStore"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "Admitted",
+    "AgentRegistry",
+    "AgentSpec",
+    "JobError",
+    "JobQueue",
+    "MemoryRunStore",
+    "RunStore",
+    "SQLiteRunStore",
+    "StoreJournal",
+    "open_job_queue",
+]

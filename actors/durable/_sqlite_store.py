@@ -389,8 +389,8 @@ class SQLiteRunStore:
     ) -> None:
         """See :meth:`RunStore.append <actors.durable.RunStore.append>`."""
         check_id(id)
-        if then is not None and (then.record.id != id or not then.record.held_by(holder)):
-            raise ValidationError("append's transition must be for the same job and holder")
+        if then is not None and then.record.id != id:
+            raise ValidationError("append's transition must be for the same job")
         max_bytes = self._jobs.max_bytes
         texts = [encode_entry(entry, max_bytes) for entry in entries]
         await self._run(

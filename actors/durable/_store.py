@@ -421,8 +421,8 @@ class MemoryRunStore:
         if stored is None or not stored.held_by(holder):
             raise fenced(id, holder, stored)
         if then is not None:
-            if then.record.id != id or not then.record.held_by(holder):
-                raise ValidationError("append's transition must be for the same job and holder")
+            if then.record.id != id:
+                raise ValidationError("append's transition must be for the same job")
             if stored.revision != then.expected:
                 raise fenced(id, holder, stored)
             self._store(then.record)

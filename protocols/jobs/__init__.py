@@ -18,6 +18,7 @@ from ._journal import Entry as Entry
 from ._journal import InputEntry as InputEntry
 from ._journal import IntentEntry as IntentEntry
 from ._journal import JournalDrift as JournalDrift
+from ._journal import MessageEntry as MessageEntry
 from ._journal import Replay as Replay
 from ._journal import RequestEntry as RequestEntry
 from ._journal import ResponseEntry as ResponseEntry
@@ -79,6 +80,7 @@ __all__ = [
     "JobStatus",
     "JournalDrift",
     "Lease",
+    "MessageEntry",
     "Priority",
     "Replay",
     "RequestEntry",

@@ -8,6 +8,8 @@ The rule: every boundary whose loss would be ambiguous is made durable before it
   usage), before any of its calls is dispatched;
 * :class:`IntentEntry` -- a call is about to run, before its effect (with its idempotency key);
 * :class:`ResultEntry` -- the call's result, after it;
+* :class:`MessageEntry` -- any other message the run adds (feedback on a wrong structured
+  answer);
 * :class:`CheckpointEntry` -- the text a turn has streamed so far (every
   :data:`CHECKPOINT_EVERY` deltas and at every tool boundary, see :class:`CheckpointPolicy`);
 * :class:`AskEntry` / :class:`AnswerEntry` -- a batch waiting for human approval, and each
@@ -53,6 +55,7 @@ __all__ = [
     "InputEntry",
     "IntentEntry",
     "JournalDrift",
+    "MessageEntry",
     "Replay",
     "RequestEntry",
     "ResponseEntry",
@@ -126,6 +129,15 @@ class ResponseEntry:
 
 
 @attrs.frozen
+class MessageEntry:
+    """A message the run added that is neither a response nor a result (the feedback on a
+    structured answer that did not match its schema)."""
+
+    message: Message
+    kind: ClassVar[str] = "message"
+
+
+@attrs.frozen
 class IntentEntry:
     """The call is about to run (its effect may follow)."""
 
@@ -187,6 +199,7 @@ Entry = (
     InputEntry
     | RequestEntry
     | ResponseEntry
+    | MessageEntry
     | IntentEntry
     | ResultEntry
     | CheckpointEntry
@@ -201,6 +214,7 @@ _KINDS: dict[str, type[Any]] = {
         InputEntry,
         RequestEntry,
         ResponseEntry,
+        MessageEntry,
         IntentEntry,
         ResultEntry,
         CheckpointEntry,
@@ -312,9 +326,22 @@ def replay(
         if not messages:
             raise drift(index, f"a {entry.kind} entry before the input")
         if isinstance(entry, RequestEntry):
-            if entry.turn != turns + 1 or requested > turns + 1:
-                raise drift(index, f"a request for turn {entry.turn} after {turns} settled")
+            # Provider calls are numbered from 1 in the order they start; one lost in a crash
+            # (requested, never settled) keeps its number.
+            if entry.turn != requested + 1:
+                raise drift(index, f"a request for turn {entry.turn} after turn {requested}")
+            unanswered = [cid for cid in calls if cid not in results]
+            if unanswered:
+                raise drift(index, f"a request while calls {unanswered} have no result")
             requested = entry.turn
+            if checkpoint is not None and (checkpoint.content or checkpoint.thinking):
+                # The call it checkpointed was lost: what it streamed stays, interrupted.
+                messages.append(
+                    Message.assistant(
+                        checkpoint.content, thinking=checkpoint.thinking, interrupted=True
+                    )
+                )
+            checkpoint = None
             continue
         if isinstance(entry, ResponseEntry):
             if entry.message.role is not Role.ASSISTANT:
@@ -329,6 +356,12 @@ def replay(
             usage = None if usage is None or entry.usage is None else usage + entry.usage
             calls = {call.id: call for call in entry.message.calls}
             intents, results, asked, answers = {}, {}, {}, {}
+        elif isinstance(entry, MessageEntry):
+            unanswered = [cid for cid in calls if cid not in results]
+            if unanswered or entry.message.role is Role.TOOL:
+                raise drift(index, "a message inside an unanswered batch, or a tool message")
+            checkpoint = None
+            messages.append(entry.message)
         elif isinstance(entry, IntentEntry):
             call = calls.get(entry.call.id)
             if call is None:
@@ -359,8 +392,8 @@ def replay(
             results[call.id] = result
             messages.append(Message.from_result(result))
         elif isinstance(entry, CheckpointEntry):
-            if entry.turn != turns + 1:
-                raise drift(index, f"a checkpoint of turn {entry.turn} after {turns} settled")
+            if entry.turn != max(requested, turns + 1):
+                raise drift(index, f"a checkpoint of turn {entry.turn}, not of the call in flight")
             checkpoint = entry
         elif isinstance(entry, AskEntry):
             unknown = [cid for cid in entry.calls if cid not in calls]

@@ -1,0 +1,173 @@
+"""``StoreJournal``: a journaled run's journal, written to a :class:`RunStore` under the
+worker's lease.
+
+Every boundary is written before it is crossed: a provider call's request before the call, a
+settled response before any of its calls is dispatched, a call's intent before its effect and its
+result after, streamed text every :data:`~protocols.jobs.CHECKPOINT_EVERY` deltas. A write the
+store refuses as fenced -- this worker no longer holds the job -- drops the run: it is cut at
+once, and nothing more is written for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import trio
+
+from protocols.jobs import (
+    CheckpointEntry,
+    Entry,
+    InputEntry,
+    IntentEntry,
+    Lease,
+    MessageEntry,
+    Replay,
+    RequestEntry,
+    ResponseEntry,
+    ResultEntry,
+    idempotency_key,
+)
+from protocols.messages import Message, ToolCall, ToolDefinition, ToolFailure, ToolResult, Usage
+
+from .._sqlite import StoreError
+from ..tools import CallableTool, ToolRegistry
+from ._store import RunStore
+
+__all__ = ["LOST", "StoreJournal"]
+
+#: What a call answers when its worker lost the job before the call's effect could start.
+LOST = "not executed: this worker no longer holds the job"
+
+
+class StoreJournal:
+    """The :class:`~actors._run_loop.RunJournal` of job ``job`` held with ``holder``.
+
+    ``replay`` is the journal as read when the run was continued (``None`` for a first
+    attempt); ``cut`` is called once if the store refuses a write as fenced."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        job: str,
+        holder: Lease,
+        *,
+        cut: Callable[[str], None],
+        replay: Replay | None = None,
+    ) -> None:
+        self.store = store
+        self.job = job
+        self.holder = holder
+        self._cut = cut
+        #: The store refused a write as fenced: this worker has let the job go.
+        self.dropped = False
+        self._turn = 0  # the settled response whose calls are the open batch
+        self._calls: dict[str, int] = {}  # call id -> its index in that response
+        self._recorded: set[str] = set()  # calls of the batch whose result is journaled
+        self._intents: dict[str, str] = {}
+        if replay is not None:
+            self._turn = replay.settled
+            last = next(
+                (m for m in reversed(replay.messages) if m.calls and not m.interrupted), None
+            )
+            if last is not None:
+                self._calls = {call.id: index for index, call in enumerate(last.calls)}
+            self._recorded = set(replay.results)
+            self._intents = dict(replay.intents)
+
+    async def _append(self, *entries: Entry) -> None:
+        if self.dropped:
+            return
+        try:
+            await self.store.append(self.job, self.holder, entries)
+        except StoreError as error:
+            if error.code != "fenced":
+                raise
+            self.dropped = True
+            self._cut("this worker no longer holds the job (fenced)")
+            # The run's scope is cancelled now: this raises Cancelled unless shielded (a
+            # partial being committed), which then writes nothing more.
+            await trio.lowlevel.checkpoint()
+
+    def holds(self) -> bool:
+        """This worker still holds the job (no write was refused as fenced)."""
+        return not self.dropped
+
+    def key(self, call_id: str) -> str | None:
+        """The idempotency key of a call of the open batch."""
+        known = self._intents.get(call_id)
+        if known is not None:
+            return known
+        index = self._calls.get(call_id)
+        return None if index is None else idempotency_key(self.job, self._turn, index)
+
+    async def input(self, messages: Sequence[Message]) -> None:
+        """The messages the run starts from (its first attempt)."""
+        await self._append(InputEntry(tuple(messages)))
+
+    async def request(self, turn: int) -> None:
+        """A provider call of ``turn`` is about to start."""
+        await self._append(RequestEntry(turn))
+
+    async def response(self, message: Message, usage: Usage | None) -> None:
+        """A settled response: its calls become the open batch."""
+        await self._append(ResponseEntry(message, usage))
+        self._turn += 1
+        self._calls = {call.id: index for index, call in enumerate(message.calls)}
+        self._recorded = set()
+        self._intents = {}
+
+    async def message(self, message: Message) -> None:
+        """Another message the run adds."""
+        await self._append(MessageEntry(message))
+
+    async def results(self, results: Sequence[ToolResult]) -> None:
+        """Results of the open batch not journaled yet (a result for a call the journal never
+        saw -- one of a response cut before it settled -- is not journaled)."""
+        new = [
+            result
+            for result in results
+            if result.id in self._calls and result.id not in self._recorded
+        ]
+        if new:
+            await self._append(*(ResultEntry(result) for result in new))
+            self._recorded.update(result.id for result in new)
+
+    async def intent(self, call: ToolCall) -> str:
+        """The call is about to run: its intent, with its key."""
+        key = self.key(call.id) or idempotency_key(self.job, self._turn, len(self._calls))
+        await self._append(IntentEntry(call, key))
+        self._intents[call.id] = key
+        return key
+
+    async def result(self, result: ToolResult) -> None:
+        """The call's result, as soon as it is in."""
+        await self.results([result])
+
+    async def checkpoint(self, turn: int, content: str, thinking: str) -> None:
+        """What the turn in flight has streamed so far."""
+        await self._append(CheckpointEntry(turn, content, thinking))
+
+    def tools(self, registry: ToolRegistry) -> ToolRegistry:
+        """``registry`` with each tool journaling its call's intent and result."""
+        return ToolRegistry(_JournaledTool(tool, self) for tool in registry.tools())
+
+
+class _JournaledTool:
+    """A tool whose calls are journaled: intent before the effect, result after."""
+
+    def __init__(self, inner: CallableTool, journal: StoreJournal) -> None:
+        self._inner = inner
+        self._journal = journal
+
+    @property
+    def definition(self) -> ToolDefinition:
+        return self._inner.definition
+
+    async def call(self, call: ToolCall) -> ToolResult:
+        journal = self._journal
+        await journal.intent(call)
+        if journal.dropped:
+            return ToolFailure(call.id, call.name, LOST)
+        result = await self._inner.call(call)
+        await journal.result(result)
+        return result

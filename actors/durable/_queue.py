@@ -1,0 +1,541 @@
+"""The job queue: workers that take durable jobs from a :class:`RunStore` and run them as
+journaled agent runs, leased and fenced, continuing where a crashed worker stopped.
+
+One queue is one worker (``owner``) with up to ``concurrency`` jobs at once; several queues --
+in one process or in many, on one store -- share the jobs between them. A job is acquired with
+a lease the worker renews while it runs; a worker that dies stops renewing, and once the lease
+has expired another takes the job over and continues its run from the journal
+(:func:`protocols.jobs.replay` and :func:`protocols.jobs.decide`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import random
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import attrs
+import trio
+
+from protocols.errors import AgentsError, Category, ConfigError, ValidationError
+from protocols.jobs import (
+    AgentJob,
+    Applied,
+    JobRecord,
+    JobStatus,
+    JournalDrift,
+    Lease,
+    Priority,
+    Replay,
+    TerminalEntry,
+    abandon,
+    cancel,
+    decide,
+    finish,
+    renew,
+    replay,
+    retry,
+)
+from protocols.messages import AgentResult, Message, StopReason, new_id
+
+from .._core._abort import Abort
+from .._core._runtime import Runtime
+from .._run_loop import Resume
+from .._sqlite import StoreError
+from ..agent import Agent, RunOptions, _Request
+from ._journal import StoreJournal
+from ._registry import AgentRegistry, AgentSpec
+from ._store import RunStore
+
+__all__ = ["JobError", "JobQueue", "open_job_queue"]
+
+log = logging.getLogger("trio_agents.jobs")
+
+#: How long a worker's hold on a job lasts without renewal, by default (seconds).
+DEFAULT_LEASE = 30.0
+#: How often an idle worker looks for new jobs, by default (seconds).
+DEFAULT_POLL = 0.5
+#: How many times a job may lose its worker (its lease expiring) before it is abandoned.
+MAX_TAKEOVERS = 10
+
+
+class JobError(AgentsError):
+    """A job did not give a result: it ``failed`` (``error`` says why), was ``cancelled`` or
+    ``abandoned``, or ended ``partial`` on a queue that does not accept partial results.
+    ``record`` is the job's final record."""
+
+    def __init__(self, record: JobRecord) -> None:
+        detail = f": {record.error}" if record.error else ""
+        super().__init__(
+            f"job {record.id} ended {record.status.value}{detail}",
+            code=f"job_{record.status.value}",
+            category=Category.USER if record.status is JobStatus.CANCELLED else Category.SYSTEM,
+            retryable=False,
+        )
+        self.record = record
+
+
+@attrs.define
+class _Running:
+    record: JobRecord
+    token: Abort
+    done: trio.Event = attrs.field(factory=trio.Event)
+
+
+class JobQueue:
+    """A worker of a durable job queue (see :func:`open_job_queue`)."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        registry: AgentRegistry,
+        runtime: Runtime,
+        *,
+        owner: str,
+        concurrency: int,
+        retries: int,
+        timeout: float | None,
+        allow_partial: bool,
+        lease: float,
+        poll: float,
+        clock: Callable[[], float],
+        backoff: Callable[[int], float],
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.runtime = runtime
+        #: This worker's name in the store (leases name it).
+        self.owner = owner
+        self.concurrency = concurrency
+        self.retries = retries
+        self.timeout = timeout
+        self.allow_partial = allow_partial
+        self.lease = lease
+        self.poll = poll
+        self._clock = clock
+        self._backoff = backoff
+        self._running: dict[str, _Running] = {}
+        self._wake = trio.Event()
+        self._finished: dict[str, trio.Event] = {}
+        self._taking = True
+        self._statistics = {
+            "acquired": 0,
+            "completed": 0,
+            "partial": 0,
+            "failed": 0,
+            "cancelled": 0,
+            "abandoned": 0,
+            "retried": 0,
+            "dropped": 0,
+        }
+
+    # -- the caller's side ---------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        job: AgentJob,
+        *,
+        key: str | None = None,
+        priority: Priority | str = Priority.NORMAL,
+    ) -> str:
+        """Admit ``job`` and return its id -- only once it is durable. With ``key``, the
+        job admitted under that key before (if any) is returned instead: submitting twice is
+        safe. Raises :class:`~actors.store.StoreError` ``code="purged"`` for the key of a purged
+        job."""
+        admitted = await self.store.admit(
+            job, now=self._clock(), key=key, priority=Priority(priority)
+        )
+        self._wake.set()
+        return admitted.record.id
+
+    async def record(self, id: str) -> JobRecord | None:
+        """The job's record as stored now."""
+        return await self.store.get(id)
+
+    async def result(self, id: str) -> AgentResult:
+        """Wait until the job ends and return its result. Raises :class:`JobError` when it
+        failed, was cancelled or abandoned, or ended partial on a queue without
+        ``allow_partial``; :class:`~protocols.errors.ValidationError` for an unknown id."""
+        while True:
+            record = await self.store.get(id)
+            if record is None:
+                raise ValidationError(f"no job {id!r} (never admitted, or purged)")
+            if record.terminal:
+                return self._outcome(record)
+            event = self._finished.setdefault(id, trio.Event())
+            with trio.move_on_after(self.poll):
+                await event.wait()
+
+    def _outcome(self, record: JobRecord) -> AgentResult:
+        if record.status is JobStatus.COMPLETED or (
+            record.status is JobStatus.PARTIAL and self.allow_partial
+        ):
+            assert record.result is not None
+            return record.result
+        raise JobError(record)
+
+    async def cancel(self, id: str) -> JobRecord:
+        """Cancel the job: a waiting one ends ``cancelled`` at once, never running; a running
+        one has its run cut wherever it runs (its partial committed) and then ends
+        ``cancelled``. Returns the record as it is afterwards; a job that already ended is left
+        as it is."""
+        while True:
+            record = await self.store.get(id)
+            if record is None:
+                raise ValidationError(f"no job {id!r} (never admitted, or purged)")
+            outcome = cancel(record, now=self._clock())
+            if not isinstance(outcome, Applied):
+                return record
+            if await self.store.write(outcome):
+                running = self._running.get(id)
+                if running is not None:
+                    running.token.cancel("the job was cancelled")
+                if outcome.record.terminal:
+                    self._notify(id)
+                return outcome.record
+
+    def statistics(self) -> dict[str, int]:
+        """What this worker did: jobs acquired, ended by status, retried, dropped (lost to
+        another worker), and running now."""
+        return {**self._statistics, "running": len(self._running)}
+
+    def _notify(self, id: str) -> None:
+        event = self._finished.pop(id, None)
+        if event is not None:
+            event.set()
+
+    # -- the worker's side ---------------------------------------------------------------------
+
+    async def _work(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Take jobs while there is room, until the queue closes."""
+        async with trio.open_nursery() as nursery:
+            task_status.started()
+            while self._taking:
+                if len(self._running) < self.concurrency:
+                    record = await self.store.acquire(
+                        owner=self.owner, lease=self.lease, now=self._clock()
+                    )
+                    if record is not None:
+                        self._statistics["acquired"] += 1
+                        running = _Running(record, Abort())
+                        self._running[record.id] = running
+                        nursery.start_soon(self._job, running)
+                        continue
+                self._wake = trio.Event()
+                with trio.move_on_after(self.poll):
+                    await self._wake.wait()
+
+    async def _job(self, running: _Running) -> None:
+        record = running.record
+        try:
+            await self._attempt(running)
+        except Exception:
+            log.exception("job %s: the worker failed running it", record.id)
+        finally:
+            del self._running[record.id]
+            running.done.set()
+            self._wake.set()
+
+    async def _attempt(self, running: _Running) -> None:
+        record = running.record
+        holder = record.lease
+        assert holder is not None
+        if record.takeovers > MAX_TAKEOVERS:
+            await self._end(
+                record,
+                abandon(
+                    record,
+                    now=self._clock(),
+                    error=f"its worker died {record.takeovers} times while running it",
+                ),
+            )
+            return
+        try:
+            spec = self.registry.get(record.job.agent)
+        except ConfigError as error:
+            await self._end(record, abandon(record, now=self._clock(), error=error.message))
+            return
+        entries = await self.store.journal(record.id)
+        try:
+            made = replay(record.id, entries)
+        except JournalDrift as error:
+            log.error("job %s: %s", record.id, error.message)
+            await self._end(record, abandon(record, now=self._clock(), error=error.message))
+            return
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._keep_lease, running, holder)
+            try:
+                await self._run(running, spec, made, holder)
+            finally:
+                nursery.cancel_scope.cancel()
+
+    async def _keep_lease(self, running: _Running, holder: Lease) -> None:
+        """Renew the lease while the job runs; on losing it (fenced), or on a cancel requested
+        from elsewhere, cut the run."""
+        interval = self.lease / 3
+        record = running.record
+        while True:
+            await trio.sleep(interval)
+            current = await self.store.get(record.id)
+            if current is None or not current.held_by(holder):
+                running.token.cancel("this worker no longer holds the job (fenced)")
+                return
+            if current.cancel_requested:
+                running.token.cancel("the job was cancelled")
+            renewed = renew(current, holder, now=self._clock(), lease=self.lease)
+            if isinstance(renewed, Applied):
+                await self.store.write(renewed)
+
+    async def _run(self, running: _Running, spec: AgentSpec, made: Replay, holder: Lease) -> None:
+        record = running.record
+        job = record.job
+        agent = await self._agent(spec, job)
+        try:
+            journal = StoreJournal(
+                self.store,
+                record.id,
+                holder,
+                cut=running.token.cancel,
+                replay=made if made.started else None,
+            )
+            if made.started:
+                await agent.conversation.add(made.messages)
+                resume: Resume | None = Resume(
+                    made.turns,
+                    made.usage,
+                    made.unsettled,
+                    tuple(decide(record.id, made, idempotent=spec.idempotent)),
+                )
+            else:
+                messages = (*await self._background(record), *job.input)
+                await journal.input(messages)
+                await agent.conversation.add(messages)
+                resume = None
+            if not journal.holds():
+                self._statistics["dropped"] += 1
+                return
+            request = _Request(
+                agent,
+                (),
+                RunOptions(abort=(running.token,)),
+                None,
+                run_id=record.id,
+                journal=journal,
+                resume=resume,
+            )
+            error: BaseException | None = None
+            result: AgentResult | None = None
+            with trio.move_on_after(
+                self.timeout if self.timeout is not None else math.inf
+            ) as attempt:
+                try:
+                    result = await agent._execute_here(request)
+                except Exception as exc:
+                    error = exc
+            if not journal.holds():
+                self._statistics["dropped"] += 1
+                return
+            if attempt.cancelled_caught:
+                await self._retry_or_fail(record, holder, "the attempt timed out")
+            elif error is not None:
+                if isinstance(error, AgentsError) and error.retryable:
+                    await self._retry_or_fail(record, holder, _describe(error))
+                else:
+                    await self._finish(record, holder, JobStatus.FAILED, None, _describe(error))
+            else:
+                assert result is not None
+                await self._finish(record, holder, self._status(running, result), result, None)
+        finally:
+            with trio.CancelScope(shield=True):
+                await agent.aclose(cancel=True)
+
+    async def _agent(self, spec: AgentSpec, job: AgentJob) -> Agent:
+        options = dict(spec.options)
+        if job.limit is not None:
+            options["limit"] = job.limit
+        if job.timeout is not None:
+            options["timeout"] = job.timeout
+        if job.budget is not None:
+            options["budget"] = job.budget
+        return await Agent.start(
+            self.runtime,
+            spec.provider,
+            system=spec.system,
+            tools=spec.tools,
+            authority=spec.authority,
+            **options,
+        )
+
+    async def _background(self, record: JobRecord) -> tuple[Message, ...]:
+        """What a job starts from besides its input: the history of the jobs before it in its
+        thread, and the results of its children."""
+        out: list[Message] = []
+        thread = record.conversation
+        if thread is not None and record.execution is not None:
+            earlier = [
+                r
+                for r in await self._all()
+                if r.conversation == thread
+                and r.id != record.id
+                and r.execution is not None
+                and r.execution < record.execution
+                and r.terminal
+            ]
+            for before in sorted(earlier, key=lambda r: r.execution or 0):
+                out.extend(replay(before.id, await self.store.journal(before.id)).messages)
+        if record.children:
+            lines = []
+            for position, child_id in enumerate(record.children, start=1):
+                child = await self.store.get(child_id)
+                if child is None:
+                    lines.append(f"{position}. (purged)")
+                    continue
+                text = child.result.content if child.result is not None else child.error or ""
+                lines.append(f"{position}. {child.job.agent} ({child.status.value}): {text}")
+            out.append(Message.user("Results of the sub-jobs, in order:\n" + "\n".join(lines)))
+        return tuple(out)
+
+    async def _all(self) -> list[JobRecord]:
+        records: list[JobRecord] = []
+        after: int | None = None
+        while True:
+            page = await self.store.list(after=after, limit=1000)
+            records.extend(page)
+            if len(page) < 1000:
+                return records
+            after = page[-1].sequence
+
+    def _status(self, running: _Running, result: AgentResult) -> JobStatus:
+        if result.stop is StopReason.COMPLETE:
+            return JobStatus.COMPLETED
+        if result.stop is StopReason.CANCELLED and running.token.cancelled:
+            return JobStatus.CANCELLED
+        return JobStatus.PARTIAL
+
+    async def _finish(
+        self,
+        record: JobRecord,
+        holder: Lease,
+        status: JobStatus,
+        result: AgentResult | None,
+        error: str | None,
+    ) -> None:
+        current = await self.store.get(record.id) or record
+        if status is JobStatus.PARTIAL and current.cancel_requested:
+            status = JobStatus.CANCELLED
+        ended = finish(
+            current, holder, now=self._clock(), status=status, result=result, error=error
+        )
+        if not isinstance(ended, Applied):
+            self._statistics["dropped"] += 1
+            return
+        terminal = TerminalEntry(result.stop if result else None, result, error)
+        try:
+            await self.store.append(record.id, holder, [terminal], then=ended)
+        except StoreError as exc:
+            if exc.code != "fenced":
+                raise
+            self._statistics["dropped"] += 1
+            return
+        self._statistics[status.value] += 1
+        self._notify(record.id)
+
+    async def _retry_or_fail(self, record: JobRecord, holder: Lease, error: str) -> None:
+        current = await self.store.get(record.id) or record
+        if current.cancel_requested:
+            await self._finish(current, holder, JobStatus.CANCELLED, None, error)
+            return
+        if current.attempts > self.retries:
+            await self._finish(current, holder, JobStatus.FAILED, None, error)
+            return
+        again = retry(
+            current, holder, now=self._clock(), delay=self._backoff(current.attempts), error=error
+        )
+        if isinstance(again, Applied) and await self.store.write(again):
+            self._statistics["retried"] += 1
+            log.warning(
+                "job %s: attempt %d failed (%s); retrying", record.id, current.attempts, error
+            )
+        else:
+            self._statistics["dropped"] += 1
+
+    async def _end(self, record: JobRecord, outcome: Any) -> None:
+        if isinstance(outcome, Applied) and await self.store.write(outcome):
+            self._statistics[outcome.record.status.value] += 1
+            self._notify(record.id)
+
+
+def _describe(error: BaseException) -> str:
+    text = error.message if isinstance(error, AgentsError) else str(error)
+    return f"{type(error).__name__}: {text}"[:2000]
+
+
+def _backoff(rng: random.Random) -> Callable[[int], float]:
+    def delay(attempt: int) -> float:
+        return float(min(60.0, 0.5 * 2 ** max(attempt - 1, 0)) * (0.5 + rng.random() / 2))
+
+    return delay
+
+
+@contextlib.asynccontextmanager
+async def open_job_queue(
+    store: RunStore,
+    registry: AgentRegistry,
+    runtime: Runtime,
+    *,
+    concurrency: int = 4,
+    retries: int = 3,
+    timeout: float | None = None,  # noqa: ASYNC109 - a job attempt's, not this call's
+    allow_partial: bool = False,
+    lease: float = DEFAULT_LEASE,
+    poll: float = DEFAULT_POLL,
+    owner: str | None = None,
+    clock: Callable[[], float] = time.time,
+    rng: random.Random | None = None,
+) -> AsyncIterator[JobQueue]:
+    """Run a worker of the job queue on ``store`` for the ``async with`` block.
+
+    It takes up to ``concurrency`` jobs at once, each run as a journaled run of the agent its
+    job names in ``registry``, under ``runtime``. A failed attempt (a provider error after its
+    own retries, the per-attempt ``timeout``) is tried again, continuing from its journal, up to
+    ``retries`` times, with backoff; a partial result counts as a failure for :meth:`JobQueue.
+    result` unless ``allow_partial``. ``lease`` (seconds) bounds how long a dead worker's jobs
+    wait before another worker takes them over; ``poll`` how often an idle worker looks for
+    jobs. Leaving the block stops taking jobs and cuts the running ones (their partials
+    journaled; they stay recoverable: another worker continues them once their leases
+    expire)."""
+    for name, value, low in (("concurrency", concurrency, 1), ("retries", retries, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValidationError(f"{name} must be an integer >= {low}, not {value!r}")
+    for name, number in (("lease", lease), ("poll", poll)):
+        if (
+            isinstance(number, bool)
+            or not isinstance(number, int | float)
+            or not 0 < number < math.inf
+        ):
+            raise ValidationError(f"{name} must be a number of seconds > 0, not {number!r}")
+    queue = JobQueue(
+        store,
+        registry,
+        runtime,
+        owner=owner or f"worker-{new_id()[:12]}",
+        concurrency=concurrency,
+        retries=retries,
+        timeout=timeout,
+        allow_partial=allow_partial,
+        lease=float(lease),
+        poll=float(poll),
+        clock=clock,
+        backoff=_backoff(rng or random.Random()),
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(queue._work)
+        try:
+            yield queue
+        finally:
+            queue._taking = False
+            nursery.cancel_scope.cancel()

@@ -1,0 +1,100 @@
+"""``AgentRegistry``: the names a job may give, and the live pieces each stands for."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from protocols.authority import Authority
+from protocols.errors import ConfigError
+
+from ..tools import CallableTool, ToolRegistry
+
+if TYPE_CHECKING:
+    from ..providers import ProviderInterface
+
+__all__ = ["AgentRegistry", "AgentSpec"]
+
+
+def _tools(value: Iterable[CallableTool] | ToolRegistry) -> tuple[CallableTool, ...]:
+    return value.tools() if isinstance(value, ToolRegistry) else tuple(value)
+
+
+@attrs.frozen
+class AgentSpec:
+    """How to make the agent a job names: its ``provider`` (shared by every job: a
+    :class:`~actors.providers.ProviderConnection` is a good one), ``system`` prompt, ``tools``,
+    ``authority`` and any other :meth:`Agent.start <actors.agent.Agent.start>` keyword in
+    ``options`` (``limit``, ``timeout``, ``budget``, ``instructions``, ...). A job's own limit,
+    timeout and budget win over these."""
+
+    provider: ProviderInterface
+    system: str | None = None
+    tools: tuple[CallableTool, ...] = attrs.field(default=(), converter=_tools)
+    authority: Authority | None = None
+    options: dict[str, Any] = attrs.field(factory=dict)
+
+    def idempotent(self, name: str) -> bool:
+        """Whether the tool called ``name`` is marked idempotent."""
+        return any(
+            tool.definition.name == name and getattr(tool, "idempotent", False) is True
+            for tool in self.tools
+        )
+
+
+class AgentRegistry:
+    """Names to :class:`AgentSpec`: what the workers of a job queue can run.
+
+    ``registry.add("writer", provider, system=..., tools=[...], limit=6)``; a job names
+    ``"writer"``. A name a job gives that is not here abandons the job with ``unknown agent:
+    NAME`` (it is never retried: no worker of this registry could run it)."""
+
+    def __init__(self, agents: dict[str, AgentSpec] | None = None) -> None:
+        self._agents: dict[str, AgentSpec] = {}
+        for name, spec in (agents or {}).items():
+            self._put(name, spec)
+
+    def _put(self, name: str, spec: AgentSpec) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"an agent's name must be a non-empty string, not {name!r}")
+        if name in self._agents:
+            raise ConfigError(f"an agent named {name!r} is already registered")
+        if not isinstance(spec, AgentSpec):
+            raise ConfigError(f"register an AgentSpec, not {type(spec).__name__}")
+        self._agents[name] = spec
+
+    def add(
+        self,
+        name: str,
+        provider: ProviderInterface,
+        *,
+        system: str | None = None,
+        tools: Iterable[CallableTool] | ToolRegistry = (),
+        authority: Authority | None = None,
+        **options: Any,
+    ) -> AgentSpec:
+        """Register ``name``; returns its spec. ``options`` are further ``Agent.start``
+        keywords."""
+        spec = AgentSpec(provider, system, _tools(tools), authority, dict(options))
+        self._put(name, spec)
+        return spec
+
+    def get(self, name: str) -> AgentSpec:
+        """The spec of ``name``; :class:`~protocols.errors.ConfigError` ``unknown agent: NAME``
+        when there is none."""
+        spec = self._agents.get(name)
+        if spec is None:
+            known = ", ".join(sorted(self._agents)) or "none"
+            raise ConfigError(f"unknown agent: {name} (registered: {known})")
+        return spec
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._agents
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._agents))
+
+    def __len__(self) -> int:
+        return len(self._agents)
