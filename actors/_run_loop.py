@@ -13,6 +13,7 @@ import attrs
 import trio
 
 from protocols.accounting import BudgetMeter
+from protocols.authority import Authority
 from protocols.codec import dumps, loads
 from protocols.context import build
 from protocols.errors import (
@@ -296,6 +297,9 @@ class RunJournal(Protocol):
 
     async def checkpoint(self, turn: int, content: str, thinking: str) -> None:
         """What the turn in flight has streamed so far."""
+
+    async def gate(self, calls: Sequence[ToolCall], authority: Authority) -> None:
+        """Before a batch runs: make the run wait for approvals no human has given yet."""
 
     def tools(self, registry: ToolRegistry) -> ToolRegistry:
         """``registry`` with each tool recording its call's intent before its effect and its
@@ -659,6 +663,9 @@ class _Run:
         self.batch = batch = ToolBatch(calls)
         registry = agent.registry
         if self.journal is not None:
+            if agent.authority is not None:
+                waiting = [call for call in calls if not refused or call.id not in refused]
+                await self.journal.gate(waiting, agent.authority)
             registry = self.journal.tools(registry)
         reset = _tool_run.set(self)
         try:

@@ -10,11 +10,17 @@ once, and nothing more is written for it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 import trio
 
+from protocols.authority import Authority, Verdict
 from protocols.jobs import (
+    Applied,
+    ApprovalAnswer,
+    ApprovalRequest,
+    AskEntry,
     CheckpointEntry,
     Entry,
     InputEntry,
@@ -26,6 +32,7 @@ from protocols.jobs import (
     ResponseEntry,
     ResultEntry,
     idempotency_key,
+    suspend,
 )
 from protocols.messages import Message, ToolCall, ToolDefinition, ToolFailure, ToolResult, Usage
 
@@ -53,6 +60,8 @@ class StoreJournal:
         *,
         cut: Callable[[str], None],
         replay: Replay | None = None,
+        answers: Sequence[ApprovalAnswer] = (),
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.job = job
@@ -60,6 +69,10 @@ class StoreJournal:
         self._cut = cut
         #: The store refused a write as fenced: this worker has let the job go.
         self.dropped = False
+        #: The run waits for approvals: the job is awaiting input, and this run writes no more.
+        self.suspended = False
+        self._answers = {answer.call_id: answer for answer in answers}
+        self._clock = clock
         self._turn = 0  # the settled response whose calls are the open batch
         self._calls: dict[str, int] = {}  # call id -> its index in that response
         self._recorded: set[str] = set()  # calls of the batch whose result is journaled
@@ -75,7 +88,7 @@ class StoreJournal:
             self._intents = dict(replay.intents)
 
     async def _append(self, *entries: Entry) -> None:
-        if self.dropped:
+        if self.dropped or self.suspended:
             return
         try:
             await self.store.append(self.job, self.holder, entries)
@@ -87,6 +100,57 @@ class StoreJournal:
             # The run's scope is cancelled now: this raises Cancelled unless shielded (a
             # partial being committed), which then writes nothing more.
             await trio.lowlevel.checkpoint()
+
+    async def gate(self, calls: Sequence[ToolCall], authority: Authority) -> None:
+        """The approval gate, before a batch runs: if the authority asks about calls no human
+        has answered yet, the job waits for them (``awaiting_input``, the requests persisted) and
+        this run stops here -- no call of the batch runs until every answer is in (a continuing
+        worker runs it then)."""
+        asks = []
+        for call in calls:
+            verdict = authority.decide(call)
+            if verdict.decision == "ask" and call.id not in self._answers:
+                asks.append((call, verdict))
+        if not asks or self.dropped or self.suspended:
+            return
+        record = await self.store.get(self.job)
+        if record is None or not record.held_by(self.holder):
+            self.dropped = True
+            self._cut("this worker no longer holds the job (fenced)")
+            await trio.lowlevel.checkpoint()
+            return
+        requests = [ApprovalRequest(call.id, call.name, verdict.reason) for call, verdict in asks]
+        waiting = suspend(record, self.holder, now=self._clock(), pending=requests)
+        entry = AskEntry(
+            tuple(call.id for call, _ in asks),
+            {call.id: verdict.reason for call, verdict in asks},
+        )
+        if not isinstance(waiting, Applied):
+            self.dropped = True
+            self._cut("this worker no longer holds the job (fenced)")
+            await trio.lowlevel.checkpoint()
+            return
+        try:
+            await self.store.append(self.job, self.holder, [entry], then=waiting)
+        except StoreError as error:
+            if error.code != "fenced":
+                raise
+            self.dropped = True
+            self._cut("this worker no longer holds the job (fenced)")
+            await trio.lowlevel.checkpoint()
+            return
+        self.suspended = True
+        self._cut("the job waits for approval")
+        await trio.lowlevel.checkpoint()
+
+    async def approve(self, call: ToolCall, verdict: Verdict) -> tuple[bool, str]:
+        """The approver of a journaled run: the human's recorded answer (the gate has made
+        sure there is one)."""
+        await trio.lowlevel.checkpoint()
+        answer = self._answers.get(call.id)
+        if answer is None:
+            return False, "no answer was recorded"
+        return answer.allow, answer.reason
 
     def holds(self) -> bool:
         """This worker still holds the job (no write was refused as fenced)."""

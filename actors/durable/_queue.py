@@ -25,6 +25,8 @@ from protocols.errors import AgentsError, Category, ConfigError, ValidationError
 from protocols.jobs import (
     AgentJob,
     Applied,
+    ApprovalAnswer,
+    Conflict,
     JobRecord,
     JobStatus,
     JournalDrift,
@@ -33,6 +35,7 @@ from protocols.jobs import (
     Replay,
     TerminalEntry,
     abandon,
+    answer,
     cancel,
     decide,
     finish,
@@ -104,6 +107,7 @@ class JobQueue:
         poll: float,
         clock: Callable[[], float],
         backoff: Callable[[int], float],
+        approval_timeout: float | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -118,6 +122,7 @@ class JobQueue:
         self.poll = poll
         self._clock = clock
         self._backoff = backoff
+        self.approval_timeout = approval_timeout
         self._running: dict[str, _Running] = {}
         self._wake = trio.Event()
         self._finished: dict[str, trio.Event] = {}
@@ -131,6 +136,7 @@ class JobQueue:
             "abandoned": 0,
             "retried": 0,
             "dropped": 0,
+            "suspended": 0,
         }
 
     # -- the caller's side ---------------------------------------------------------------------
@@ -198,6 +204,39 @@ class JobQueue:
                     self._notify(id)
                 return outcome.record
 
+    async def answer(self, id: str, call_id: str, allow: bool, reason: str = "") -> JobRecord:
+        """Answer an approval the job waits for (from any process): ``allow`` or deny, with a
+        ``reason`` the model reads. Once every request has its answer the job is queued again
+        and any worker continues it. An answer repeated as given is accepted again; a
+        different answer to an answered call, an answer to a call the job does not wait for, or
+        to a job that does not wait, raises :class:`~protocols.errors.ValidationError`."""
+        given = ApprovalAnswer(call_id, bool(allow), reason)
+        while True:
+            record = await self.store.get(id)
+            if record is None:
+                raise ValidationError(f"no job {id!r} (never admitted, or purged)")
+            outcome = answer(record, given, now=self._clock())
+            if isinstance(outcome, Conflict):
+                if outcome.reason == "duplicate":
+                    return record
+                if outcome.reason == "revision":
+                    continue
+                raise ValidationError(outcome.detail)
+            if await self.store.write(outcome):
+                if outcome.record.status is JobStatus.QUEUED:
+                    self._wake.set()
+                return outcome.record
+
+    async def purge(self, id: str) -> None:
+        """Remove an ended job's record and journal, leaving a tombstone (its key is never
+        admitted again). Raises :class:`~protocols.errors.ValidationError` for a job that has
+        not ended or does not exist."""
+        outcome = await self.store.purge(id, now=self._clock())
+        if outcome is None:
+            raise ValidationError(f"no job {id!r}")
+        if isinstance(outcome, Conflict):
+            raise ValidationError(outcome.detail)
+
     def statistics(self) -> dict[str, int]:
         """What this worker did: jobs acquired, ended by status, retried, dropped (lost to
         another worker), and running now."""
@@ -225,9 +264,31 @@ class JobQueue:
                         self._running[record.id] = running
                         nursery.start_soon(self._job, running)
                         continue
+                if self.approval_timeout is not None:
+                    await self._deny_overdue()
                 self._wake = trio.Event()
                 with trio.move_on_after(self.poll):
                     await self._wake.wait()
+
+    async def _deny_overdue(self) -> None:
+        """Deny the approvals a job has waited for longer than ``approval_timeout``."""
+        assert self.approval_timeout is not None
+        now = self._clock()
+        waiting = await self.store.list(statuses=[JobStatus.AWAITING_INPUT], limit=1000)
+        for record in waiting:
+            since = record.updated_at if record.updated_at is not None else record.created_at
+            if now - since < self.approval_timeout:
+                continue
+            answered = {a.call_id for a in record.answers}
+            for request in record.pending:
+                if request.call_id not in answered:
+                    with contextlib.suppress(ValidationError):
+                        await self.answer(
+                            record.id,
+                            request.call_id,
+                            False,
+                            "no answer came before the approval timeout",
+                        )
 
     async def _job(self, running: _Running) -> None:
         record = running.record
@@ -258,6 +319,10 @@ class JobQueue:
             spec = self.registry.get(record.job.agent)
         except ConfigError as error:
             await self._end(record, abandon(record, now=self._clock(), error=error.message))
+            return
+        failed = await self._failed_child(record)
+        if failed is not None:
+            await self._finish(record, holder, JobStatus.FAILED, None, failed)
             return
         entries = await self.store.journal(record.id)
         try:
@@ -293,15 +358,17 @@ class JobQueue:
     async def _run(self, running: _Running, spec: AgentSpec, made: Replay, holder: Lease) -> None:
         record = running.record
         job = record.job
-        agent = await self._agent(spec, job)
+        journal = StoreJournal(
+            self.store,
+            record.id,
+            holder,
+            cut=running.token.cancel,
+            replay=made if made.started else None,
+            answers=record.answers,
+            clock=self._clock,
+        )
+        agent = await self._agent(spec, job, journal)
         try:
-            journal = StoreJournal(
-                self.store,
-                record.id,
-                holder,
-                cut=running.token.cancel,
-                replay=made if made.started else None,
-            )
             if made.started:
                 await agent.conversation.add(made.messages)
                 resume: Resume | None = Resume(
@@ -336,6 +403,11 @@ class JobQueue:
                     result = await agent._execute_here(request)
                 except Exception as exc:
                     error = exc
+            if journal.suspended:
+                # Waiting for approvals (the record says so): any worker continues it once
+                # every answer is in.
+                self._statistics["suspended"] += 1
+                return
             if not journal.holds():
                 self._statistics["dropped"] += 1
                 return
@@ -353,7 +425,7 @@ class JobQueue:
             with trio.CancelScope(shield=True):
                 await agent.aclose(cancel=True)
 
-    async def _agent(self, spec: AgentSpec, job: AgentJob) -> Agent:
+    async def _agent(self, spec: AgentSpec, job: AgentJob, journal: StoreJournal) -> Agent:
         options = dict(spec.options)
         if job.limit is not None:
             options["limit"] = job.limit
@@ -367,6 +439,7 @@ class JobQueue:
             system=spec.system,
             tools=spec.tools,
             authority=spec.authority,
+            approve=journal.approve,
             **options,
         )
 
@@ -398,6 +471,20 @@ class JobQueue:
                 lines.append(f"{position}. {child.job.agent} ({child.status.value}): {text}")
             out.append(Message.user("Results of the sub-jobs, in order:\n" + "\n".join(lines)))
         return tuple(out)
+
+    async def _failed_child(self, record: JobRecord) -> str | None:
+        """Why the job cannot run because of a child (one failed, was cancelled or abandoned, or
+        ended partial on a queue without ``allow_partial``), if it cannot."""
+        for position, child_id in enumerate(record.children, start=1):
+            child = await self.store.get(child_id)
+            if child is None:
+                continue
+            bad = child.status in (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.ABANDONED)
+            if bad or (child.status is JobStatus.PARTIAL and not self.allow_partial):
+                return (
+                    f"sub-job {position} ({child.job.agent}, {child.id}) ended {child.status.value}"
+                )
+        return None
 
     async def _all(self) -> list[JobRecord]:
         records: list[JobRecord] = []
@@ -494,6 +581,7 @@ async def open_job_queue(
     lease: float = DEFAULT_LEASE,
     poll: float = DEFAULT_POLL,
     owner: str | None = None,
+    approval_timeout: float | None = None,
     clock: Callable[[], float] = time.time,
     rng: random.Random | None = None,
 ) -> AsyncIterator[JobQueue]:
@@ -505,9 +593,10 @@ async def open_job_queue(
     ``retries`` times, with backoff; a partial result counts as a failure for :meth:`JobQueue.
     result` unless ``allow_partial``. ``lease`` (seconds) bounds how long a dead worker's jobs
     wait before another worker takes them over; ``poll`` how often an idle worker looks for
-    jobs. Leaving the block stops taking jobs and cuts the running ones (their partials
-    journaled; they stay recoverable: another worker continues them once their leases
-    expire)."""
+    jobs; ``approval_timeout`` (seconds) how long a job waits for an approval before it is
+    denied (``None``: as long as it takes). Leaving the block stops taking jobs and cuts the
+    running ones (their partials journaled; they stay recoverable: another worker continues
+    them once their leases expire)."""
     for name, value, low in (("concurrency", concurrency, 1), ("retries", retries, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValidationError(f"{name} must be an integer >= {low}, not {value!r}")
@@ -531,6 +620,7 @@ async def open_job_queue(
         poll=float(poll),
         clock=clock,
         backoff=_backoff(rng or random.Random()),
+        approval_timeout=approval_timeout,
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(queue._work)
