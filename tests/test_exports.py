@@ -425,7 +425,12 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "RunStore",
         "SQLiteRunStore",
         "StoreJournal",
+        "answer_job",
+        "cancel_job",
         "open_job_queue",
+        "purge_job",
+        "submit_job",
+        "wait_job",
     ]
     assert {"AgentJob", "JobRecord", "JobStatus", "replay", "decide", "runnable"} <= set(
         protocols.jobs.__all__

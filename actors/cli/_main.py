@@ -1,5 +1,6 @@
-"""The ``trio-agents`` command line: ``demo`` (a team of agents), ``chat`` (a terminal chat) and
-``serve`` (a relay with a browser chat page).
+"""The ``trio-agents`` command line: ``demo`` (a team of agents), ``chat`` (a terminal chat),
+``serve`` (a relay with a browser chat page), ``worker`` (a durable job queue's worker) and
+``jobs`` (durable jobs: submit, show, list, cancel, answer, purge, wait).
 
 The commands' modules (and ``rich``) are imported only when a command runs, so importing
 :mod:`actors` stays light.
@@ -242,11 +243,119 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _endpoint_options(relay, 0.02, think=False)  # thinking is each client's option
     _debug_option(relay)
+    _durable_commands(commands)
     return parser
 
 
+_STORE_HELP = "the job store: sqlite:///PATH (sqlite:////absolute/path for an absolute path)"
+
+
+def _durable_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    worker = commands.add_parser(
+        "worker",
+        help="run a worker of the durable job queue on a store",
+        description=(
+            "Take jobs from the store and run them as journaled agent runs, continuing where a "
+            "crashed worker stopped once its lease expires. Several workers, in several "
+            "processes, may share one store. SIGINT or SIGTERM: take no more jobs, give the "
+            "running ones --grace seconds, cut the rest (left recoverable), exit 0."
+        ),
+    )
+    worker.add_argument("--store", required=True, metavar="URL", help=_STORE_HELP)
+    worker.add_argument(
+        "--app",
+        required=True,
+        metavar="MODULE:ATTR",
+        help="an AgentRegistry (or a function returning one, given the runtime or nothing)",
+    )
+    worker.add_argument(
+        "--concurrency",
+        type=_count(1, 10000),
+        default=4,
+        metavar="N",
+        help="jobs run at once (default: %(default)s)",
+    )
+    worker.add_argument(
+        "--lease",
+        type=_seconds(1, 3600),
+        default=30.0,
+        metavar="SECONDS",
+        help="how long a dead worker's jobs wait before another takes them (default: %(default)s)",
+    )
+    worker.add_argument(
+        "--grace",
+        type=_seconds(0, 3600),
+        default=10.0,
+        metavar="SECONDS",
+        help="on SIGINT/SIGTERM, how long running jobs get to finish (default: %(default)s)",
+    )
+    worker.add_argument(
+        "--poll",
+        type=_seconds(0.01, 60),
+        default=0.5,
+        metavar="SECONDS",
+        help="how often an idle worker looks for jobs (default: %(default)s)",
+    )
+    _debug_option(worker)
+    jobs = commands.add_parser(
+        "jobs",
+        help="submit, show, list, cancel, answer, purge or wait for durable jobs",
+        description="Durable jobs, through the store alone (no worker needed to submit).",
+    )
+    actions = jobs.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    def action(name: str, text: str) -> argparse.ArgumentParser:
+        sub = actions.add_parser(name, help=text, description=text)
+        sub.add_argument("--store", required=True, metavar="URL", help=_STORE_HELP)
+        _debug_option(sub)
+        return sub
+
+    submit = action("submit", "admit a job asking AGENT with TEXT; prints its id")
+    submit.add_argument("--agent", required=True, help="the agent's name in the workers' registry")
+    submit.add_argument("--key", help="an idempotency key: submitting again returns the same job")
+    submit.add_argument("--json", action="store_true", help='print {"id": ...}')
+    submit.add_argument("text", help="the user message")
+    show = action("show", "show a job: status, attempts, result or error")
+    show.add_argument("id")
+    show.add_argument("--json", action="store_true", help="print one JSON object")
+    listing = action("list", "list jobs in admission order")
+    listing.add_argument(
+        "--status",
+        choices=[
+            "queued",
+            "running",
+            "awaiting_input",
+            "completed",
+            "partial",
+            "failed",
+            "cancelled",
+            "abandoned",
+        ],
+    )
+    listing.add_argument("--limit", type=_count(1, 1000), default=100, metavar="N")
+    listing.add_argument("--json", action="store_true", help="print one JSON array")
+    cancel = action("cancel", "cancel a job (a running one is cut wherever it runs)")
+    cancel.add_argument("id")
+    answer = action("answer", "answer an approval a job waits for")
+    answer.add_argument("id")
+    answer.add_argument("call_id", help="the tool call's id (jobs show lists them)")
+    verdict = answer.add_mutually_exclusive_group(required=True)
+    verdict.add_argument("--allow", action="store_true", help="let the call run")
+    verdict.add_argument("--deny", action="store_true", help="refuse it")
+    answer.add_argument("--reason", help="what the model reads about the answer")
+    purge = action("purge", "remove an ended job, leaving a tombstone")
+    purge.add_argument("id")
+    wait = action("wait", "wait until a job ends and show it (exit 1 unless completed)")
+    wait.add_argument("id")
+    wait.add_argument("--timeout", type=_seconds(0, 10**6), metavar="SECONDS")
+    wait.add_argument("--poll", type=_seconds(0.01, 60), default=0.5, metavar="SECONDS")
+    wait.add_argument("--json", action="store_true", help="print one JSON object")
+
+
 def _endpoint(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Endpoint | None:
-    if args.model is None:
+    if getattr(args, "model", None) is None:
+        if not hasattr(args, "model"):
+            return None
         if args.base_url is not None or args.api_key is not None:
             parser.error("--base-url and --api-key need --model (the model to ask)")
         return None
@@ -387,6 +496,22 @@ def _run(args: argparse.Namespace, endpoint: Endpoint | None) -> int:
             endpoint=endpoint,
             concurrency=args.concurrency,
         )
+    if args.command == "worker":
+        from . import _jobs  # noqa: PLC0415
+
+        return _jobs.worker_main(
+            store=args.store,
+            app=args.app,
+            concurrency=args.concurrency,
+            lease=args.lease,
+            grace=args.grace,
+            poll=args.poll,
+            out=sys.stdout,
+        )
+    if args.command == "jobs":
+        from . import _jobs  # noqa: PLC0415
+
+        return _jobs.jobs_main(args.action, args, sys.stdout)
     if args.command == "chat":
         from . import _chat  # noqa: PLC0415 - rich loads only when a command runs
 

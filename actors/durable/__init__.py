@@ -5,6 +5,11 @@ The pure model -- jobs, records, transitions, the journal -- is :mod:`protocols.
 """
 
 from ._journal import StoreJournal as StoreJournal
+from ._ops import answer_job as answer_job
+from ._ops import cancel_job as cancel_job
+from ._ops import purge_job as purge_job
+from ._ops import submit_job as submit_job
+from ._ops import wait_job as wait_job
 from ._queue import JobError as JobError
 from ._queue import JobQueue as JobQueue
 from ._queue import open_job_queue as open_job_queue
@@ -27,5 +32,10 @@ __all__ = [
     "RunStore",
     "SQLiteRunStore",
     "StoreJournal",
+    "answer_job",
+    "cancel_job",
     "open_job_queue",
+    "purge_job",
+    "submit_job",
+    "wait_job",
 ]

@@ -25,8 +25,6 @@ from protocols.errors import AgentsError, Category, ConfigError, ValidationError
 from protocols.jobs import (
     AgentJob,
     Applied,
-    ApprovalAnswer,
-    Conflict,
     JobRecord,
     JobStatus,
     JournalDrift,
@@ -35,8 +33,6 @@ from protocols.jobs import (
     Replay,
     TerminalEntry,
     abandon,
-    answer,
-    cancel,
     decide,
     finish,
     renew,
@@ -51,6 +47,7 @@ from .._run_loop import Resume
 from .._sqlite import StoreError
 from ..agent import Agent, RunOptions, _Request
 from ._journal import StoreJournal
+from ._ops import answer_job, cancel_job, purge_job, wait_job
 from ._registry import AgentRegistry, AgentSpec
 from ._store import RunStore
 
@@ -166,15 +163,9 @@ class JobQueue:
         """Wait until the job ends and return its result. Raises :class:`JobError` when it
         failed, was cancelled or abandoned, or ended partial on a queue without
         ``allow_partial``; :class:`~protocols.errors.ValidationError` for an unknown id."""
-        while True:
-            record = await self.store.get(id)
-            if record is None:
-                raise ValidationError(f"no job {id!r} (never admitted, or purged)")
-            if record.terminal:
-                return self._outcome(record)
-            event = self._finished.setdefault(id, trio.Event())
-            with trio.move_on_after(self.poll):
-                await event.wait()
+        event = self._finished.setdefault(id, trio.Event())
+        record = await wait_job(self.store, id, poll=self.poll, wake=event)
+        return self._outcome(record)
 
     def _outcome(self, record: JobRecord) -> AgentResult:
         if record.status is JobStatus.COMPLETED or (
@@ -186,23 +177,17 @@ class JobQueue:
 
     async def cancel(self, id: str) -> JobRecord:
         """Cancel the job: a waiting one ends ``cancelled`` at once, never running; a running
-        one has its run cut wherever it runs (its partial committed) and then ends
-        ``cancelled``. Returns the record as it is afterwards; a job that already ended is left
-        as it is."""
-        while True:
-            record = await self.store.get(id)
-            if record is None:
-                raise ValidationError(f"no job {id!r} (never admitted, or purged)")
-            outcome = cancel(record, now=self._clock())
-            if not isinstance(outcome, Applied):
-                return record
-            if await self.store.write(outcome):
-                running = self._running.get(id)
-                if running is not None:
-                    running.token.cancel("the job was cancelled")
-                if outcome.record.terminal:
-                    self._notify(id)
-                return outcome.record
+        one has its run cut wherever it runs (at once in this worker, within a third of its
+        lease in another; its partial committed) and then ends ``cancelled``. Returns the
+        record as it is afterwards; a job that already ended is left as it is."""
+        record, changed = await cancel_job(self.store, id, clock=self._clock)
+        if changed:
+            running = self._running.get(id)
+            if running is not None:
+                running.token.cancel("the job was cancelled")
+            if record.terminal:
+                self._notify(id)
+        return record
 
     async def answer(self, id: str, call_id: str, allow: bool, reason: str = "") -> JobRecord:
         """Answer an approval the job waits for (from any process): ``allow`` or deny, with a
@@ -210,32 +195,27 @@ class JobQueue:
         and any worker continues it. An answer repeated as given is accepted again; a
         different answer to an answered call, an answer to a call the job does not wait for, or
         to a job that does not wait, raises :class:`~protocols.errors.ValidationError`."""
-        given = ApprovalAnswer(call_id, bool(allow), reason)
-        while True:
-            record = await self.store.get(id)
-            if record is None:
-                raise ValidationError(f"no job {id!r} (never admitted, or purged)")
-            outcome = answer(record, given, now=self._clock())
-            if isinstance(outcome, Conflict):
-                if outcome.reason == "duplicate":
-                    return record
-                if outcome.reason == "revision":
-                    continue
-                raise ValidationError(outcome.detail)
-            if await self.store.write(outcome):
-                if outcome.record.status is JobStatus.QUEUED:
-                    self._wake.set()
-                return outcome.record
+        record = await answer_job(self.store, id, call_id, allow, reason, clock=self._clock)
+        if record.status is JobStatus.QUEUED:
+            self._wake.set()
+        return record
 
     async def purge(self, id: str) -> None:
         """Remove an ended job's record and journal, leaving a tombstone (its key is never
         admitted again). Raises :class:`~protocols.errors.ValidationError` for a job that has
         not ended or does not exist."""
-        outcome = await self.store.purge(id, now=self._clock())
-        if outcome is None:
-            raise ValidationError(f"no job {id!r}")
-        if isinstance(outcome, Conflict):
-            raise ValidationError(outcome.detail)
+        await purge_job(self.store, id, clock=self._clock)
+
+    def stop_taking(self) -> None:
+        """Take no more jobs (those running go on)."""
+        self._taking = False
+        self._wake.set()
+
+    async def wait_idle(self) -> None:
+        """Wait until no job runs in this worker."""
+        while self._running:
+            running = next(iter(self._running.values()))
+            await running.done.wait()
 
     def statistics(self) -> dict[str, int]:
         """What this worker did: jobs acquired, ended by status, retried, dropped (lost to

@@ -1,0 +1,282 @@
+"""``trio-agents worker`` and ``trio-agents jobs ...``: durable jobs from the command line.
+
+``worker`` runs a job queue on a store until SIGINT or SIGTERM; ``jobs`` submits, shows, lists,
+cancels, answers, purges and waits for jobs, from any process, through the store alone.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import os
+import signal
+import sys
+import urllib.parse
+from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
+
+import trio
+
+from protocols.codec import to_json
+from protocols.errors import ConfigError
+
+if TYPE_CHECKING:
+    from actors._core._runtime import Runtime
+    from actors.durable import AgentRegistry, SQLiteRunStore
+    from protocols.jobs import JobRecord
+
+__all__ = ["jobs_main", "store_path", "worker_main"]
+
+
+def store_path(url: str) -> str:
+    """The file a ``sqlite:///PATH`` store URL names (``sqlite:////abs/path`` for an absolute
+    one). Raises :class:`~protocols.errors.ConfigError` for anything else."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "sqlite":
+        shown = parts.scheme or url
+        raise ConfigError(
+            f"unsupported store URL {shown!r}: use sqlite:///PATH (a SQLite file; "
+            "sqlite:////absolute/path for an absolute one)"
+        )
+    if not url.startswith("sqlite:///") or parts.netloc:
+        raise ConfigError(f"a SQLite store URL is sqlite:///PATH, not {url!r}")
+    path = urllib.parse.unquote(url[len("sqlite:///") :])
+    if not path:
+        raise ConfigError(f"the store URL {url!r} names no file")
+    return path
+
+
+async def _open(url: str) -> SQLiteRunStore:
+    from actors.durable import SQLiteRunStore  # noqa: PLC0415
+
+    return await SQLiteRunStore.open(store_path(url))
+
+
+def load_app(spec: str) -> Any:
+    """The object ``MODULE:ATTR`` names (the current directory is importable)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"--app takes MODULE:ATTR (for example myapp:registry), not {spec!r}")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        raise ConfigError(f"cannot import {module_name!r} for --app: {error}") from None
+    target: Any = module
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise ConfigError(f"{module_name!r} has no {attr!r} for --app")
+        target = getattr(target, part)
+    return target
+
+
+async def _registry(app: Any, runtime: Runtime) -> AgentRegistry:
+    from actors.durable import AgentRegistry  # noqa: PLC0415
+
+    value = app
+    if not isinstance(value, AgentRegistry) and callable(value):
+        wants_runtime = len(inspect.signature(value).parameters) >= 1
+        value = value(runtime) if wants_runtime else value()
+        if inspect.isawaitable(value):
+            value = await value
+    if not isinstance(value, AgentRegistry):
+        raise ConfigError(
+            "--app must name an AgentRegistry, or a function (taking the runtime, or nothing) "
+            f"that returns one; it gave {type(value).__name__}"
+        )
+    return value
+
+
+def worker_main(
+    *,
+    store: str,
+    app: str,
+    concurrency: int,
+    lease: float,
+    grace: float,
+    poll: float,
+    out: TextIO,
+) -> int:
+    """Run a worker until SIGINT or SIGTERM; then take no more jobs, give the running ones
+    ``grace`` seconds to finish, cut the rest (their partials journaled; another worker
+    continues them once their leases expire), and return 0."""
+    target = load_app(app)
+    store_path(store)  # a bad URL fails before anything starts
+    settings = _Settings(concurrency, lease, grace, poll)
+    return trio.run(_worker, store, target, settings, out)
+
+
+class _Settings(NamedTuple):
+    concurrency: int
+    lease: float
+    grace: float
+    poll: float
+
+
+async def _worker(url: str, app: Any, settings: _Settings, out: TextIO) -> int:
+    concurrency, lease, grace, poll = settings
+    from actors import open_runtime  # noqa: PLC0415
+    from actors.durable import open_job_queue  # noqa: PLC0415
+
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        store = await _open(url)
+        try:
+            async with open_runtime() as runtime:
+                registry = await _registry(app, runtime)
+                async with open_job_queue(
+                    store, registry, runtime, concurrency=concurrency, lease=lease, poll=poll
+                ) as queue:
+                    print(
+                        f"trio-agents worker: {queue.owner} on {url} (agents: "
+                        f"{', '.join(registry) or 'none'}; concurrency {concurrency}, lease "
+                        f"{lease:g} s); Ctrl-C or SIGTERM to stop",
+                        file=out,
+                        flush=True,
+                    )
+                    async for signum in signals:
+                        name = signal.Signals(signum).name
+                        running = queue.statistics()["running"]
+                        print(
+                            f"trio-agents worker: {name}: taking no more jobs; {running} "
+                            f"running get {grace:g} s to finish",
+                            file=out,
+                            flush=True,
+                        )
+                        queue.stop_taking()
+                        with trio.move_on_after(grace):
+                            await queue.wait_idle()
+                        break
+                    stats = queue.statistics()
+                print(
+                    "trio-agents worker: stopped ("
+                    + ", ".join(f"{k} {v}" for k, v in stats.items() if v)
+                    + ")",
+                    file=out,
+                    flush=True,
+                )
+        finally:
+            with trio.CancelScope(shield=True):
+                await store.aclose()
+    return 0
+
+
+def _summary(record: JobRecord) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": record.id,
+        "status": record.status.value,
+        "agent": record.job.agent,
+        "attempts": record.attempts,
+        "takeovers": record.takeovers,
+    }
+    if record.key is not None:
+        out["key"] = record.key
+    if record.result is not None:
+        result = record.result
+        out["result"] = {
+            "content": result.content,
+            "stop": result.stop.value,
+            "partial": result.partial,
+            "usage": None if result.total_usage is None else to_json(result.total_usage),
+        }
+    if record.error is not None:
+        out["error"] = record.error
+    if record.pending:
+        answered = {a.call_id for a in record.answers}
+        out["waiting_for"] = [
+            {"call_id": p.call_id, "tool": p.tool, "reason": p.reason}
+            for p in record.pending
+            if p.call_id not in answered
+        ]
+    return out
+
+
+def _show(record: JobRecord, as_json: bool, out: TextIO) -> None:
+    summary = _summary(record)
+    if as_json:
+        print(json.dumps(summary, ensure_ascii=False), file=out)
+        return
+    print(f"{record.id}  {record.status.value}  agent={record.job.agent}", file=out)
+    print(f"  attempts {record.attempts}, takeovers {record.takeovers}", file=out)
+    if "result" in summary:
+        result = summary["result"]
+        print(f"  stop {result['stop']}; usage {result['usage']}", file=out)
+        print(f"  {result['content']}", file=out)
+    if "error" in summary:
+        print(f"  error: {summary['error']}", file=out)
+    for waiting in summary.get("waiting_for", []):
+        print(
+            f"  waits for approval of {waiting['tool']} (call {waiting['call_id']}): "
+            f"{waiting['reason'] or 'no reason given'}",
+            file=out,
+        )
+
+
+def jobs_main(action: str, args: Any, out: TextIO) -> int:
+    """Run ``trio-agents jobs ACTION``; returns the exit status."""
+    store_path(args.store)
+    return trio.run(_jobs, action, args, out)
+
+
+async def _jobs(action: str, args: Any, out: TextIO) -> int:
+    from actors.durable import (  # noqa: PLC0415
+        answer_job,
+        cancel_job,
+        purge_job,
+        submit_job,
+        wait_job,
+    )
+    from protocols.jobs import AgentJob, JobStatus  # noqa: PLC0415
+
+    store = await _open(args.store)
+    try:
+        if action == "submit":
+            job = AgentJob.ask(args.agent, args.text)
+            record, created = await submit_job(store, job, key=args.key)
+            if args.json:
+                print(json.dumps({"id": record.id, "created": created}), file=out)
+            else:
+                note = "" if created else "  (the key's existing job)"
+                print(f"{record.id}{note}", file=out)
+            return 0
+        if action == "show":
+            found = await store.get(args.id)
+            if found is None:
+                stone = await store.purged(args.id)
+                raise ConfigError(
+                    f"job {args.id} was purged" if stone is not None else f"no job {args.id!r}"
+                )
+            _show(found, args.json, out)
+            return 0
+        if action == "list":
+            statuses = [JobStatus(args.status)] if args.status else None
+            records = await store.list(statuses=statuses, limit=args.limit)
+            if args.json:
+                print(json.dumps([_summary(r) for r in records], ensure_ascii=False), file=out)
+            else:
+                for record in records:
+                    print(f"{record.id}  {record.status.value:<14} {record.job.agent}", file=out)
+            return 0
+        if action == "cancel":
+            record, changed = await cancel_job(store, args.id)
+            state = "cancelled" if record.terminal else "cancel requested (running)"
+            if not changed:
+                state = f"left as it is ({record.status.value})"
+            print(f"{record.id}: {state}", file=out)
+            return 0
+        if action == "answer":
+            record = await answer_job(store, args.id, args.call_id, args.allow, args.reason or "")
+            print(f"{record.id}: {record.status.value}", file=out)
+            return 0
+        if action == "purge":
+            await purge_job(store, args.id)
+            print(f"{args.id}: purged", file=out)
+            return 0
+        assert action == "wait"
+        with trio.fail_after(args.timeout if args.timeout is not None else float("inf")):
+            record = await wait_job(store, args.id, poll=args.poll)
+        _show(record, args.json, out)
+        return 0 if record.status is JobStatus.COMPLETED else 1
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()
