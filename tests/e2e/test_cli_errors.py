@@ -258,7 +258,7 @@ async def test_a_failing_save_is_shown_and_the_chat_keeps_its_conversation(
     text = out.getvalue()
     refusals = [line for line in text.splitlines() if line.startswith("error: ")]
     assert refusals == [
-        f"error: {db} is accessible to other users (mode 0644); a conversation store must be "
+        f"error: {db} is accessible to other users (mode 0644); a trio-agents store must be "
         "owner-only: check who could have read it, then chmod 600 it"
     ]
     # The chat went on, with its whole conversation: the second answer saw the first.
