@@ -62,6 +62,7 @@ class StoreJournal:
         replay: Replay | None = None,
         answers: Sequence[ApprovalAnswer] = (),
         clock: Callable[[], float] = time.time,
+        leaving: Callable[[], bool] = lambda: False,
     ) -> None:
         self.store = store
         self.job = job
@@ -73,6 +74,7 @@ class StoreJournal:
         self.suspended = False
         self._answers = {answer.call_id: answer for answer in answers}
         self._clock = clock
+        self._leaving = leaving
         self._turn = 0  # the settled response whose calls are the open batch
         self._calls: dict[str, int] = {}  # call id -> its index in that response
         self._recorded: set[str] = set()  # calls of the batch whose result is journaled
@@ -186,7 +188,13 @@ class StoreJournal:
 
     async def results(self, results: Sequence[ToolResult]) -> None:
         """Results of the open batch not journaled yet (a result for a call the journal never
-        saw -- one of a response cut before it settled -- is not journaled)."""
+        saw -- one of a response cut before it settled -- is not journaled). While the worker is
+        leaving, the results a cut gives its open calls are not journaled either: the batch
+        stays open, as a crash would leave it, for the worker that continues the job to decide
+        (an idempotent call runs again with its key; another is answered that its effect is
+        unknown)."""
+        if self._leaving():
+            return
         new = [
             result
             for result in results

@@ -124,6 +124,7 @@ class JobQueue:
         self._wake = trio.Event()
         self._finished: dict[str, trio.Event] = {}
         self._taking = True
+        self._leaving = False  # the block is being left: running jobs are being cut
         self._statistics = {
             "acquired": 0,
             "completed": 0,
@@ -346,6 +347,7 @@ class JobQueue:
             replay=made if made.started else None,
             answers=record.answers,
             clock=self._clock,
+            leaving=lambda: self._leaving,
         )
         agent = await self._agent(spec, job, journal)
         try:
@@ -575,8 +577,8 @@ async def open_job_queue(
     wait before another worker takes them over; ``poll`` how often an idle worker looks for
     jobs; ``approval_timeout`` (seconds) how long a job waits for an approval before it is
     denied (``None``: as long as it takes). Leaving the block stops taking jobs and cuts the
-    running ones (their partials journaled; they stay recoverable: another worker continues
-    them once their leases expire)."""
+    running ones as a crash would -- what they streamed is journaled, the calls they had in
+    flight are left open -- and another worker continues them once their leases expire."""
     for name, value, low in (("concurrency", concurrency, 1), ("retries", retries, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValidationError(f"{name} must be an integer >= {low}, not {value!r}")
@@ -608,4 +610,5 @@ async def open_job_queue(
             yield queue
         finally:
             queue._taking = False
+            queue._leaving = True
             nursery.cancel_scope.cancel()
