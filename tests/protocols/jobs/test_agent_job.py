@@ -279,7 +279,7 @@ def test_json_round_trip(job: AgentJob) -> None:
     assert from_json(AgentJob, to_json(job)) == job
 
 
-@SETTINGS
+@settings(max_examples=25, deadline=None)
 @given(JOBS)
 def test_canonical_text_round_trips(job: AgentJob) -> None:
     assert decode(AgentJob, encode(job, canonical=True)) == job
