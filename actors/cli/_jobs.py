@@ -75,7 +75,9 @@ async def _registry(app: Any, runtime: Runtime) -> AgentRegistry:
     from actors.durable import AgentRegistry  # noqa: PLC0415
 
     value = app
-    if not isinstance(value, AgentRegistry) and callable(value):
+    if not isinstance(value, AgentRegistry) and (
+        inspect.isfunction(value) or inspect.ismethod(value)
+    ):
         wants_runtime = len(inspect.signature(value).parameters) >= 1
         value = value(runtime) if wants_runtime else value()
         if inspect.isawaitable(value):

@@ -43,8 +43,11 @@ from .._sqlite import _META, JOBS, JOURNAL, TOMBSTONES, connect, translated, wri
 from ._store import (
     DEFAULT_MAX_BYTES,
     Admitted,
+    check_after,
     check_id,
+    check_lease,
     check_limit,
+    check_successor,
     check_time,
     closed,
     decode_entry,
@@ -167,6 +170,7 @@ class _Jobs:
             stored = self._load(transition.record.id)
             if stored is None or stored.revision != transition.expected:
                 return False
+            check_successor(stored, transition.record)
             self._store(transition.record)
         return True
 
@@ -198,6 +202,7 @@ class _Jobs:
             if then is not None:
                 if stored.revision != then.expected:
                     raise fenced(id, holder, stored)
+                check_successor(stored, then.record)
                 self._store(then.record)
             row = conn.execute(
                 f"SELECT COALESCE(MAX(seq), 0) FROM {JOURNAL} WHERE job = ?", (id,)
@@ -361,6 +366,7 @@ class SQLiteRunStore:
         """See :meth:`RunStore.list <actors.durable.RunStore.list>`."""
         wanted = None if statuses is None else tuple(JobStatus(s).value for s in statuses)
         check_limit(limit)
+        check_after(after)
         return await self._run("listing jobs", lambda jobs: jobs.list(wanted, after, limit))
 
     async def write(self, transition: Applied) -> bool:
@@ -376,8 +382,9 @@ class SQLiteRunStore:
     ) -> JobRecord | None:
         """See :meth:`RunStore.acquire <actors.durable.RunStore.acquire>`."""
         check_id(owner, "an owner")
+        held = check_lease(lease)
         moment = time.time() if now is None else check_time(now)
-        return await self._run("acquiring a job", lambda jobs: jobs.acquire(owner, lease, moment))
+        return await self._run("acquiring a job", lambda jobs: jobs.acquire(owner, held, moment))
 
     async def append(
         self,

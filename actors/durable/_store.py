@@ -165,6 +165,25 @@ def check_time(value: object, what: str = "now") -> float:
     return float(value)
 
 
+def check_after(after: object) -> int | None:
+    if after is not None and (isinstance(after, bool) or not isinstance(after, int)):
+        raise ValidationError(f"after must be a sequence number (int) or None, not {after!r}")
+    return after
+
+
+def check_lease(lease: object) -> float:
+    if isinstance(lease, bool) or not isinstance(lease, int | float) or not 0 < lease < math.inf:
+        raise ValidationError(f"a lease must be a number of seconds > 0, not {lease!r}")
+    return float(lease)
+
+
+def check_successor(stored: JobRecord, new: JobRecord) -> None:
+    """A write may change a job's state, never what the job is or where it was admitted."""
+    for name in ("id", "job", "sequence", "created_at", "key", "parent", "children"):
+        if getattr(stored, name) != getattr(new, name):
+            raise ValidationError(f"a write may not change a job's {name} (job {stored.id})")
+
+
 def check_limit(limit: object) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
         raise ValidationError(f"limit must be an integer from 1 to 1000, not {limit!r}")
@@ -358,6 +377,7 @@ class MemoryRunStore:
         """See :meth:`RunStore.list`."""
         wanted = None if statuses is None else {JobStatus(s) for s in statuses}
         check_limit(limit)
+        check_after(after)
         await self._enter()
         records = [decode_record(id, text) for id, text in self._records.items()]
         chosen = sorted(
@@ -382,6 +402,7 @@ class MemoryRunStore:
         stored = self._load(record.id)
         if stored is None or stored.revision != transition.expected:
             return False
+        check_successor(stored, record)
         self._store(record)
         return True
 
@@ -390,6 +411,7 @@ class MemoryRunStore:
     ) -> JobRecord | None:
         """See :meth:`RunStore.acquire`."""
         check_id(owner, "an owner")
+        lease = check_lease(lease)
         now = time.time() if now is None else check_time(now)
         await self._enter()
         records = (decode_record(id, text) for id, text in self._records.items())
@@ -415,16 +437,17 @@ class MemoryRunStore:
     ) -> None:
         """See :meth:`RunStore.append`."""
         check_id(id)
+        if then is not None and then.record.id != id:
+            raise ValidationError("append's transition must be for the same job")
         texts = [encode_entry(entry, self._max_bytes) for entry in entries]
         await self._enter()
         stored = self._load(id)
         if stored is None or not stored.held_by(holder):
             raise fenced(id, holder, stored)
         if then is not None:
-            if then.record.id != id:
-                raise ValidationError("append's transition must be for the same job")
             if stored.revision != then.expected:
                 raise fenced(id, holder, stored)
+            check_successor(stored, then.record)
             self._store(then.record)
         self._journals.setdefault(id, []).extend(texts)
 

@@ -35,8 +35,10 @@ def _optional_name(instance: object, attribute: attrs.Attribute[Any], value: obj
 
 
 def _messages(value: Iterable[Message]) -> tuple[Message, ...]:
-    if isinstance(value, Message | str):
-        raise ValidationError("AgentJob.input must be a sequence of Messages")
+    if isinstance(value, Message | str | bytes | dict) or not isinstance(value, Iterable):
+        raise ValidationError(
+            f"AgentJob.input must be a sequence of Messages, not {type(value).__name__}"
+        )
     return tuple(value)
 
 
@@ -67,6 +69,10 @@ def _budget(instance: object, attribute: attrs.Attribute[Any], value: object) ->
 
 
 def _children(value: Iterable[AgentJob]) -> tuple[AgentJob, ...]:
+    if isinstance(value, AgentJob | str | bytes | dict) or not isinstance(value, Iterable):
+        raise ValidationError(
+            f"AgentJob.children must be a sequence of AgentJobs, not {type(value).__name__}"
+        )
     return tuple(value)
 
 

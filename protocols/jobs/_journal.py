@@ -247,12 +247,12 @@ def entry_from_json(data: Any) -> Entry:
 
 @attrs.frozen
 class Decision:
-    """What a continuing worker does with one call of the open batch: ``run`` it (it never
-    started), ``rerun`` it with its ``key`` (it started and its tool is idempotent), answer it
-    ``unknown`` (:data:`UNKNOWN_EFFECT`: it started and its effect is unknown), or ``reuse`` its
-    recorded result."""
+    """What a continuing worker does with one call of the open batch (a call without a
+    result): ``run`` it (it never started), ``rerun`` it with its ``key`` (it started and its
+    tool is idempotent), or answer it ``unknown`` (:data:`UNKNOWN_EFFECT`: it started and its
+    effect is unknown). A call with a recorded result is not open: its result is reused."""
 
-    action: Literal["run", "rerun", "unknown", "reuse"]
+    action: Literal["run", "rerun", "unknown"]
     call: ToolCall
     key: str | None = None
     result: ToolResult | None = None
@@ -392,6 +392,9 @@ def replay(
             results[call.id] = result
             messages.append(Message.from_result(result))
         elif isinstance(entry, CheckpointEntry):
+            unanswered = [cid for cid in calls if cid not in results]
+            if unanswered:
+                raise drift(index, f"a checkpoint while calls {unanswered} have no result")
             if entry.turn != max(requested, turns + 1):
                 raise drift(index, f"a checkpoint of turn {entry.turn}, not of the call in flight")
             checkpoint = entry
@@ -472,9 +475,9 @@ def _essence(message: Message) -> tuple[Any, ...]:
 
 def decide(job: str, made: Replay, *, idempotent: Callable[[str], bool]) -> list[Decision]:
     """For each call of the open batch, in call order, what a continuing worker does (see
-    :class:`Decision`): a call with a result is reused, one that never started runs, one that
-    started runs again with its key only if ``idempotent(tool name)``, and is otherwise answered
-    :data:`UNKNOWN_EFFECT`. Never re-runs a call silently."""
+    :class:`Decision`): one that never started runs, one that started runs again with its key
+    only if ``idempotent(tool name)``, and is otherwise answered :data:`UNKNOWN_EFFECT`. Calls
+    with a recorded result are not open (their results stand). Never re-runs a call silently."""
     out: list[Decision] = []
     last = next((m for m in reversed(made.messages) if m.role is Role.ASSISTANT and m.calls), None)
     index_of = {call.id: i for i, call in enumerate(last.calls)} if last is not None else {}

@@ -316,7 +316,8 @@ def admit_tree(
     """The records of ``job`` and its declared children (theirs too), to be admitted together:
     children first, each before its parent (which waits for them, listing them in declared
     order), every record with the next id from ``ids`` and the next sequence number. Only the
-    top job carries ``key`` and ``priority``."""
+    top job carries ``key``; ``priority`` is the whole tree's (a child must never wait behind
+    the parent that waits for it)."""
     fresh = iter(ids)
     records: list[JobRecord] = []
 
@@ -330,7 +331,7 @@ def admit_tree(
                 sequence=first_sequence + len(records),
                 now=now,
                 key=key if top else None,
-                priority=priority if top else Priority.NORMAL,
+                priority=priority,
                 parent=parent,
                 children=children,
             )
@@ -410,12 +411,15 @@ def checkpoint(
 def suspend(
     record: JobRecord, holder: Lease, *, now: float, pending: Iterable[ApprovalRequest]
 ) -> Transition:
-    """The run waits for humans: ``awaiting_input`` with the requests, held by no worker."""
+    """The run waits for humans: ``awaiting_input`` with the requests, held by no worker (a
+    job with a cancel requested ends ``cancelled`` instead)."""
     requests = tuple(pending)
     if not requests:
         raise ValidationError("suspend needs at least one approval request")
     if (conflict := _holder(record, holder)) is not None:
         return conflict
+    if record.cancel_requested:  # it would wait for answers nobody needs: it ends here
+        return _write(record, now, status=JobStatus.CANCELLED, lease=None)
     return _write(
         record, now, status=JobStatus.AWAITING_INPUT, lease=None, pending=requests, answers=()
     )
@@ -444,6 +448,8 @@ def answer(
             )
     answers = (*record.answers, given)
     if len(answers) == len(record.pending):
+        if record.cancel_requested:
+            return _write(record, now, status=JobStatus.CANCELLED, answers=answers)
         return _write(record, now, status=JobStatus.QUEUED, answers=answers)
     return _write(record, now, answers=answers)
 
@@ -478,11 +484,13 @@ def finish(
 
 def retry(record: JobRecord, holder: Lease, *, now: float, delay: float, error: str) -> Transition:
     """The holder gives the attempt up (``error``) to be tried again after ``delay`` seconds,
-    continuing from its journal."""
+    continuing from its journal (a job with a cancel requested ends ``cancelled`` instead)."""
     if (conflict := _holder(record, holder)) is not None:
         return conflict
     if not delay >= 0 or not math.isfinite(delay):
         raise ValidationError(f"a retry delay must be a number of seconds >= 0, not {delay!r}")
+    if record.cancel_requested:  # a cancelled job is not tried again: it ends here
+        return _write(record, now, status=JobStatus.CANCELLED, lease=None, error=error)
     return _write(
         record, now, status=JobStatus.QUEUED, lease=None, not_before=now + delay, error=error
     )
@@ -539,18 +547,23 @@ def runnable(records: Iterable[JobRecord], *, now: float) -> list[JobRecord]:
     """The jobs a worker may acquire now, in the order to take them.
 
     Interrupting jobs before normal ones, each class in admission order (``sequence``; never
-    ids or timestamps), and a running job whose lease expired (its worker is presumed dead)
-    before both. A job waits for its children to end and for its retry delay. Of the jobs naming
-    one ``conversation`` (a thread) only the first in that order may run, and none while another
-    of them runs or awaits input: a thread's jobs run one at a time, in order, and a job held
-    back (a retry delay, its children) holds back the ones after it."""
+    ids or timestamps); before both, a running job whose lease expired (its worker is presumed
+    dead), then a job that had started and was queued again (by a retry or answered
+    approvals). A job waits for its children to end and for its retry delay. Of the jobs naming
+    one ``conversation`` (a thread) only the first in that order may run, and none while
+    another of them runs or awaits input: a thread's jobs run one at a time, in order, and a
+    job held back (a retry delay, its children) holds back the ones after it."""
     everything = list(records)
     by_id = {record.id: record for record in everything}
 
-    def order(record: JobRecord) -> tuple[int, int, int]:
+    def order(record: JobRecord) -> tuple[int, int, int, int]:
+        # A run to continue (its worker died) first; then one that had started and went back
+        # to the queue (a retry, answered approvals) -- its messages are already in its thread;
+        # then the priority classes, each in admission order.
         continuing = 0 if record.status is JobStatus.RUNNING else 1
+        started = 0 if record.execution is not None else 1
         interrupting = 0 if record.priority is Priority.INTERRUPT else 1
-        return (continuing, interrupting, record.sequence)
+        return (continuing, started, interrupting, record.sequence)
 
     def due(record: JobRecord) -> bool:
         if record.status is JobStatus.QUEUED:

@@ -106,10 +106,10 @@ async def test_children_are_admitted_before_the_parent_which_waits_for_them(
         parent.id,
         None,
     )
-    # Only the top job carries the key and the priority.
+    # Only the top job carries the key; the priority is the whole tree's.
     assert parent.key == "tree"
     assert parent.priority is J.Priority.INTERRUPT
-    assert all(r.key is None and r.priority is J.Priority.NORMAL for r in admitted.children)
+    assert all(r.key is None and r.priority is J.Priority.INTERRUPT for r in admitted.children)
     other = await backend.peer()
     assert await other.list() == [grandchild, child_a, child_b, parent]
     assert await other.find("tree") == parent

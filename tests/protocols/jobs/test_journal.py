@@ -478,7 +478,7 @@ DRIFT: list[tuple[str, list[Entry], int, str]] = [
         7,
         "turn 1",
     ),
-    ("checkpoint-of-settled", [*OPENED, CheckpointEntry(1, "x")], 4, "a checkpoint of turn 1"),
+    ("checkpoint-of-settled", [*OPENED, CheckpointEntry(1, "x")], 4, "a checkpoint while calls"),
     ("ask-unknown", [*OPENED, AskEntry(("c9",))], 4, "an approval request for calls ['c9']"),
     ("ask-nothing", [*OPENED, AskEntry(())], 4, "an approval request for calls (none)"),
     (

@@ -223,10 +223,10 @@ def test_admit_tree_puts_children_first_and_the_parent_waits_for_them() -> None:
     assert by_id["top"].children == ("a", "b")
     assert by_id["a"].children == ("leaf",)
     assert by_id["top"].parent is None
-    # Only the top job carries the key and the priority.
-    assert [(r.id, r.key, r.priority) for r in records if r.key or r.priority != "normal"] == [
-        ("top", "k", Priority.INTERRUPT)
-    ]
+    # Only the top job carries the key; the priority is the whole tree's (a child must never
+    # wait behind the parent that waits for it).
+    assert [(r.id, r.key) for r in records if r.key] == [("top", "k")]
+    assert {r.priority for r in records} == {Priority.INTERRUPT}
     assert all(record.status is JobStatus.QUEUED for record in records)
 
 
@@ -765,10 +765,12 @@ THREADS = (None, None, "t1", "t2")
 KEYS = (None, None, "k1", "k2", "k3")
 
 
-def order(record: JobRecord) -> tuple[int, int, int]:
-    """The order documented for ``runnable``: continuing, then interrupting, then FIFO."""
+def order(record: JobRecord) -> tuple[int, int, int, int]:
+    """The order documented for ``runnable``: continuing, then started before (queued again),
+    then interrupting, then FIFO."""
     return (
         0 if record.status is JobStatus.RUNNING else 1,
+        0 if record.execution is not None else 1,
         0 if record.priority is Priority.INTERRUPT else 1,
         record.sequence,
     )

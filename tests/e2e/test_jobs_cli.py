@@ -1,0 +1,276 @@
+"""``trio-agents worker`` and ``trio-agents jobs ...`` as a user runs them: real processes on
+one SQLite file, an app module imported from the current directory.
+
+They run on the real clock (subprocesses do not follow trio's mock clock); every wait is
+bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+
+APP = '''
+from actors import tool
+from actors.durable import AgentRegistry
+from actors.testing import Reply, ScriptedProvider
+from protocols.authority import Authority, Rule
+from protocols.messages import ToolCall
+
+
+@tool
+async def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@tool
+async def refund(cents: int) -> str:
+    """Refund."""
+    return f"refunded {cents}"
+
+
+def registry():
+    agents = AgentRegistry()
+    steps = []
+    for _ in range(20):
+        steps += [Reply(calls=[ToolCall("c1", "add", {"a": 19, "b": 23})]), Reply("It is 42.")]
+    agents.add("calculator", ScriptedProvider(*steps), tools=[add])
+    asks = Authority(rules=(Rule("ask", tools=("refund",), reason="needs a human"),))
+    agents.add(
+        "support",
+        ScriptedProvider(Reply(calls=[ToolCall("r1", "refund", {"cents": 5})]), Reply("Done.")),
+        tools=[refund],
+        authority=asks,
+    )
+    return agents
+'''
+
+
+def cli(folder: pathlib.Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "actors", *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def start_worker(folder: pathlib.Path, *extra: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "actors",
+            "worker",
+            "--store",
+            "sqlite:///jobs.db",
+            "--app",
+            "app:registry",
+            "--poll",
+            "0.05",
+            *extra,
+        ],
+        cwd=folder,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def stop(worker: subprocess.Popen[str]) -> tuple[str, str]:
+    worker.send_signal(signal.SIGTERM)
+    out, err = worker.communicate(timeout=60)
+    assert worker.returncode == 0, err
+    return out, err
+
+
+@pytest.fixture
+def folder(tmp_path: pathlib.Path) -> pathlib.Path:
+    (tmp_path / "app.py").write_text(APP, encoding="utf-8")
+    return tmp_path
+
+
+def test_submit_twice_with_a_key_then_a_worker_runs_it_and_wait_shows_it(
+    folder: pathlib.Path,
+) -> None:
+    first = cli(
+        folder,
+        "jobs",
+        "submit",
+        "--store",
+        "sqlite:///jobs.db",
+        "--agent",
+        "calculator",
+        "--key",
+        "q-1",
+        "--json",
+        "What is 19 + 23?",
+    )
+    assert first.returncode == 0, first.stderr
+    submitted = json.loads(first.stdout)
+    assert submitted["created"] is True
+    again = cli(
+        folder,
+        "jobs",
+        "submit",
+        "--store",
+        "sqlite:///jobs.db",
+        "--agent",
+        "calculator",
+        "--key",
+        "q-1",
+        "What is 19 + 23?",
+    )
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.split()[0] == submitted["id"]
+    assert "existing job" in again.stdout
+    assert oct((folder / "jobs.db").stat().st_mode & 0o777) == oct(0o600)
+    worker = start_worker(folder)
+    try:
+        waited = cli(
+            folder,
+            "jobs",
+            "wait",
+            "--store",
+            "sqlite:///jobs.db",
+            submitted["id"],
+            "--timeout",
+            "30",
+            "--json",
+        )
+    finally:
+        out, _ = stop(worker)
+    assert waited.returncode == 0, waited.stderr
+    shown = json.loads(waited.stdout)
+    assert shown["status"] == "completed"
+    assert shown["result"]["content"] == "It is 42."
+    assert shown["attempts"] == 1
+    assert "taking no more jobs" in out
+    assert "completed 1" in out
+    listed = cli(folder, "jobs", "list", "--store", "sqlite:///jobs.db", "--json")
+    assert [job["id"] for job in json.loads(listed.stdout)] == [submitted["id"]]
+
+
+def test_an_approval_is_answered_from_another_process_and_the_job_goes_on(
+    folder: pathlib.Path,
+) -> None:
+    submitted = cli(
+        folder,
+        "jobs",
+        "submit",
+        "--store",
+        "sqlite:///jobs.db",
+        "--agent",
+        "support",
+        "Refund order 9.",
+    )
+    job = submitted.stdout.strip()
+    worker = start_worker(folder)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            shown = json.loads(
+                cli(folder, "jobs", "show", "--store", "sqlite:///jobs.db", job, "--json").stdout
+            )
+            if shown["status"] == "awaiting_input" or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert shown["waiting_for"] == [
+            {"call_id": "r1", "tool": "refund", "reason": "needs a human"}
+        ]
+        answered = cli(
+            folder,
+            "jobs",
+            "answer",
+            "--store",
+            "sqlite:///jobs.db",
+            job,
+            "r1",
+            "--allow",
+            "--reason",
+            "ok",
+        )
+        assert answered.returncode == 0, answered.stderr
+        waited = cli(folder, "jobs", "wait", "--store", "sqlite:///jobs.db", job, "--timeout", "30")
+    finally:
+        stop(worker)
+    assert waited.returncode == 0, waited.stderr
+    assert "completed" in waited.stdout
+    assert "Done." in waited.stdout
+
+
+def test_cancel_and_purge_and_the_purged_key(folder: pathlib.Path) -> None:
+    submitted = cli(
+        folder,
+        "jobs",
+        "submit",
+        "--store",
+        "sqlite:///jobs.db",
+        "--agent",
+        "calculator",
+        "--key",
+        "k",
+        "hi",
+    )
+    job = submitted.stdout.strip()
+    cancelled = cli(folder, "jobs", "cancel", "--store", "sqlite:///jobs.db", job)
+    assert cancelled.stdout.strip() == f"{job}: cancelled"
+    waited = cli(folder, "jobs", "wait", "--store", "sqlite:///jobs.db", job, "--timeout", "5")
+    assert waited.returncode == 1
+    assert "cancelled" in waited.stdout
+    purged = cli(folder, "jobs", "purge", "--store", "sqlite:///jobs.db", job)
+    assert purged.stdout.strip() == f"{job}: purged"
+    shown = cli(folder, "jobs", "show", "--store", "sqlite:///jobs.db", job)
+    assert shown.returncode == 1
+    assert f"job {job} was purged" in shown.stderr
+    reused = cli(
+        folder,
+        "jobs",
+        "submit",
+        "--store",
+        "sqlite:///jobs.db",
+        "--agent",
+        "calculator",
+        "--key",
+        "k",
+        "hi",
+    )
+    assert reused.returncode == 1
+    assert "was purged; use a new key" in reused.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("jobs", "list", "--store", "postgresql://db/test"), "unsupported store URL 'postgresql'"),
+        (("jobs", "list", "--store", "sqlite://jobs.db"), "is sqlite:///PATH"),
+        (("jobs", "show", "--store", "sqlite:///jobs.db", "nope"), "no job 'nope'"),
+        (("worker", "--store", "sqlite:///jobs.db", "--app", "missing:x"), "cannot import"),
+        (("worker", "--store", "sqlite:///jobs.db", "--app", "app"), "takes MODULE:ATTR"),
+        (("worker", "--store", "sqlite:///jobs.db", "--app", "app:nothing"), "has no 'nothing'"),
+        (("worker", "--store", "sqlite:///jobs.db", "--app", "app:add"), "AgentRegistry"),
+    ],
+)
+def test_mistakes_are_one_line_with_exit_status_1(
+    folder: pathlib.Path, args: tuple[str, ...], expected: str
+) -> None:
+    result = cli(folder, *args, timeout=30)
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert expected in lines[0]
+    assert "Traceback" not in result.stderr
