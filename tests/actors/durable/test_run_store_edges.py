@@ -1,0 +1,73 @@
+"""Run stores alike at their edges: a transition for another job, a bad lease with nothing to
+run, a bad ``after``, a write that would change what a job is (each found failing once, and
+fixed)."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import AsyncIterator
+
+import attrs
+import pytest
+
+from actors.durable import MemoryRunStore, RunStore, SQLiteRunStore
+from protocols import jobs as J
+from protocols.accounting import Usage
+from protocols.errors import ValidationError
+
+pytestmark = pytest.mark.trio
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def store(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> AsyncIterator[RunStore]:
+    opened: RunStore = (
+        MemoryRunStore()
+        if request.param == "memory"
+        else await SQLiteRunStore.open(tmp_path / "r.db")
+    )
+    try:
+        yield opened
+    finally:
+        await opened.aclose()
+
+
+async def test_a_then_for_another_job_is_a_validation_error_in_both_stores(store: RunStore) -> None:
+    # SQLite: ValidationError (checked before any IO). Memory: StoreError code="fenced" (it
+    # checks the named job's holder first). The message of the ValidationError is what the
+    # caller needs: "append's transition must be for the same job and holder".
+    await store.admit(J.AgentJob.ask("a", "one"), now=1.0)
+    other = (await store.admit(J.AgentJob.ask("a", "two"), now=1.0)).record
+    record = await store.acquire(owner="w", lease=30, now=2.0)
+    assert record is not None
+    assert record.lease is not None
+    then = J.checkpoint(record, record.lease, now=3.0, turns=1, usage=Usage(1, 1))
+    assert isinstance(then, J.Applied)
+    with pytest.raises(ValidationError):
+        await store.append(other.id, record.lease, [J.RequestEntry(1)], then=then)
+
+
+async def test_an_invalid_lease_is_refused_even_with_nothing_to_run(store: RunStore) -> None:
+    # Today acquire(lease=-1) returns None on a store with nothing runnable, and raises
+    # ValidationError only once a job is runnable (the check is in protocols.jobs.acquire).
+    with pytest.raises(ValidationError):
+        await store.acquire(owner="w", lease=-1, now=1.0)
+
+
+async def test_list_after_is_validated_alike(store: RunStore) -> None:
+    # Memory raises TypeError (int > str), SQLite answers as if after were 1.
+    with pytest.raises(ValidationError):
+        await store.list(after="1")  # type: ignore[arg-type]
+
+
+async def test_write_keeps_what_never_changes(store: RunStore) -> None:
+    # A transition that changes the sequence (or key, id, job) is written as given; SQLite
+    # then keeps the old value in its columns (list order, find) and the new one in the JSON,
+    # so the two stores list differently. Expected: refused (ValidationError or False).
+    a = (await store.admit(J.AgentJob.ask("a", "1"), now=1.0)).record
+    await store.admit(J.AgentJob.ask("a", "2"), now=1.0)
+    moved = J.Applied(attrs.evolve(a, sequence=99, revision=a.revision + 1), a.revision)
+    try:
+        written = await store.write(moved)
+    except ValidationError:
+        written = False
+    assert not written
