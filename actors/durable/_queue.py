@@ -25,6 +25,7 @@ from protocols.errors import AgentsError, Category, ConfigError, ValidationError
 from protocols.jobs import (
     AgentJob,
     Applied,
+    InputEntry,
     JobRecord,
     JobStatus,
     JournalDrift,
@@ -312,10 +313,13 @@ class JobQueue:
             log.error("job %s: %s", record.id, error.message)
             await self._end(record, abandon(record, now=self._clock(), error=error.message))
             return
+        # What earlier attempts added after the input: the job's result covers the whole job.
+        given = len(entries[0].messages) if entries and isinstance(entries[0], InputEntry) else 0
+        earlier = made.messages[given:]
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._keep_lease, running, holder)
             try:
-                await self._run(running, spec, made, holder)
+                await self._run(running, spec, made, holder, earlier)
             finally:
                 nursery.cancel_scope.cancel()
 
@@ -336,7 +340,14 @@ class JobQueue:
             if isinstance(renewed, Applied):
                 await self.store.write(renewed)
 
-    async def _run(self, running: _Running, spec: AgentSpec, made: Replay, holder: Lease) -> None:
+    async def _run(
+        self,
+        running: _Running,
+        spec: AgentSpec,
+        made: Replay,
+        holder: Lease,
+        earlier: tuple[Message, ...] = (),
+    ) -> None:
         record = running.record
         job = record.job
         journal = StoreJournal(
@@ -402,7 +413,12 @@ class JobQueue:
                     await self._finish(record, holder, JobStatus.FAILED, None, _describe(error))
             else:
                 assert result is not None
-                await self._finish(record, holder, self._status(running, result), result, None)
+                # The job's result: the whole job (what earlier attempts added too), answered by
+                # the agent the job named.
+                whole = attrs.evolve(
+                    result, messages=(*earlier, *result.messages), agent=record.job.agent
+                )
+                await self._finish(record, holder, self._status(running, whole), whole, None)
         finally:
             with trio.CancelScope(shield=True):
                 await agent.aclose(cancel=True)

@@ -476,10 +476,21 @@ def finish(
         )
     if (conflict := _holder(record, holder)) is not None:
         return conflict
-    usage = record.usage
-    if result is not None and result.total_usage is not None:
-        usage = result.total_usage
-    return _write(record, now, status=status, lease=None, result=result, error=error, usage=usage)
+    usage, turns = record.usage, record.turns
+    if result is not None:
+        turns = max(turns, result.turns)
+        if result.total_usage is not None:
+            usage = result.total_usage
+    return _write(
+        record,
+        now,
+        status=status,
+        lease=None,
+        result=result,
+        error=error,
+        usage=usage,
+        turns=turns,
+    )
 
 
 def retry(record: JobRecord, holder: Lease, *, now: float, delay: float, error: str) -> Transition:
