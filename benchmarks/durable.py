@@ -45,9 +45,10 @@ wrong one is an error, not a number. Scenarios:
   worker is killed with ``SIGKILL``. ``recovery_s`` is the time from the kill to the job's next
   journal entry, written by another worker that was already running (standby) -- the answer
   ``interrupted: ... its effect is unknown`` to the call, which is never run again -- and is
-  reported with the lease it follows from: the dead worker's lease must expire first (it renews
-  every third of the lease, so between two thirds of it and all of it is left at the kill), then
-  the standby worker finds the job within its poll interval (:data:`POLL`). For information:
+  reported with the lease it follows from (``recovery_s_over_lease``): the dead worker's lease
+  must expire first (it renews every third of the lease, so between two thirds of it and all of
+  it is left at the kill), then the standby worker finds the job within its poll interval
+  (:data:`POLL`). For information:
   the time until the job completed, and the same recovery with the other worker started only
   after the kill (``recovery_cold_s``: its interpreter and imports overlap the lease).
 
