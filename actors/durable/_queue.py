@@ -236,6 +236,8 @@ class JobQueue:
         async with trio.open_nursery() as nursery:
             task_status.started()
             while self._taking:
+                # Made before looking: an enqueue while the store is asked still wakes us.
+                self._wake = trio.Event()
                 if len(self._running) < self.concurrency:
                     record = await self.store.acquire(
                         owner=self.owner, lease=self.lease, now=self._clock()
@@ -248,7 +250,6 @@ class JobQueue:
                         continue
                 if self.approval_timeout is not None:
                     await self._deny_overdue()
-                self._wake = trio.Event()
                 with trio.move_on_after(self.poll):
                     await self._wake.wait()
 

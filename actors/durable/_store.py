@@ -273,6 +273,7 @@ class MemoryRunStore:
             raise ValidationError(f"max_bytes must be an integer >= 1, not {max_bytes!r}")
         self._max_bytes = max_bytes
         self._records: dict[str, str] = {}
+        self._live: dict[str, None] = {}  # the ids of jobs that have not ended, in order
         self._keys: dict[str, str] = {}
         self._journals: dict[str, list[str]] = {}
         self._tombstones: dict[str, Tombstone] = {}
@@ -307,6 +308,10 @@ class MemoryRunStore:
         self._records[record.id] = encode_checked(
             record, self._max_bytes, f"the record of job {record.id!r}"
         )
+        if record.terminal:
+            self._live.pop(record.id, None)
+        else:
+            self._live[record.id] = None
 
     async def admit(
         self,
@@ -348,6 +353,7 @@ class MemoryRunStore:
         self._next_sequence += len(records)
         for record, text in zip(records, texts, strict=True):
             self._records[record.id] = text
+            self._live[record.id] = None
             self._journals[record.id] = []
         top = records[-1]
         if key is not None:
@@ -414,8 +420,7 @@ class MemoryRunStore:
         lease = check_lease(lease)
         now = time.time() if now is None else check_time(now)
         await self._enter()
-        records = (decode_record(id, text) for id, text in self._records.items())
-        live = [record for record in records if not record.terminal]
+        live = [decode_record(id, self._records[id]) for id in self._live]
         for candidate in runnable(live, now=now):
             taken = acquire(
                 candidate, owner=owner, now=now, lease=lease, execution=self._next_execution
@@ -468,6 +473,7 @@ class MemoryRunStore:
         outcome = purge(record, now=now)
         if isinstance(outcome, Tombstone):
             del self._records[id]
+            self._live.pop(id, None)
             self._journals.pop(id, None)
             self._tombstones[id] = outcome
             if record.key is not None:
@@ -485,5 +491,6 @@ class MemoryRunStore:
         """Forget everything and refuse further calls (idempotent)."""
         self._closed = True
         self._records.clear()
+        self._live.clear()
         self._journals.clear()
         await trio.lowlevel.checkpoint()
