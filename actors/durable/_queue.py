@@ -32,6 +32,7 @@ from protocols.jobs import (
     Lease,
     Priority,
     Replay,
+    ResponseEntry,
     TerminalEntry,
     abandon,
     decide,
@@ -40,7 +41,7 @@ from protocols.jobs import (
     replay,
     retry,
 )
-from protocols.messages import AgentResult, Message, StopReason, new_id
+from protocols.messages import AgentResult, Message, Role, StopReason, new_id
 
 from .._core._abort import Abort
 from .._core._runtime import Runtime
@@ -244,6 +245,11 @@ class JobQueue:
                     )
                     if record is not None:
                         self._statistics["acquired"] += 1
+                        stale = self._running.get(record.id)
+                        if stale is not None:
+                            # This worker was paused past its own lease and took the job
+                            # again: its first run of it is fenced; cut it.
+                            stale.token.cancel("this worker's older hold on the job expired")
                         running = _Running(record, Abort())
                         self._running[record.id] = running
                         nursery.start_soon(self._job, running)
@@ -280,7 +286,8 @@ class JobQueue:
         except Exception:
             log.exception("job %s: the worker failed running it", record.id)
         finally:
-            del self._running[record.id]
+            if self._running.get(record.id) is running:
+                del self._running[record.id]
             running.done.set()
             self._wake.set()
 
@@ -295,13 +302,16 @@ class JobQueue:
                     record,
                     now=self._clock(),
                     error=f"its worker died {record.takeovers} times while running it",
+                    holder=holder,
                 ),
             )
             return
         try:
             spec = self.registry.get(record.job.agent)
         except ConfigError as error:
-            await self._end(record, abandon(record, now=self._clock(), error=error.message))
+            await self._end(
+                record, abandon(record, now=self._clock(), error=error.message, holder=holder)
+            )
             return
         failed = await self._failed_child(record)
         if failed is not None:
@@ -312,15 +322,21 @@ class JobQueue:
             made = replay(record.id, entries)
         except JournalDrift as error:
             log.error("job %s: %s", record.id, error.message)
-            await self._end(record, abandon(record, now=self._clock(), error=error.message))
+            await self._end(
+                record, abandon(record, now=self._clock(), error=error.message, holder=holder)
+            )
             return
         # What earlier attempts added after the input: the job's result covers the whole job.
         given = len(entries[0].messages) if entries and isinstance(entries[0], InputEntry) else 0
         earlier = made.messages[given:]
+        # The last thing journaled is a final answer (a response with no calls): the run had
+        # ended when its worker died.
+        final = entries[-1] if entries else None
+        answered = isinstance(final, ResponseEntry) and not final.message.calls
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._keep_lease, running, holder)
             try:
-                await self._run(running, spec, made, holder, earlier)
+                await self._run(running, spec, made, holder, earlier, answered=answered)
             finally:
                 nursery.cancel_scope.cancel()
 
@@ -348,9 +364,26 @@ class JobQueue:
         made: Replay,
         holder: Lease,
         earlier: tuple[Message, ...] = (),
+        *,
+        answered: bool = False,
     ) -> None:
         record = running.record
         job = record.job
+        last = made.messages[-1] if made.messages else None
+        if answered and last is not None and last.role is Role.ASSISTANT:
+            # Its worker died after journaling the final answer, before the end: that answer
+            # stands (asking the model again would answer twice).
+            done = AgentResult(
+                content=last.content,
+                thinking=last.thinking,
+                messages=earlier,
+                usage=made.usage,
+                turns=made.turns,
+                run_id=record.id,
+                agent=job.agent,
+            )
+            await self._finish(record, holder, JobStatus.COMPLETED, done, None)
+            return
         journal = StoreJournal(
             self.store,
             record.id,
@@ -372,7 +405,8 @@ class JobQueue:
                     tuple(decide(record.id, made, idempotent=spec.idempotent)),
                 )
             else:
-                messages = (*await self._background(record), *job.input)
+                history, results = await self._background(record)
+                messages = (*history, *job.input, *results)
                 await journal.input(messages)
                 await agent.conversation.add(messages)
                 resume = None
@@ -442,9 +476,11 @@ class JobQueue:
             **options,
         )
 
-    async def _background(self, record: JobRecord) -> tuple[Message, ...]:
+    async def _background(
+        self, record: JobRecord
+    ) -> tuple[tuple[Message, ...], tuple[Message, ...]]:
         """What a job starts from besides its input: the history of the jobs before it in its
-        thread, and the results of its children."""
+        thread (before the input), and the results of its children (after it)."""
         out: list[Message] = []
         thread = record.conversation
         if thread is not None and record.execution is not None:
@@ -457,8 +493,13 @@ class JobQueue:
                 and r.execution < record.execution
                 and r.terminal
             ]
-            for before in sorted(earlier, key=lambda r: r.execution or 0):
-                out.extend(replay(before.id, await self.store.journal(before.id)).messages)
+            if earlier:
+                # The latest one's journal holds the whole thread before it (its input began
+                # with the thread's history).
+                latest = max(earlier, key=lambda r: r.execution or 0)
+                out.extend(replay(latest.id, await self.store.journal(latest.id)).messages)
+        history = tuple(out)
+        out = []
         if record.children:
             lines = []
             for position, child_id in enumerate(record.children, start=1):
@@ -469,7 +510,7 @@ class JobQueue:
                 text = child.result.content if child.result is not None else child.error or ""
                 lines.append(f"{position}. {child.job.agent} ({child.status.value}): {text}")
             out.append(Message.user("Results of the sub-jobs, in order:\n" + "\n".join(lines)))
-        return tuple(out)
+        return history, tuple(out)
 
     async def _failed_child(self, record: JobRecord) -> str | None:
         """Why the job cannot run because of a child (one failed, was cancelled or abandoned, or

@@ -527,17 +527,25 @@ def cancel(record: JobRecord, *, now: float, expected: int | None = None) -> Tra
 
 
 def abandon(
-    record: JobRecord, *, now: float, error: str, expected: int | None = None
+    record: JobRecord,
+    *,
+    now: float,
+    error: str,
+    expected: int | None = None,
+    holder: Lease | None = None,
 ) -> Transition:
-    """Give up a job no worker can run (its agent is unknown, its retries are spent, its
-    journal drifted): ``abandoned``. A running job only once its lease has expired (the holder
-    is presumed dead: that is the evidence)."""
+    """Give up a job no worker can run (its agent is unknown, its journal drifted, its workers
+    keep dying): ``abandoned``. A running job only by its ``holder``, or once its lease has
+    expired (the holder is presumed dead: that is the evidence)."""
     if (conflict := _revision(record, expected)) is not None:
         return conflict
     if record.terminal:
         return Conflict("state", f"job {record.id} has already ended ({record.status.value})")
     current = record.lease
-    if record.status is JobStatus.RUNNING and current is not None and now < current.until:
+    if holder is not None:
+        if (conflict := _holder(record, holder)) is not None:
+            return conflict
+    elif record.status is JobStatus.RUNNING and current is not None and now < current.until:
         return Conflict("lease", f"job {record.id} is held by {current.owner!r}")
     return _write(record, now, status=JobStatus.ABANDONED, lease=None, error=error)
 
