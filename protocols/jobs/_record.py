@@ -435,6 +435,10 @@ def answer(
     if (conflict := _revision(record, expected)) is not None:
         return conflict
     if record.status is not JobStatus.AWAITING_INPUT:
+        landed = next((a for a in record.answers if a.call_id == given.call_id), None)
+        if landed is not None and landed.allow == given.allow:
+            # An answer sent again after it landed (and the job went on): nothing to do.
+            return Conflict("duplicate", f"call {given.call_id!r} of job {record.id} was answered")
         return Conflict("state", f"job {record.id} is {record.status.value}, not awaiting input")
     if all(request.call_id != given.call_id for request in record.pending):
         return Conflict("waiting", f"job {record.id} does not wait for call {given.call_id!r}")

@@ -12,6 +12,7 @@ from protocols.jobs import (
     ApprovalAnswer,
     ApprovalRequest,
     CheckpointEntry,
+    Conflict,
     InputEntry,
     JobStatus,
     JournalDrift,
@@ -122,3 +123,20 @@ def test_a_checkpoint_inside_an_open_batch_is_drift() -> None:
                 CheckpointEntry(2, "half an answer"),
             ],
         )
+
+
+# An answer sent again after it landed and the job went on (queued again) is a duplicate, not
+# an error: a client unsure its answer landed can simply send it again.
+def test_an_answer_sent_again_after_the_job_went_on_is_a_duplicate() -> None:
+    job = admit("a", AgentJob.ask("agent", "1"), sequence=1, now=0.0)
+    job = acquire(job, owner="w", now=0.0, lease=30, execution=1).record  # type: ignore[union-attr]
+    assert job.lease is not None
+    job = suspend(job, job.lease, now=1.0, pending=[ApprovalRequest("c1", "rm")]).record  # type: ignore[union-attr]
+    job = answer(job, ApprovalAnswer("c1", True), now=2.0).record  # type: ignore[union-attr]
+    assert job.status is JobStatus.QUEUED
+    again = answer(job, ApprovalAnswer("c1", True), now=3.0)
+    assert isinstance(again, Conflict)
+    assert again.reason == "duplicate"
+    other = answer(job, ApprovalAnswer("c1", False), now=3.0)
+    assert isinstance(other, Conflict)
+    assert other.reason == "state"
