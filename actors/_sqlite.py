@@ -15,12 +15,25 @@ import os
 import sqlite3
 import stat
 import time
-from collections.abc import Iterator
-from typing import Final
+from collections.abc import Callable, Iterator
+from typing import Final, TypeVar
 
-from protocols.errors import AgentsError, Category
+import trio
 
-__all__ = ["SCHEMA_VERSION", "StoreError", "connect", "translated", "write"]
+from protocols.errors import AgentsError, Category, ValidationError
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "StoreError",
+    "check_store_path",
+    "connect",
+    "open_in_worker",
+    "oversize",
+    "translated",
+    "write",
+]
+
+_T = TypeVar("_T")
 
 # The stores' file handling has always logged under the conversation store's name.
 log = logging.getLogger("actors.store")
@@ -338,3 +351,44 @@ def connect(path: str, *, busy_timeout: float, durable: bool, what: str) -> sqli
             conn.close()
             raise
     return conn
+
+
+def check_store_path(path: str, busy_timeout: object) -> None:
+    """Refuse, before anything is opened, what no store file can be opened with."""
+    if path in ("", ":memory:"):
+        raise ValidationError(f"path must name a database file, not {path!r}")
+    if (
+        isinstance(busy_timeout, bool)
+        or not isinstance(busy_timeout, int | float)
+        or not 0 <= busy_timeout < float("inf")
+    ):
+        raise ValidationError(
+            f"busy_timeout must be a number of seconds >= 0, not {busy_timeout!r}"
+        )
+    if sqlite3.threadsafety == 0:  # pragma: no cover - no mainstream build does this
+        raise StoreError("this Python's SQLite was built without thread safety", code="unsupported")
+
+
+async def open_in_worker(
+    opening: Callable[[], _T], closing: Callable[[_T], object], limiter: trio.CapacityLimiter
+) -> _T:
+    """Run ``opening`` in the store's worker thread; if the caller is cancelled meanwhile, the
+    half-opened store is closed again (``closing``) before the cancel propagates."""
+    opened = await trio.to_thread.run_sync(opening, limiter=limiter)
+    try:
+        await trio.lowlevel.checkpoint_if_cancelled()
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(closing, opened, limiter=limiter)
+        raise
+    return opened
+
+
+def oversize(text: str, max_bytes: int) -> int | None:
+    """The UTF-8 size of ``text`` when it is above ``max_bytes`` (else ``None``), measured
+    exactly only when its length cannot decide (each code point is 1 to 4 bytes)."""
+    if len(text) > max_bytes or (len(text) * 4 > max_bytes and not text.isascii()):
+        size = len(text.encode("utf-8"))
+        if size > max_bytes:
+            return size
+    return None

@@ -48,7 +48,17 @@ from protocols.codec import decode, encode
 from protocols.errors import AgentsError, Category, ValidationError
 from protocols.history import ConversationSnapshot
 
-from ._sqlite import _CONVERSATIONS, SCHEMA_VERSION, StoreError, connect, translated, write
+from ._sqlite import (
+    _CONVERSATIONS,
+    SCHEMA_VERSION,
+    StoreError,
+    check_store_path,
+    connect,
+    open_in_worker,
+    oversize,
+    translated,
+    write,
+)
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
@@ -155,17 +165,15 @@ def _check_max_bytes(value: object) -> int:
 def _encode(snapshot: ConversationSnapshot, max_bytes: int) -> str:
     """The snapshot's JSON text, refused when its UTF-8 form exceeds ``max_bytes``."""
     text = encode(snapshot)
-    # Each code point is 1 to 4 UTF-8 bytes: only measure exactly when the bounds straddle.
-    if len(text) > max_bytes or (len(text) * 4 > max_bytes and not text.isascii()):
-        size = len(text.encode("utf-8"))
-        if size > max_bytes:
-            raise StoreError(
-                f"the snapshot of conversation {snapshot.id!r} is {size} bytes of JSON, above "
-                f"the store's limit of {max_bytes} bytes",
-                code="too_large",
-                category=Category.USER,
-                conversation_id=snapshot.id,
-            )
+    size = oversize(text, max_bytes)
+    if size is not None:
+        raise StoreError(
+            f"the snapshot of conversation {snapshot.id!r} is {size} bytes of JSON, above "
+            f"the store's limit of {max_bytes} bytes",
+            code="too_large",
+            category=Category.USER,
+            conversation_id=snapshot.id,
+        )
     return text
 
 
@@ -409,21 +417,8 @@ class SQLiteConversationStore:
         the file cannot be used. If cancelled, the half-opened database is closed again.
         """
         target = os.fspath(path)
-        if target in ("", ":memory:"):
-            raise ValidationError(f"path must name a database file, not {target!r}")
+        check_store_path(target, busy_timeout)
         _check_max_bytes(max_bytes)
-        if (
-            isinstance(busy_timeout, bool)
-            or not isinstance(busy_timeout, int | float)
-            or not 0 <= busy_timeout < float("inf")
-        ):
-            raise ValidationError(
-                f"busy_timeout must be a number of seconds >= 0, not {busy_timeout!r}"
-            )
-        if sqlite3.threadsafety == 0:  # pragma: no cover - no mainstream build does this
-            raise StoreError(
-                "this Python's SQLite was built without thread safety", code="unsupported"
-            )
         limiter = trio.CapacityLimiter(1)
 
         def connect() -> _Database:
@@ -435,13 +430,7 @@ class SQLiteConversationStore:
                 clock=clock,
             )
 
-        database = await trio.to_thread.run_sync(connect, limiter=limiter)
-        try:
-            await trio.lowlevel.checkpoint_if_cancelled()
-        except BaseException:
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(database.close, limiter=limiter)
-            raise
+        database = await open_in_worker(connect, _Database.close, limiter)
         log.debug("opened conversation store %s", target)
         return cls(database, limiter, target)
 

@@ -39,7 +39,17 @@ from protocols.jobs import (
 )
 from protocols.messages import new_id
 
-from .._sqlite import _META, JOBS, JOURNAL, TOMBSTONES, connect, translated, write
+from .._sqlite import (
+    _META,
+    JOBS,
+    JOURNAL,
+    TOMBSTONES,
+    check_store_path,
+    connect,
+    open_in_worker,
+    translated,
+    write,
+)
 from ._store import (
     DEFAULT_MAX_BYTES,
     Admitted,
@@ -277,18 +287,9 @@ class SQLiteRunStore:
         current (a conversation store's file of schema version 1 is migrated). Raises
         :class:`~actors.store.StoreError` when the file cannot be used."""
         target = os.fspath(path)
-        if target in ("", ":memory:"):
-            raise ValidationError(f"path must name a database file, not {target!r}")
+        check_store_path(target, busy_timeout)
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
             raise ValidationError(f"max_bytes must be an integer >= 1, not {max_bytes!r}")
-        if (
-            isinstance(busy_timeout, bool)
-            or not isinstance(busy_timeout, int | float)
-            or not 0 <= busy_timeout < float("inf")
-        ):
-            raise ValidationError(
-                f"busy_timeout must be a number of seconds >= 0, not {busy_timeout!r}"
-            )
         limiter = trio.CapacityLimiter(1)
 
         def open_file() -> _Jobs:
@@ -297,13 +298,7 @@ class SQLiteRunStore:
             )
             return _Jobs(conn, max_bytes)
 
-        jobs = await trio.to_thread.run_sync(open_file, limiter=limiter)
-        try:
-            await trio.lowlevel.checkpoint_if_cancelled()
-        except BaseException:
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(jobs.close, limiter=limiter)
-            raise
+        jobs = await open_in_worker(open_file, _Jobs.close, limiter)
         log.debug("opened run store %s", target)
         return cls(jobs, limiter, target)
 

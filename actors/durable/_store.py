@@ -57,7 +57,7 @@ from protocols.jobs import (
 )
 from protocols.messages import new_id
 
-from .._sqlite import StoreError
+from .._sqlite import StoreError, oversize
 
 __all__ = ["DEFAULT_MAX_BYTES", "Admitted", "MemoryRunStore", "RunStore"]
 
@@ -190,28 +190,23 @@ def check_limit(limit: object) -> int:
     return limit
 
 
-def encode_checked(value: object, max_bytes: int, what: str) -> str:
-    text = encode(value)
-    if len(text) > max_bytes or (len(text) * 4 > max_bytes and not text.isascii()):
-        size = len(text.encode("utf-8"))
-        if size > max_bytes:
-            raise StoreError(
-                f"{what} is {size} bytes of JSON, above the store's limit of {max_bytes}",
-                code="too_large",
-                category=Category.USER,
-            )
-    return text
-
-
-def encode_entry(entry: Entry, max_bytes: int) -> str:
-    text = dumps(entry_to_json(entry))
-    if len(text.encode("utf-8")) > max_bytes:
+def _checked(text: str, max_bytes: int, what: str) -> str:
+    size = oversize(text, max_bytes)
+    if size is not None:
         raise StoreError(
-            f"a journal entry is above the store's limit of {max_bytes} bytes",
+            f"{what} is {size} bytes of JSON, above the store's limit of {max_bytes}",
             code="too_large",
             category=Category.USER,
         )
     return text
+
+
+def encode_checked(value: object, max_bytes: int, what: str) -> str:
+    return _checked(encode(value), max_bytes, what)
+
+
+def encode_entry(entry: Entry, max_bytes: int) -> str:
+    return _checked(dumps(entry_to_json(entry)), max_bytes, "a journal entry")
 
 
 def decode_record(id: str, text: str | bytes) -> JobRecord:

@@ -13,9 +13,11 @@ import pathlib
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
+import trio
+
+from actors.durable import SQLiteRunStore
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
@@ -165,7 +167,7 @@ def test_submit_twice_with_a_key_then_a_worker_runs_it_and_wait_shows_it(
     assert [job["id"] for job in json.loads(listed.stdout)] == [submitted["id"]]
 
 
-def test_an_approval_is_answered_from_another_process_and_the_job_goes_on(
+async def test_an_approval_is_answered_from_another_process_and_the_job_goes_on(
     folder: pathlib.Path,
 ) -> None:
     submitted = cli(
@@ -181,14 +183,17 @@ def test_an_approval_is_answered_from_another_process_and_the_job_goes_on(
     job = submitted.stdout.strip()
     worker = start_worker(folder)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            shown = json.loads(
-                cli(folder, "jobs", "show", "--store", "sqlite:///jobs.db", job, "--json").stdout
-            )
-            if shown["status"] == "awaiting_input" or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
+        # The worker is another process, on the real clock: watch the store until it waits.
+        async with await SQLiteRunStore.open(folder / "jobs.db") as store:
+            with trio.fail_after(30):
+                while True:
+                    record = await store.get(job)
+                    if record is not None and record.status.value == "awaiting_input":
+                        break
+                    await trio.sleep(0.05)
+        shown = json.loads(
+            cli(folder, "jobs", "show", "--store", "sqlite:///jobs.db", job, "--json").stdout
+        )
         assert shown["waiting_for"] == [
             {"call_id": "r1", "tool": "refund", "reason": "needs a human"}
         ]
