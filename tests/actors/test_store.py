@@ -365,8 +365,8 @@ async def test_a_fresh_database_holds_the_current_schema(tmp_path: pathlib.Path)
     async with await SQLiteConversationStore.open(path, clock=lambda: 1234.5) as store:
         await store.set(rich_snapshot("a"))
         assert query(path, "PRAGMA journal_mode") == [("wal",)]
-    assert query(path, f"SELECT key, value FROM {META}") == [("schema_version", "2")]
-    assert SCHEMA_VERSION == 2
+    assert query(path, f"SELECT key, value FROM {META}") == [("schema_version", "3")]
+    assert SCHEMA_VERSION == 3
     rows = query(path, f"SELECT id, snapshot, updated_at FROM {TABLE}")
     assert len(rows) == 1
     conversation_id, text, updated_at = rows[0]
@@ -450,7 +450,7 @@ async def test_a_stray_companion_others_may_read_is_refused(tmp_path: pathlib.Pa
 
 @pytest.mark.parametrize(
     ("version", "expected"),
-    [("3", "newer than this trio-agents supports"), ("99", "newer"), ("0", "not a version")],
+    [("4", "newer than this trio-agents supports"), ("99", "newer"), ("0", "not a version")],
 )
 async def test_an_unknown_schema_version_is_refused(
     tmp_path: pathlib.Path, version: str, expected: str
@@ -696,7 +696,7 @@ async def test_stores_opening_one_fresh_file_at_once_agree_on_the_schema(
     finally:
         for store in opened:
             await store.aclose()
-    assert query(path, f"SELECT key, value FROM {META}") == [("schema_version", "2")]
+    assert query(path, f"SELECT key, value FROM {META}") == [("schema_version", "3")]
     assert mode_of(path) == 0o600
 
 
@@ -1020,7 +1020,7 @@ async def test_a_version_1_file_is_migrated_to_hold_durable_jobs_too(
     assert query(path, f"SELECT value FROM {META}") == [("1",)]
     async with await SQLiteConversationStore.open(path) as store:
         assert await store.get("a") == plain_snapshot("a")
-    assert query(path, f"SELECT key, value FROM {META}") == [("schema_version", "2")]
+    assert query(path, f"SELECT key, value FROM {META}") == [("schema_version", "3")]
     tables = {name for (name,) in query(path, "SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"trio_agents_jobs", "trio_agents_journal", "trio_agents_tombstones"} <= tables
     assert query(path, "PRAGMA integrity_check") == [("ok",)]

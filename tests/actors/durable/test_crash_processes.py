@@ -784,9 +784,10 @@ def check_crash_run(
 
 
 def block_problems(journal: list[J.Entry], appends: list[dict[str, Any]]) -> list[str]:
-    """The logged appends, in fence order (then time), must be consecutive runs of the journal,
-    in that order (an append committed by a worker killed before it logged it is a gap), and no
-    holder journals two intents for one call."""
+    """The logged appends, in fence order (then the order they were asked for: a store
+    commits one holder's appends in that order, several in one commit when they overlap), must
+    be consecutive runs of the journal, in that order (an append committed by a worker killed
+    before it logged it is a gap), and no holder journals two intents for one call."""
     intents = collections.Counter(
         (append["fence"], call)
         for append in appends
@@ -798,7 +799,7 @@ def block_problems(journal: list[J.Entry], appends: list[dict[str, Any]]) -> lis
         return [f"fences journaled a call's intent twice: {twice}"]
     kinds = described(journal)
     position = 0
-    for append in sorted(appends, key=lambda a: (a["fence"], a["t"])):
+    for append in sorted(appends, key=lambda a: (a["fence"], a["begun"])):
         block = append["entries"]
         found = next(
             (
@@ -938,11 +939,15 @@ async def test_a_worker_paused_past_its_lease_writes_nothing_once_continued(
         expiry = max([a["until"], *a_until])
         assert stopped_at < expiry <= b["now"], (where, stopped_at, expiry, b)
         # The journal is A's appends (fence 1), all before the pause, then B's (fence 2).
-        a_lines = [line for line in paused.log("append") if line["job"] == record.id]
+        # (In the order they were asked for: the order a store commits one holder's appends.)
+        a_lines = sorted(
+            (line for line in paused.log("append") if line["job"] == record.id),
+            key=lambda line: line["begun"],
+        )
         a_entries = [e for line in a_lines if line["ok"] for e in line["entries"]]
         b_entries = [
             e
-            for line in taker.log("append")
+            for line in sorted(taker.log("append"), key=lambda line: line["begun"])
             if line["job"] == record.id and line["ok"]
             for e in line["entries"]
         ]
