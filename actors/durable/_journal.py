@@ -1,11 +1,16 @@
 """``StoreJournal``: a journaled run's journal, written to a :class:`RunStore` under the
 worker's lease.
 
-Every boundary is written before it is crossed: a provider call's request before the call, a
-settled response before any of its calls is dispatched, a call's intent before its effect and its
-result after, streamed text every :data:`~protocols.jobs.CHECKPOINT_EVERY` deltas. A write the
-store refuses as fenced -- this worker no longer holds the job -- drops the run: it is cut at
-once, and nothing more is written for it.
+Entries are written in order, and a boundary whose loss would be ambiguous is a barrier: it is
+written -- with everything journaled before it, in one append -- before it is crossed. A
+provider call's request before the call; a call's intent (after the response that made the call)
+before the call's effect; an approval request with the job's suspension; the terminal with the
+job's end. The rest (the input, a settled response, a call's result, streamed text every
+:data:`~protocols.jobs.CHECKPOINT_EVERY` deltas) waits at most :data:`LINGER` seconds for the
+next barrier to carry it, and is written on its own after that: a crash loses at most what
+was journaled in the last moments before it, never a boundary. A write the store refuses as
+fenced -- this worker no longer holds the job -- drops the run: it is cut at once, and nothing
+more is written for it.
 """
 
 from __future__ import annotations
@@ -40,7 +45,11 @@ from .._sqlite import StoreError
 from ..tools import CallableTool, ToolRegistry
 from ._store import RunStore
 
-__all__ = ["LOST", "StoreJournal"]
+__all__ = ["LINGER", "LOST", "StoreJournal"]
+
+#: How long an entry that is not a barrier waits for the next barrier to be written with it
+#: before it is written on its own (seconds).
+LINGER = 0.002
 
 #: What a call answers when its worker lost the job before the call's effect could start.
 LOST = "not executed: this worker no longer holds the job"
@@ -79,6 +88,13 @@ class StoreJournal:
         self._calls: dict[str, int] = {}  # call id -> its index in that response
         self._recorded: set[str] = set()  # calls of the batch whose result is journaled
         self._intents: dict[str, str] = {}
+        self._buffer: list[Entry] = []  # written behind the run, in order
+        self._writing = False  # an append is in flight (the writer's or a barrier's)
+        self._progress = trio.Event()  # set (and replaced) whenever an append ends
+        self._more = trio.Event()  # the buffer has entries for the writer
+        self._closed = False
+        #: The store failed a write (not as fenced): the run was cut; this is why.
+        self.failure: StoreError | None = None
         if replay is not None:
             self._turn = replay.settled
             last = next(
@@ -90,18 +106,89 @@ class StoreJournal:
             self._intents = dict(replay.intents)
 
     async def _append(self, *entries: Entry) -> None:
-        if self.dropped or self.suspended:
+        """Journal ``entries`` behind the run (see the module docstring)."""
+        if self.dropped or self.suspended or self._closed:
             return
+        self._buffer.extend(entries)
+        self._more.set()
+
+    async def writer(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Write what the run journals behind it, until :meth:`close` (run it in a nursery)."""
+        task_status.started()
+        while True:
+            await self._more.wait()
+            self._more = trio.Event()
+            await trio.sleep(LINGER)
+            while self._buffer and self.holds() and not self.suspended:
+                with trio.CancelScope(shield=True):
+                    await self._write_buffer(())
+
+    async def _write_buffer(self, entries: Sequence[Entry], then: Applied | None = None) -> bool:
+        """Append what is buffered and ``entries`` now (waiting for an append in flight first);
+        whether they were written. A fenced refusal drops the run; another failure cuts it."""
+        while self._writing:
+            await self._progress.wait()
+        if not self.holds() or self.suspended:
+            return False
+        batch, self._buffer = [*self._buffer, *entries], []
+        if not batch:
+            return True
+        self._writing = True
         try:
-            await self.store.append(self.job, self.holder, entries)
+            await self.store.append(self.job, self.holder, batch, then=then)
         except StoreError as error:
-            if error.code != "fenced":
+            if error.code == "fenced":
+                self.dropped = True
+                self._cut("this worker no longer holds the job (fenced)")
+            else:
+                self.failure = error
+                self._cut(f"the journal could not be written: {error.message}")
+            return False
+        finally:
+            self._writing = False
+            progress, self._progress = self._progress, trio.Event()
+            progress.set()
+        return True
+
+    async def flush(self) -> bool:
+        """Wait until everything journaled so far is written; whether it was."""
+        return await self._write_buffer(())
+
+    async def close(self) -> None:
+        """Write what is still buffered (unless the run was dropped) and take no more."""
+        with trio.CancelScope(shield=True):
+            await self._write_buffer(())
+        self._closed = True
+
+    async def finish(self, terminal: Entry, then: Applied) -> None:
+        """Write the terminal with what is buffered, and the job's end (``then``) with it.
+        Raises :class:`~actors.store.StoreError` -- ``code="fenced"`` when this worker no
+        longer holds the job or the record changed since ``then`` was computed."""
+        while self._writing:
+            await self._progress.wait()
+        if self.failure is not None:
+            raise self.failure
+        batch, self._buffer = [*self._buffer, terminal], []
+        self._writing = True
+        try:
+            try:
+                await self.store.append(self.job, self.holder, batch, then=then)
+            except StoreError as error:
+                # Refused as fenced: lost the job (drop the run), or the record changed since
+                # ``then`` was computed (keep what was not written for a retry of the end).
+                current = await self.store.get(self.job) if error.code == "fenced" else None
+                if error.code == "fenced" and (current is None or not current.held_by(self.holder)):
+                    self.dropped = True
+                else:
+                    self._buffer = batch[:-1]
                 raise
-            self.dropped = True
-            self._cut("this worker no longer holds the job (fenced)")
-            # The run's scope is cancelled now: this raises Cancelled unless shielded (a
-            # partial being committed), which then writes nothing more.
-            await trio.lowlevel.checkpoint()
+        finally:
+            self._writing = False
+            progress, self._progress = self._progress, trio.Event()
+            progress.set()
+        self._closed = True
 
     async def gate(self, calls: Sequence[ToolCall], authority: Authority) -> None:
         """The approval gate, before a batch runs: if the authority asks about calls no human
@@ -132,13 +219,7 @@ class StoreJournal:
             self._cut("this worker no longer holds the job (fenced)")
             await trio.lowlevel.checkpoint()
             return
-        try:
-            await self.store.append(self.job, self.holder, [entry], then=waiting)
-        except StoreError as error:
-            if error.code != "fenced":
-                raise
-            self.dropped = True
-            self._cut("this worker no longer holds the job (fenced)")
+        if not await self._write_buffer([entry], then=waiting):
             await trio.lowlevel.checkpoint()
             return
         self.suspended = True
@@ -155,8 +236,8 @@ class StoreJournal:
         return answer.allow, answer.reason
 
     def holds(self) -> bool:
-        """This worker still holds the job (no write was refused as fenced)."""
-        return not self.dropped
+        """This worker still holds the job (no write was refused as fenced, none failed)."""
+        return not self.dropped and self.failure is None
 
     def key(self, call_id: str) -> str | None:
         """The idempotency key of a call of the open batch."""
@@ -171,8 +252,12 @@ class StoreJournal:
         await self._append(InputEntry(tuple(messages)))
 
     async def request(self, turn: int) -> None:
-        """A provider call of ``turn`` is about to start."""
-        await self._append(RequestEntry(turn))
+        """A provider call of ``turn`` is about to start (a barrier: a call lost in a crash
+        still counts)."""
+        if not self.dropped and not self.suspended and not self._closed:
+            if not await self._write_buffer([RequestEntry(turn)]):
+                # The run was cut (the job lost, or the journal failed): Cancelled, here.
+                await trio.lowlevel.checkpoint()
 
     async def response(self, message: Message, usage: Usage | None) -> None:
         """A settled response: its calls become the open batch."""
@@ -207,7 +292,10 @@ class StoreJournal:
     async def intent(self, call: ToolCall) -> str:
         """The call is about to run: its intent, with its key."""
         key = self.key(call.id) or idempotency_key(self.job, self._turn, len(self._calls))
-        await self._append(IntentEntry(call, key))
+        # A barrier: the intent, and the response that made the call, are written before the
+        # call's effect starts.
+        if not self.dropped and not self.suspended and not self._closed:
+            await self._write_buffer([IntentEntry(call, key)])
         self._intents[call.id] = key
         return key
 
@@ -238,7 +326,7 @@ class _JournaledTool:
     async def call(self, call: ToolCall) -> ToolResult:
         journal = self._journal
         await journal.intent(call)
-        if journal.dropped:
+        if not journal.holds():
             return ToolFailure(call.id, call.name, LOST)
         result = await self._inner.call(call)
         await journal.result(result)

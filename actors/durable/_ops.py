@@ -25,7 +25,14 @@ from protocols.jobs import (
 
 from ._store import RunStore
 
-__all__ = ["answer_job", "cancel_job", "purge_job", "submit_job", "wait_job"]
+__all__ = [
+    "answer_job",
+    "cancel_job",
+    "existing_job",
+    "purge_job",
+    "submit_job",
+    "wait_job",
+]
 
 
 async def submit_job(
@@ -42,7 +49,8 @@ async def submit_job(
     return admitted.record, admitted.created
 
 
-async def _existing(store: RunStore, id: str) -> JobRecord:
+async def existing_job(store: RunStore, id: str) -> JobRecord:
+    """The job's record; :class:`~protocols.errors.ValidationError` when there is none."""
     record = await store.get(id)
     if record is None:
         raise ValidationError(f"no job {id!r} (never admitted, or purged)")
@@ -57,7 +65,7 @@ async def cancel_job(
     ``cancelled``. Returns the record afterwards and whether this call changed it (``False``:
     it had ended, or a cancel was already requested)."""
     while True:
-        record = await _existing(store, id)
+        record = await existing_job(store, id)
         outcome = cancel(record, now=clock())
         if not isinstance(outcome, Applied):
             return record, False
@@ -78,7 +86,7 @@ async def answer_job(
     <actors.durable.JobQueue.answer>`)."""
     given = ApprovalAnswer(call_id, bool(allow), reason)
     while True:
-        record = await _existing(store, id)
+        record = await existing_job(store, id)
         outcome = answer(record, given, now=clock())
         if isinstance(outcome, Conflict):
             if outcome.reason == "duplicate":
@@ -107,7 +115,7 @@ async def wait_job(
     """Wait until the job has ended and return its final record (polling the store every
     ``poll`` seconds, or sooner when ``wake`` is set)."""
     while True:
-        record = await _existing(store, id)
+        record = await existing_job(store, id)
         if record.terminal:
             return record
         with trio.move_on_after(poll):

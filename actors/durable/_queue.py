@@ -49,7 +49,7 @@ from .._run_loop import Resume
 from .._sqlite import StoreError
 from ..agent import Agent, RunOptions, _Request
 from ._journal import StoreJournal
-from ._ops import answer_job, cancel_job, purge_job, wait_job
+from ._ops import answer_job, cancel_job, existing_job, purge_job
 from ._registry import AgentRegistry, AgentSpec
 from ._store import RunStore
 
@@ -125,6 +125,7 @@ class JobQueue:
         self._running: dict[str, _Running] = {}
         self._wake = trio.Event()
         self._finished: dict[str, trio.Event] = {}
+        self._ended: dict[str, JobRecord] = {}  # final records for result() callers waiting
         self._taking = True
         self._leaving = False  # the block is being left: running jobs are being cut
         self._statistics = {
@@ -166,9 +167,18 @@ class JobQueue:
         """Wait until the job ends and return its result. Raises :class:`JobError` when it
         failed, was cancelled or abandoned, or ended partial on a queue without
         ``allow_partial``; :class:`~protocols.errors.ValidationError` for an unknown id."""
-        event = self._finished.setdefault(id, trio.Event())
-        record = await wait_job(self.store, id, poll=self.poll, wake=event)
-        return self._outcome(record)
+        while True:
+            event = self._finished.setdefault(id, trio.Event())
+            record = await existing_job(self.store, id)
+            if record.terminal:
+                self._ended.pop(id, None)
+                return self._outcome(record)
+            with trio.move_on_after(self.poll):
+                await event.wait()
+            # Ended in this worker, which handed the final record over: no need to read it.
+            ended = self._ended.pop(id, None)
+            if ended is not None:
+                return self._outcome(ended)
 
     def _outcome(self, record: JobRecord) -> AgentResult:
         if record.status is JobStatus.COMPLETED or (
@@ -189,7 +199,7 @@ class JobQueue:
             if running is not None:
                 running.token.cancel("the job was cancelled")
             if record.terminal:
-                self._notify(id)
+                self._notify(id, record)
         return record
 
     async def answer(self, id: str, call_id: str, allow: bool, reason: str = "") -> JobRecord:
@@ -225,9 +235,11 @@ class JobQueue:
         another worker), and running now."""
         return {**self._statistics, "running": len(self._running)}
 
-    def _notify(self, id: str) -> None:
+    def _notify(self, id: str, record: JobRecord | None = None) -> None:
         event = self._finished.pop(id, None)
         if event is not None:
+            if record is not None:
+                self._ended[id] = record
             event.set()
 
     # -- the worker's side ---------------------------------------------------------------------
@@ -317,7 +329,8 @@ class JobQueue:
         if failed is not None:
             await self._finish(record, holder, JobStatus.FAILED, None, failed)
             return
-        entries = await self.store.journal(record.id)
+        # The job's first acquisition (fence 1) finds an empty journal: nobody held it before.
+        entries = await self.store.journal(record.id) if record.fence > 1 else []
         try:
             made = replay(record.id, entries)
         except JournalDrift as error:
@@ -354,8 +367,8 @@ class JobQueue:
             if current.cancel_requested:
                 running.token.cancel("the job was cancelled")
             renewed = renew(current, holder, now=self._clock(), lease=self.lease)
-            if isinstance(renewed, Applied):
-                await self.store.write(renewed)
+            if isinstance(renewed, Applied) and await self.store.write(renewed):
+                running.record = renewed.record
 
     async def _run(
         self,
@@ -394,6 +407,26 @@ class JobQueue:
             clock=self._clock,
             leaving=lambda: self._leaving,
         )
+        async with trio.open_nursery() as writes:
+            await writes.start(journal.writer)
+            try:
+                await self._journaled(running, spec, made, holder, earlier, journal=journal)
+            finally:
+                await journal.close()
+                writes.cancel_scope.cancel()
+
+    async def _journaled(
+        self,
+        running: _Running,
+        spec: AgentSpec,
+        made: Replay,
+        holder: Lease,
+        earlier: tuple[Message, ...],
+        *,
+        journal: StoreJournal,
+    ) -> None:
+        record = running.record
+        job = record.job
         agent = await self._agent(spec, job, journal)
         try:
             if made.started:
@@ -436,16 +469,30 @@ class JobQueue:
                 # every answer is in.
                 self._statistics["suspended"] += 1
                 return
+            if journal.failure is not None:
+                log.error(
+                    "job %s: its journal could not be written (%s); another attempt continues "
+                    "it once its lease expires",
+                    record.id,
+                    journal.failure.message,
+                )
             if not journal.holds():
                 self._statistics["dropped"] += 1
                 return
             if attempt.cancelled_caught:
-                await self._retry_or_fail(record, holder, "the attempt timed out")
+                await self._retry_or_fail(running, holder, "the attempt timed out", journal)
             elif error is not None:
                 if isinstance(error, AgentsError) and error.retryable:
-                    await self._retry_or_fail(record, holder, _describe(error))
+                    await self._retry_or_fail(running, holder, _describe(error), journal)
                 else:
-                    await self._finish(record, holder, JobStatus.FAILED, None, _describe(error))
+                    await self._finish(
+                        running.record,
+                        holder,
+                        JobStatus.FAILED,
+                        None,
+                        _describe(error),
+                        journal=journal,
+                    )
             else:
                 assert result is not None
                 # The job's result: the whole job (what earlier attempts added too), answered by
@@ -453,7 +500,14 @@ class JobQueue:
                 whole = attrs.evolve(
                     result, messages=(*earlier, *result.messages), agent=record.job.agent
                 )
-                await self._finish(record, holder, self._status(running, whole), whole, None)
+                await self._finish(
+                    running.record,
+                    holder,
+                    self._status(running, whole),
+                    whole,
+                    None,
+                    journal=journal,
+                )
         finally:
             with trio.CancelScope(shield=True):
                 await agent.aclose(cancel=True)
@@ -550,34 +604,54 @@ class JobQueue:
         status: JobStatus,
         result: AgentResult | None,
         error: str | None,
+        *,
+        journal: StoreJournal | None = None,
     ) -> None:
-        current = await self.store.get(record.id) or record
-        if status is JobStatus.PARTIAL and current.cancel_requested:
-            status = JobStatus.CANCELLED
-        ended = finish(
-            current, holder, now=self._clock(), status=status, result=result, error=error
-        )
-        if not isinstance(ended, Applied):
-            self._statistics["dropped"] += 1
-            return
+        """End the job ``status`` with its terminal journaled (with what ``journal`` still
+        holds): first from ``record`` as this worker last wrote it, and once more from the
+        stored record if that changed meanwhile (a cancel asked for elsewhere)."""
         terminal = TerminalEntry(result.stop if result else None, result, error)
-        try:
-            await self.store.append(record.id, holder, [terminal], then=ended)
-        except StoreError as exc:
-            if exc.code != "fenced":
-                raise
+        current: JobRecord | None = record
+        for fresh in (False, True):
+            if fresh:
+                current = await self.store.get(record.id)
+            if current is None or not current.held_by(holder):
+                break
+            chosen = status
+            if chosen is JobStatus.PARTIAL and current.cancel_requested:
+                chosen = JobStatus.CANCELLED
+            ended = finish(
+                current, holder, now=self._clock(), status=chosen, result=result, error=error
+            )
+            if not isinstance(ended, Applied):
+                break
+            try:
+                if journal is not None:
+                    await journal.finish(terminal, ended)
+                else:
+                    await self.store.append(record.id, holder, [terminal], then=ended)
+            except StoreError as exc:
+                if exc.code != "fenced":
+                    raise
+                continue
+            self._statistics[chosen.value] += 1
+            self._notify(record.id, ended.record)
+            return
+        self._statistics["dropped"] += 1
+
+    async def _retry_or_fail(
+        self, running: _Running, holder: Lease, error: str, journal: StoreJournal
+    ) -> None:
+        record = running.record
+        if not await journal.flush():
             self._statistics["dropped"] += 1
             return
-        self._statistics[status.value] += 1
-        self._notify(record.id)
-
-    async def _retry_or_fail(self, record: JobRecord, holder: Lease, error: str) -> None:
         current = await self.store.get(record.id) or record
         if current.cancel_requested:
-            await self._finish(current, holder, JobStatus.CANCELLED, None, error)
+            await self._finish(current, holder, JobStatus.CANCELLED, None, error, journal=journal)
             return
         if current.attempts > self.retries:
-            await self._finish(current, holder, JobStatus.FAILED, None, error)
+            await self._finish(current, holder, JobStatus.FAILED, None, error, journal=journal)
             return
         again = retry(
             current, holder, now=self._clock(), delay=self._backoff(current.attempts), error=error
@@ -593,7 +667,7 @@ class JobQueue:
     async def _end(self, record: JobRecord, outcome: Any) -> None:
         if isinstance(outcome, Applied) and await self.store.write(outcome):
             self._statistics[outcome.record.status.value] += 1
-            self._notify(record.id)
+            self._notify(record.id, outcome.record)
 
 
 def _describe(error: BaseException) -> str:
