@@ -254,10 +254,10 @@ class StoreJournal:
     async def request(self, turn: int) -> None:
         """A provider call of ``turn`` is about to start (a barrier: a call lost in a crash
         still counts)."""
-        if not self.dropped and not self.suspended and not self._closed:
-            if not await self._write_buffer([RequestEntry(turn)]):
-                # The run was cut (the job lost, or the journal failed): Cancelled, here.
-                await trio.lowlevel.checkpoint()
+        live = not self.dropped and not self.suspended and not self._closed
+        if live and not await self._write_buffer([RequestEntry(turn)]):
+            # The run was cut (the job lost, or the journal failed): Cancelled, here.
+            await trio.lowlevel.checkpoint()
 
     async def response(self, message: Message, usage: Usage | None) -> None:
         """A settled response: its calls become the open batch."""

@@ -15,7 +15,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import attrs
@@ -179,6 +179,35 @@ class JobQueue:
             ended = self._ended.pop(id, None)
             if ended is not None:
                 return self._outcome(ended)
+
+    async def run(
+        self, jobs: Sequence[AgentJob], *, priority: Priority | str = Priority.NORMAL
+    ) -> list[AgentResult]:
+        """Run ``jobs`` as one batch and return their results in order: the declared jobs',
+        then those of the children each spawned (each job's ``children``, job by job, in the
+        order declared; a child's own children are in its result). Every job -- its children
+        first -- is durable before any result is awaited.
+
+        Fail-fast: the first job in that order that gives no result raises its
+        :class:`JobError`, and the declared jobs that have not ended are cancelled. Cancelling
+        the caller does not cancel the jobs: they are durable, and go on."""
+        batch = list(jobs)
+        for job in batch:
+            if not isinstance(job, AgentJob):
+                raise ValidationError(f"run takes AgentJobs, not {type(job).__name__}")
+        ids = [await self.enqueue(job, priority=priority) for job in batch]
+        try:
+            results = [await self.result(id) for id in ids]
+            for id in ids:
+                record = await existing_job(self.store, id)
+                results.extend([await self.result(child) for child in record.children])
+        except JobError:
+            with trio.CancelScope(shield=True):
+                for id in ids:
+                    with contextlib.suppress(ValidationError):
+                        await self.cancel(id)
+            raise
+        return results
 
     def _outcome(self, record: JobRecord) -> AgentResult:
         if record.status is JobStatus.COMPLETED or (

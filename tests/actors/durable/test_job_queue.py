@@ -1182,3 +1182,101 @@ async def test_statistics_count_what_the_worker_did(autojump_clock: Any) -> None
         "suspended": 0,
         "running": 0,
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# Batches: results in order, declared then spawned; fail-fast
+
+
+async def test_a_batch_gives_the_declared_results_then_the_spawned_ones_in_order(
+    autojump_clock: Any,
+) -> None:
+    registry = AgentRegistry()
+    registry.add("lead", ScriptedProvider("lead one", "lead two"))
+    # The later-declared jobs finish first: the order is the batch's, not the finishing one.
+    registry.add("north", ScriptedProvider(Reply("north", delay=5)))
+    registry.add("south", ScriptedProvider(Reply("south", delay=1)))
+    registry.add("east", ScriptedProvider(Reply("east", delay=2)))
+    store = MemoryRunStore()
+    jobs = [
+        AgentJob.ask(
+            "lead", "A.", children=[AgentJob.ask("north", "n"), AgentJob.ask("south", "s")]
+        ),
+        AgentJob.ask("lead", "B.", children=[AgentJob.ask("east", "e")]),
+    ]
+    async with worker(store, registry, concurrency=4) as queue:
+        results = await queue.run(jobs)
+    assert sorted(r.content for r in results[:2]) == ["lead one", "lead two"]
+    assert [r.content for r in results[2:]] == ["north", "south", "east"]
+    assert [r.agent for r in results] == ["lead", "lead", "north", "south", "east"]
+    # Every job of the batch is a durable job of its own, ended.
+    records = await store.list(limit=100)
+    assert len(records) == 5
+    assert all(r.status is JobStatus.COMPLETED for r in records)
+
+
+async def test_a_batch_fails_fast_and_cancels_the_declared_jobs_not_ended(
+    autojump_clock: Any,
+) -> None:
+    registry = AgentRegistry()
+    registry.add("bad", ScriptedProvider(Fail()))
+    slow = ScriptedProvider(Hang())
+    registry.add("slow", slow)
+    store = MemoryRunStore()
+    async with worker(store, registry, concurrency=4, retries=0) as queue:
+        with pytest.raises(JobError) as raised:
+            await queue.run([AgentJob.ask("bad", "x"), AgentJob.ask("slow", "y")])
+        assert raised.value.record.status is JobStatus.FAILED
+        records = {r.job.agent: r for r in await store.list(limit=100)}
+        with pytest.raises(JobError) as cancelled:
+            await queue.result(records["slow"].id)
+    assert cancelled.value.record.status is JobStatus.CANCELLED
+
+
+async def test_a_batch_refuses_what_is_not_a_job(autojump_clock: Any) -> None:
+    store = MemoryRunStore()
+    async with worker(store, AgentRegistry()) as queue:
+        with pytest.raises(ValidationError):
+            await queue.run(["not a job"])  # type: ignore[list-item]
+    assert await store.list() == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Barriers: each boundary is in the store before it is crossed
+
+
+async def test_the_intent_and_the_response_are_in_the_store_before_the_effect(
+    autojump_clock: Any,
+) -> None:
+    store = MemoryRunStore()
+    seen: dict[str, list[str]] = {}
+    ids: list[str] = []
+
+    async def kinds() -> list[str]:
+        return [entry.kind for entry in await store.journal(ids[0])]
+
+    @tool
+    async def effect() -> str:
+        """An effect."""
+        seen["effect"] = await kinds()
+        return "done"
+
+    provider = ScriptedProvider(Reply(calls=[call("c1", "effect")]), Reply("Finished."))
+    registry = AgentRegistry()
+    registry.add("worker", provider, tools=[effect])
+    async with worker(store, registry) as queue:
+        ids.append(await queue.enqueue(AgentJob.ask("worker", "Go.")))
+        result = await queue.result(ids[0])
+    assert result.content == "Finished."
+    # When the effect ran, the response that made the call and the call's intent were written.
+    assert seen["effect"] == ["input", "request", "response", "intent"]
+    assert await kinds() == [
+        "input",
+        "request",
+        "response",
+        "intent",
+        "result",
+        "request",
+        "response",
+        "terminal",
+    ]
