@@ -421,6 +421,7 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "DEFAULT_MAX_BYTES",
         "JobError",
         "JobQueue",
+        "LINGER",
         "MemoryRunStore",
         "RunStore",
         "SQLiteRunStore",

@@ -4,6 +4,7 @@ and the job queue whose workers run them as journaled runs, continuing after a c
 The pure model -- jobs, records, transitions, the journal -- is :mod:`protocols.jobs`.
 """
 
+from ._journal import LINGER as LINGER
 from ._journal import StoreJournal as StoreJournal
 from ._ops import answer_job as answer_job
 from ._ops import cancel_job as cancel_job
@@ -23,6 +24,7 @@ from ._store import RunStore as RunStore
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
+    "LINGER",
     "Admitted",
     "AgentRegistry",
     "AgentSpec",
