@@ -268,6 +268,9 @@ class MemoryRunStore:
             raise ValidationError(f"max_bytes must be an integer >= 1, not {max_bytes!r}")
         self._max_bytes = max_bytes
         self._records: dict[str, str] = {}
+        # Records decoded for the store's own checks, by the text they were decoded from
+        # (never handed out: callers get records decoded afresh).
+        self._decoded: dict[str, tuple[str, JobRecord]] = {}
         self._live: dict[str, None] = {}  # the ids of jobs that have not ended, in order
         self._keys: dict[str, str] = {}
         self._journals: dict[str, list[str]] = {}
@@ -298,6 +301,18 @@ class MemoryRunStore:
     def _load(self, id: str) -> JobRecord | None:
         text = self._records.get(id)
         return None if text is None else decode_record(id, text)
+
+    def _checked(self, id: str) -> JobRecord | None:
+        """The stored record, for the store's own checks only (decoded once per write)."""
+        text = self._records.get(id)
+        if text is None:
+            return None
+        cached = self._decoded.get(id)
+        if cached is not None and cached[0] is text:
+            return cached[1]
+        record = decode_record(id, text)
+        self._decoded[id] = (text, record)
+        return record
 
     def _store(self, record: JobRecord) -> None:
         self._records[record.id] = encode_checked(
@@ -400,7 +415,7 @@ class MemoryRunStore:
 
     def _write_now(self, transition: Applied) -> bool:
         record = transition.record
-        stored = self._load(record.id)
+        stored = self._checked(record.id)
         if stored is None or stored.revision != transition.expected:
             return False
         check_successor(stored, record)
@@ -415,7 +430,7 @@ class MemoryRunStore:
         lease = check_lease(lease)
         now = time.time() if now is None else check_time(now)
         await self._enter()
-        live = [decode_record(id, self._records[id]) for id in self._live]
+        live = [record for id in self._live if (record := self._checked(id)) is not None]
         for candidate in runnable(live, now=now):
             taken = acquire(
                 candidate, owner=owner, now=now, lease=lease, execution=self._next_execution
@@ -424,7 +439,8 @@ class MemoryRunStore:
                 if candidate.execution is None:
                     self._next_execution += 1
                 self._store(taken.record)
-                return taken.record
+                # Decoded afresh: ``taken`` shares parts with the store's own copy.
+                return self._load(taken.record.id)
         return None
 
     async def append(
@@ -441,7 +457,7 @@ class MemoryRunStore:
             raise ValidationError("append's transition must be for the same job")
         texts = [encode_entry(entry, self._max_bytes) for entry in entries]
         await self._enter()
-        stored = self._load(id)
+        stored = self._checked(id)
         if stored is None or not stored.held_by(holder):
             raise fenced(id, holder, stored)
         if then is not None:
@@ -468,6 +484,7 @@ class MemoryRunStore:
         outcome = purge(record, now=now)
         if isinstance(outcome, Tombstone):
             del self._records[id]
+            self._decoded.pop(id, None)
             self._live.pop(id, None)
             self._journals.pop(id, None)
             self._tombstones[id] = outcome
@@ -486,6 +503,7 @@ class MemoryRunStore:
         """Forget everything and refuse further calls (idempotent)."""
         self._closed = True
         self._records.clear()
+        self._decoded.clear()
         self._live.clear()
         self._journals.clear()
         await trio.lowlevel.checkpoint()
