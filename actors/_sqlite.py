@@ -27,6 +27,7 @@ __all__ = [
     "StoreError",
     "check_store_path",
     "connect",
+    "in_worker",
     "open_in_worker",
     "oversize",
     "translate_error",
@@ -35,6 +36,7 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+_R = TypeVar("_R")
 
 # The stores' file handling has always logged under the conversation store's name.
 log = logging.getLogger("actors.store")
@@ -362,9 +364,12 @@ def _enable_wal(conn: sqlite3.Connection, busy_timeout: float) -> object:
         pause = min(pause * 2, 0.05)
 
 
-def connect(path: str, *, busy_timeout: float, durable: bool, what: str) -> sqlite3.Connection:
+def connect(
+    path: str, *, busy_timeout: float, durable: bool, what: str, migrate: bool = True
+) -> sqlite3.Connection:
     """Open the store file at ``path`` (creating it owner-only), in WAL mode, its schema made
-    current. ``what`` names the store in errors."""
+    current (``migrate=False``: a second connection to a file another has just migrated).
+    ``what`` names the store in errors."""
     _prepare_file(path)
     with translated(f"opening the {what} {path}"):
         conn = sqlite3.connect(
@@ -381,7 +386,8 @@ def connect(path: str, *, busy_timeout: float, durable: bool, what: str) -> sqli
             # NORMAL in WAL mode: commits are atomic and survive a process crash; only an
             # OS crash or power loss can lose the last commits (never corrupt the file).
             conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
-            _migrate(conn)
+            if migrate:
+                _migrate(conn)
         except BaseException:
             conn.close()
             raise
@@ -402,6 +408,19 @@ def check_store_path(path: str, busy_timeout: object) -> None:
         )
     if sqlite3.threadsafety == 0:  # pragma: no cover - no mainstream build does this
         raise StoreError("this Python's SQLite was built without thread safety", code="unsupported")
+
+
+async def in_worker(
+    action: str, work: Callable[[_T], _R], target: _T, limiter: trio.CapacityLimiter
+) -> _R:
+    """``work(target)`` in the store's worker thread, its SQLite errors reported as
+    :class:`StoreError` saying ``action``."""
+
+    def call() -> _R:
+        with translated(action):
+            return work(target)
+
+    return await trio.to_thread.run_sync(call, limiter=limiter)
 
 
 async def open_in_worker(

@@ -54,6 +54,7 @@ from ._sqlite import (
     StoreError,
     check_store_path,
     connect,
+    in_worker,
     open_in_worker,
     oversize,
     translated,
@@ -448,13 +449,7 @@ class SQLiteConversationStore:
     async def _run(self, action: str, work: Callable[[_Database], _R]) -> _R:
         if self._closing:
             raise _closed()
-        database = self._database
-
-        def call() -> _R:
-            with translated(action):
-                return work(database)
-
-        return await trio.to_thread.run_sync(call, limiter=self._limiter)
+        return await in_worker(action, work, self._database, self._limiter)
 
     async def get(self, id: str) -> ConversationSnapshot | None:
         """The snapshot stored under ``id`` (decoded afresh), or ``None``. A row that does not

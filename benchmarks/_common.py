@@ -16,11 +16,46 @@ from typing import TypeAlias
 
 import trio
 
-__all__ = ["Report", "parser", "print_report", "run_main"]
+from actors.providers import ProviderStream
+from protocols.messages import Delta, FinishReason, ProviderResult
+
+__all__ = ["ReadyStream", "Report", "parser", "print_report", "run_main"]
 
 #: What a benchmark's measurement returns: its metrics, its ratios against the baselines
 #: measured in the same run, and the lines that say them to a person.
 Report: TypeAlias = tuple[dict[str, float], dict[str, float], list[str]]
+
+
+class ReadyStream(ProviderStream):
+    """Streams a ready :class:`ProviderResult`: its content as one delta."""
+
+    def __init__(self, result: ProviderResult) -> None:
+        self._final = result
+        self._result: ProviderResult | None = None
+        self._sent = not result.content
+
+    async def __anext__(self) -> Delta:
+        await trio.lowlevel.checkpoint()
+        if not self._sent:
+            self._sent = True
+            return Delta("content", self._final.content)
+        self._result = self._final
+        raise StopAsyncIteration
+
+    @property
+    def result(self) -> ProviderResult:
+        if self._result is None:
+            raise RuntimeError("the stream has not finished: iterate it to the end first")
+        return self._result
+
+    @property
+    def partial(self) -> ProviderResult:
+        if self._result is not None:
+            return self._result
+        return ProviderResult(content="", finish=FinishReason.CANCELLED)
+
+    async def aclose(self) -> None:
+        await trio.lowlevel.checkpoint()
 
 
 def parser(doc: str | None, quick: str) -> argparse.ArgumentParser:

@@ -116,11 +116,9 @@ from actors.durable import (
     open_job_queue,
 )
 from actors.providers import ProviderStream, StreamingProvider
-from benchmarks._common import Report, run_main
+from benchmarks._common import ReadyStream, Report, run_main
 from protocols.jobs import UNKNOWN_EFFECT, AgentJob, IntentEntry, JobStatus
 from protocols.messages import (
-    Delta,
-    FinishReason,
     Message,
     ProviderOptions,
     ProviderResult,
@@ -177,38 +175,6 @@ def check(name: str, content: str, expected: str = ANSWER) -> None:
 # -- the provider --------------------------------------------------------------------------------
 
 
-class _Ready(ProviderStream):
-    """Streams a ready :class:`ProviderResult`: its content as one delta."""
-
-    def __init__(self, result: ProviderResult) -> None:
-        self._final = result
-        self._result: ProviderResult | None = None
-        self._sent = not result.content
-
-    async def __anext__(self) -> Delta:
-        await trio.lowlevel.checkpoint()
-        if not self._sent:
-            self._sent = True
-            return Delta("content", self._final.content)
-        self._result = self._final
-        raise StopAsyncIteration
-
-    @property
-    def result(self) -> ProviderResult:
-        if self._result is None:
-            raise RuntimeError("the stream has not finished: iterate it to the end first")
-        return self._result
-
-    @property
-    def partial(self) -> ProviderResult:
-        if self._result is not None:
-            return self._result
-        return ProviderResult(content="", finish=FinishReason.CANCELLED)
-
-    async def aclose(self) -> None:
-        await trio.lowlevel.checkpoint()
-
-
 class TwoTurns(StreamingProvider):
     """The task's model, for every run: a call of the tool ``name`` with ``arguments`` while the
     last message is not a tool result, then ``The answer is <that result>.``."""
@@ -236,7 +202,7 @@ class TwoTurns(StreamingProvider):
         else:
             call = ToolCall(f"call_{self.calls}", self.tool, self.arguments)
             result = ProviderResult(calls=(call,), usage=Usage(prompt=10, completion=8))
-        return _Ready(result)
+        return ReadyStream(result)
 
 
 # -- durable jobs against the same run in memory ----------------------------------------------

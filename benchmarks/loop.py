@@ -71,12 +71,10 @@ from trio.testing import wait_all_tasks_blocked
 from actors import Actor, Agent, Runtime, open_runtime, tool
 from actors.providers import OpenAIChat, ProviderConnection, ProviderStream, StreamingProvider
 from actors.testing import Simulator
+from benchmarks._common import ReadyStream, print_report
 from benchmarks._common import parser as benchmark_parser
-from benchmarks._common import print_report
 from protocols._json import dumps
 from protocols.messages import (
-    Delta,
-    FinishReason,
     Message,
     ProviderOptions,
     ProviderResult,
@@ -123,38 +121,6 @@ def check(name: str, content: str, expected: str = ANSWER) -> None:
 # -- the provider --------------------------------------------------------------------------------
 
 
-class _ReplayStream(ProviderStream):
-    """Streams a ready :class:`ProviderResult`: its content as one delta."""
-
-    def __init__(self, result: ProviderResult) -> None:
-        self._final = result
-        self._result: ProviderResult | None = None
-        self._sent = not result.content
-
-    async def __anext__(self) -> Delta:
-        await trio.lowlevel.checkpoint()
-        if not self._sent:
-            self._sent = True
-            return Delta("content", self._final.content)
-        self._result = self._final
-        raise StopAsyncIteration
-
-    @property
-    def result(self) -> ProviderResult:
-        if self._result is None:
-            raise RuntimeError("the stream has not finished: iterate it to the end first")
-        return self._result
-
-    @property
-    def partial(self) -> ProviderResult:
-        if self._result is not None:
-            return self._result
-        return ProviderResult(content="", finish=FinishReason.CANCELLED)
-
-    async def aclose(self) -> None:
-        await trio.lowlevel.checkpoint()
-
-
 class Replay(StreamingProvider):
     """Answers the task's two replies for every run: ``add(19, 23)`` while the last message is
     not a tool result, then ``The answer is <that result>.``."""
@@ -180,7 +146,7 @@ class Replay(StreamingProvider):
         else:
             call = ToolCall(f"call_{self.calls}", "add", ARGUMENTS)
             result = ProviderResult(calls=(call,), usage=Usage(prompt=10, completion=8))
-        return _ReplayStream(result)
+        return ReadyStream(result)
 
 
 # -- ours and the floor --------------------------------------------------------------------------

@@ -85,12 +85,10 @@ from trio.testing import wait_all_tasks_blocked
 from actors import Agent, Runtime, open_runtime, tool
 from actors.providers import ProviderConnection, ProviderStream, StreamingProvider
 from actors.testing import Simulator
-from benchmarks._common import Report, print_report
+from benchmarks._common import ReadyStream, Report, print_report
 from benchmarks._common import parser as benchmark_parser
 from protocols.messages import (
     AgentResult,
-    Delta,
-    FinishReason,
     Message,
     ProviderOptions,
     ProviderResult,
@@ -151,38 +149,6 @@ def check_result(name: str, result: AgentResult, turns: int, expected: str = ANS
 # -- the providers -------------------------------------------------------------------------------
 
 
-class _ReadyStream(ProviderStream):
-    """Streams a ready :class:`ProviderResult`: its content as one delta."""
-
-    def __init__(self, result: ProviderResult) -> None:
-        self._final = result
-        self._result: ProviderResult | None = None
-        self._sent = not result.content
-
-    async def __anext__(self) -> Delta:
-        await trio.lowlevel.checkpoint()
-        if not self._sent:
-            self._sent = True
-            return Delta("content", self._final.content)
-        self._result = self._final
-        raise StopAsyncIteration
-
-    @property
-    def result(self) -> ProviderResult:
-        if self._result is None:
-            raise RuntimeError("the stream has not finished: iterate it to the end first")
-        return self._result
-
-    @property
-    def partial(self) -> ProviderResult:
-        if self._result is not None:
-            return self._result
-        return ProviderResult(content="", finish=FinishReason.CANCELLED)
-
-    async def aclose(self) -> None:
-        await trio.lowlevel.checkpoint()
-
-
 class Lead(StreamingProvider):
     """The lead's two replies, for every run: a call of ``worker`` with the task while the last
     message is not a tool result, then ``The worker says: <that result>``."""
@@ -208,7 +174,7 @@ class Lead(StreamingProvider):
         else:
             call = ToolCall(f"call_{self.calls}", WORKER_TOOL, {"input": TASK})
             result = ProviderResult(calls=(call,), usage=LEAD_CALL_USAGE)
-        return _ReadyStream(result)
+        return ReadyStream(result)
 
 
 class Worker(StreamingProvider):
@@ -223,7 +189,7 @@ class Worker(StreamingProvider):
         tools: Sequence[ToolDefinition] | None = None,
         options: ProviderOptions | None = None,
     ) -> ProviderStream:
-        return _ReadyStream(ProviderResult(content=WORKER_ANSWER, usage=WORKER_USAGE))
+        return ReadyStream(ProviderResult(content=WORKER_ANSWER, usage=WORKER_USAGE))
 
 
 # -- delegation and direct runs ------------------------------------------------------------------

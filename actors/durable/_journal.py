@@ -15,8 +15,9 @@ more is written for it.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import trio
 
@@ -107,7 +108,7 @@ class StoreJournal:
 
     async def _append(self, *entries: Entry) -> None:
         """Journal ``entries`` behind the run (see the module docstring)."""
-        if self.dropped or self.suspended or self._closed:
+        if not self._writable:
             return
         self._buffer.extend(entries)
         self._more.set()
@@ -125,31 +126,38 @@ class StoreJournal:
                 with trio.CancelScope(shield=True):
                     await self._write_buffer(())
 
-    async def _write_buffer(self, entries: Sequence[Entry], then: Applied | None = None) -> bool:
-        """Append what is buffered and ``entries`` now (waiting for an append in flight first);
-        whether they were written. A fenced refusal drops the run; another failure cuts it."""
+    @contextlib.asynccontextmanager
+    async def _exclusive(self) -> AsyncIterator[None]:
+        """The journal's one append in flight: waits for the one before it to end."""
         while self._writing:
             await self._progress.wait()
-        if not self.holds() or self.suspended:
-            return False
-        batch, self._buffer = [*self._buffer, *entries], []
-        if not batch:
-            return True
         self._writing = True
         try:
-            await self.store.append(self.job, self.holder, batch, then=then)
-        except StoreError as error:
-            if error.code == "fenced":
-                self.dropped = True
-                self._cut("this worker no longer holds the job (fenced)")
-            else:
-                self.failure = error
-                self._cut(f"the journal could not be written: {error.message}")
-            return False
+            yield
         finally:
             self._writing = False
             progress, self._progress = self._progress, trio.Event()
             progress.set()
+
+    async def _write_buffer(self, entries: Sequence[Entry], then: Applied | None = None) -> bool:
+        """Append what is buffered and ``entries`` now (waiting for an append in flight first);
+        whether they were written. A fenced refusal drops the run; another failure cuts it."""
+        async with self._exclusive():
+            if not self.holds() or self.suspended:
+                return False
+            batch, self._buffer = [*self._buffer, *entries], []
+            if not batch:
+                return True
+            try:
+                await self.store.append(self.job, self.holder, batch, then=then)
+            except StoreError as error:
+                if error.code == "fenced":
+                    self.dropped = True
+                    self._cut("this worker no longer holds the job (fenced)")
+                else:
+                    self.failure = error
+                    self._cut(f"the journal could not be written: {error.message}")
+                return False
         return True
 
     async def flush(self) -> bool:
@@ -166,13 +174,10 @@ class StoreJournal:
         """Write the terminal with what is buffered, and the job's end (``then``) with it.
         Raises :class:`~actors.store.StoreError` -- ``code="fenced"`` when this worker no
         longer holds the job or the record changed since ``then`` was computed."""
-        while self._writing:
-            await self._progress.wait()
-        if self.failure is not None:
-            raise self.failure
-        batch, self._buffer = [*self._buffer, terminal], []
-        self._writing = True
-        try:
+        async with self._exclusive():
+            if self.failure is not None:
+                raise self.failure
+            batch, self._buffer = [*self._buffer, terminal], []
             try:
                 await self.store.append(self.job, self.holder, batch, then=then)
             except StoreError as error:
@@ -184,10 +189,6 @@ class StoreJournal:
                 else:
                     self._buffer = batch[:-1]
                 raise
-        finally:
-            self._writing = False
-            progress, self._progress = self._progress, trio.Event()
-            progress.set()
         self._closed = True
 
     async def gate(self, calls: Sequence[ToolCall], authority: Authority) -> None:
@@ -200,7 +201,7 @@ class StoreJournal:
             verdict = authority.decide(call)
             if verdict.decision == "ask" and call.id not in self._answers:
                 asks.append((call, verdict))
-        if not asks or self.dropped or self.suspended:
+        if not asks or not self._writable:
             return
         record = await self.store.get(self.job)
         if record is None or not record.held_by(self.holder):
@@ -235,6 +236,11 @@ class StoreJournal:
             return False, "no answer was recorded"
         return answer.allow, answer.reason
 
+    @property
+    def _writable(self) -> bool:
+        """Entries journaled now can still be written."""
+        return self.holds() and not self.suspended and not self._closed
+
     def holds(self) -> bool:
         """This worker still holds the job (no write was refused as fenced, none failed)."""
         return not self.dropped and self.failure is None
@@ -254,8 +260,7 @@ class StoreJournal:
     async def request(self, turn: int) -> None:
         """A provider call of ``turn`` is about to start (a barrier: a call lost in a crash
         still counts)."""
-        live = not self.dropped and not self.suspended and not self._closed
-        if live and not await self._write_buffer([RequestEntry(turn)]):
+        if self._writable and not await self._write_buffer([RequestEntry(turn)]):
             # The run was cut (the job lost, or the journal failed): Cancelled, here.
             await trio.lowlevel.checkpoint()
 
@@ -294,7 +299,7 @@ class StoreJournal:
         key = self.key(call.id) or idempotency_key(self.job, self._turn, len(self._calls))
         # A barrier: the intent, and the response that made the call, are written before the
         # call's effect starts.
-        if not self.dropped and not self.suspended and not self._closed:
+        if self._writable:
             await self._write_buffer([IntentEntry(call, key)])
         self._intents[call.id] = key
         return key

@@ -49,6 +49,7 @@ from .._sqlite import (
     TOMBSTONES,
     check_store_path,
     connect,
+    in_worker,
     open_in_worker,
     translate_error,
     translated,
@@ -56,6 +57,7 @@ from .._sqlite import (
 from ._store import (
     DEFAULT_MAX_BYTES,
     Admitted,
+    check_admission,
     check_after,
     check_id,
     check_lease,
@@ -181,20 +183,16 @@ class _Jobs:
                     )
                 conn.execute("RELEASE op")
             conn.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except BaseException as exc:
             if conn.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
             self._staged.clear()
+            if not isinstance(exc, sqlite3.Error):  # pragma: no cover - not raised past savepoints
+                raise
             for item in batch:
                 item.value, item.error = None, translate_error(exc, item.action)
             return
-        except BaseException:  # pragma: no cover - nothing else is raised past the savepoints
-            if conn.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-            self._staged.clear()
-            raise
         self._apply_staged()
 
     # -- writes (each runs inside a group commit's transaction) ---------------------------------
@@ -498,7 +496,9 @@ class SQLiteRunStore:
             timeout = float(busy_timeout)
             conn = connect(target, busy_timeout=timeout, durable=durable, what="run store")
             try:
-                reader = connect(target, busy_timeout=timeout, durable=durable, what="run store")
+                reader = connect(
+                    target, busy_timeout=timeout, durable=durable, what="run store", migrate=False
+                )
             except BaseException:
                 conn.close()
                 raise
@@ -522,13 +522,7 @@ class SQLiteRunStore:
     async def _read(self, action: str, work: Callable[[_Jobs], _R]) -> _R:
         if self._closing:
             raise closed()
-        jobs = self._jobs
-
-        def call() -> _R:
-            with translated(action):
-                return work(jobs)
-
-        return await trio.to_thread.run_sync(call, limiter=self._reader)
+        return await in_worker(action, work, self._jobs, self._reader)
 
     async def _run(self, action: str, work: Callable[[_Jobs], _R]) -> _R:
         """Run the write ``work`` in the next group commit and return what it gave."""
@@ -583,11 +577,7 @@ class SQLiteRunStore:
         priority: Priority = Priority.NORMAL,
     ) -> Admitted:
         """See :meth:`RunStore.admit <actors.durable.RunStore.admit>`."""
-        if not isinstance(job, AgentJob):
-            raise ValidationError(f"admit takes an AgentJob, not {type(job).__name__}")
-        if key is not None:
-            check_id(key, "a key")
-        moment = time.time() if now is None else check_time(now)
+        moment = check_admission(job, key, now)
         chosen = Priority(priority)
         return await self._run("admitting a job", lambda jobs: jobs.admit(job, moment, key, chosen))
 

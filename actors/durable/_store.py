@@ -159,6 +159,15 @@ def check_id(value: object, what: str = "a job id") -> str:
     return value
 
 
+def check_admission(job: object, key: str | None, now: float | None) -> float:
+    """Refuse what ``admit`` cannot take; the admission's time (read now when ``None``)."""
+    if not isinstance(job, AgentJob):
+        raise ValidationError(f"admit takes an AgentJob, not {type(job).__name__}")
+    if key is not None:
+        check_id(key, "a key")
+    return time.time() if now is None else check_time(now)
+
+
 def check_time(value: object, what: str = "now") -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ValidationError(f"{what} must be a time in seconds, not {value!r}")
@@ -332,11 +341,7 @@ class MemoryRunStore:
         priority: Priority = Priority.NORMAL,
     ) -> Admitted:
         """See :meth:`RunStore.admit`."""
-        if not isinstance(job, AgentJob):
-            raise ValidationError(f"admit takes an AgentJob, not {type(job).__name__}")
-        if key is not None:
-            check_id(key, "a key")
-        now = time.time() if now is None else check_time(now)
+        now = check_admission(job, key, now)
         await self._enter()
         if key is not None:
             stone = self._purged_keys.get(key)
