@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import queue
 import sqlite3
 import stat
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Final, TypeVar
@@ -24,6 +26,7 @@ from protocols.errors import AgentsError, Category, ValidationError
 
 __all__ = [
     "SCHEMA_VERSION",
+    "Lane",
     "StoreError",
     "check_store_path",
     "connect",
@@ -408,6 +411,57 @@ def check_store_path(path: str, busy_timeout: object) -> None:
         )
     if sqlite3.threadsafety == 0:  # pragma: no cover - no mainstream build does this
         raise StoreError("this Python's SQLite was built without thread safety", code="unsupported")
+
+
+class Lane:
+    """A thread of a store's own that runs the calls it is given, one at a time, in order.
+
+    ``trio.to_thread.run_sync`` hands each call to a cached thread through a capacity limiter;
+    a run store makes several calls per job, and that hand-off was a large part of a job's cost
+    (about 110 us a call against 65 us here). A lane is one queue put and one wake-up. Written
+    here because it is a store's hot path and there is no library piece for it. A call that has
+    started is never abandoned: a cancel is delivered once it has returned.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            call = self._calls.get()
+            if call is None:
+                return
+            call()
+
+    async def run(self, work: Callable[[], _R]) -> _R:
+        """``work()`` in the lane's thread; what it returned, or what it raised."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        token = trio.lowlevel.current_trio_token()
+        done = trio.Event()
+        returned: list[_R] = []
+        raised: list[BaseException] = []
+
+        def call() -> None:
+            try:
+                returned.append(work())
+            except BaseException as exc:  # handed to the caller as it is
+                raised.append(exc)
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(done.set)
+
+        self._calls.put(call)
+        with trio.CancelScope(shield=True):
+            await done.wait()
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if raised:
+            raise raised[0]
+        return returned[0]
+
+    def close(self) -> None:
+        """Let the thread end once the calls given before are done (idempotent)."""
+        self._calls.put(None)
 
 
 async def in_worker(

@@ -47,9 +47,9 @@ from .._sqlite import (
     JOBS,
     JOURNAL,
     TOMBSTONES,
+    Lane,
     check_store_path,
     connect,
-    in_worker,
     open_in_worker,
     translate_error,
     translated,
@@ -456,17 +456,11 @@ class SQLiteRunStore:
     commit is never abandoned half-way: it commits, and a cancellation is delivered afterwards.
     """
 
-    def __init__(
-        self,
-        jobs: _Jobs,
-        writer: trio.CapacityLimiter,
-        reader: trio.CapacityLimiter,
-        path: str,
-    ) -> None:
+    def __init__(self, jobs: _Jobs, path: str) -> None:
         """Use :meth:`open`."""
         self._jobs = jobs
-        self._writer = writer
-        self._reader = reader
+        self._writer = Lane(f"run store writer {path}")
+        self._reader = Lane(f"run store reader {path}")
         self._closing = False
         self._pending: list[_Pending] = []
         self._committing = False
@@ -490,7 +484,6 @@ class SQLiteRunStore:
         check_store_path(target, busy_timeout)
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
             raise ValidationError(f"max_bytes must be an integer >= 1, not {max_bytes!r}")
-        writer = trio.CapacityLimiter(1)
 
         def open_file() -> _Jobs:
             timeout = float(busy_timeout)
@@ -504,9 +497,9 @@ class SQLiteRunStore:
                 raise
             return _Jobs(conn, reader, max_bytes)
 
-        jobs = await open_in_worker(open_file, _Jobs.close, writer)
+        jobs = await open_in_worker(open_file, _Jobs.close, trio.CapacityLimiter(1))
         log.debug("opened run store %s", target)
-        return cls(jobs, writer, trio.CapacityLimiter(1), target)
+        return cls(jobs, target)
 
     async def __aenter__(self) -> SQLiteRunStore:
         return self
@@ -522,7 +515,13 @@ class SQLiteRunStore:
     async def _read(self, action: str, work: Callable[[_Jobs], _R]) -> _R:
         if self._closing:
             raise closed()
-        return await in_worker(action, work, self._jobs, self._reader)
+        jobs = self._jobs
+
+        def call() -> _R:
+            with translated(action):
+                return work(jobs)
+
+        return await self._reader.run(call)
 
     async def _run(self, action: str, work: Callable[[_Jobs], _R]) -> _R:
         """Run the write ``work`` in the next group commit and return what it gave."""
@@ -556,7 +555,7 @@ class SQLiteRunStore:
             item.taken = True
         try:
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(self._jobs.commit, batch, limiter=self._writer)
+                await self._writer.run(lambda: self._jobs.commit(batch))
         except BaseException as exc:  # pragma: no cover - commit() reports through the items
             for item in batch:
                 item.error = exc
@@ -674,6 +673,8 @@ class SQLiteRunStore:
                     await self._committed.wait()
                 else:
                     await self._commit()
-            async with self._reader:
-                await trio.to_thread.run_sync(close, limiter=self._writer)
+            await self._reader.run(lambda: None)  # the reads given before are done
+            await self._writer.run(close)
+            self._reader.close()
+            self._writer.close()
         log.debug("closed run store %s", self.path)
