@@ -23,6 +23,7 @@ import trio
 
 from protocols.errors import AgentsError, Category, ConfigError, ValidationError
 from protocols.jobs import (
+    TERMINAL,
     AgentJob,
     Applied,
     InputEntry,
@@ -169,10 +170,12 @@ class JobQueue:
         ``allow_partial``; :class:`~protocols.errors.ValidationError` for an unknown id."""
         while True:
             event = self._finished.setdefault(id, trio.Event())
-            record = await existing_job(self.store, id)
-            if record.terminal:
+            status = await self.store.status(id)
+            if status is None:
+                raise ValidationError(f"no job {id!r} (never admitted, or purged)")
+            if status in TERMINAL:
                 self._ended.pop(id, None)
-                return self._outcome(record)
+                return self._outcome(await existing_job(self.store, id))
             with trio.move_on_after(self.poll):
                 await event.wait()
             # Ended in this worker, which handed the final record over: no need to read it.

@@ -48,6 +48,7 @@ from .._sqlite import (
     JOURNAL,
     TOMBSTONES,
     Lane,
+    StoreError,
     check_store_path,
     connect,
     open_in_worker,
@@ -316,8 +317,10 @@ class _Jobs:
                     if isinstance(taken, Applied):
                         if candidate.execution is None:
                             self._counter("job_execution", 1)
-                        text = self._store(taken.record)
-                        return decode_record(taken.record.id, text)
+                        self._store(taken.record)
+                        # The caller's alone from here: the kept copy it was made from goes.
+                        self._staged.append((candidate.id, 0, None))
+                        return taken.record
             queued = conn.execute(
                 f"SELECT id, revision, CAST(record AS BLOB) FROM {JOBS} WHERE status = 'queued' "
                 "ORDER BY rank, sequence LIMIT ? OFFSET ?",
@@ -404,6 +407,18 @@ class _Jobs:
             f"SELECT CAST(record AS BLOB) FROM {JOBS} WHERE id = ?", (id,)
         ).fetchone()
         return None if row is None else decode_record(id, row[0])
+
+    def status(self, id: str) -> JobStatus | None:
+        row = self.reader.execute(f"SELECT status FROM {JOBS} WHERE id = ?", (id,)).fetchone()
+        if row is None:
+            return None
+        try:
+            return JobStatus(row[0])
+        except ValueError:
+            raise StoreError(
+                f"the stored status of job {id!r} is not one a job has: {str(row[0])[:40]!r}",
+                code="corrupt",
+            ) from None
 
     def find(self, key: str) -> JobRecord | None:
         row = self.reader.execute(
@@ -584,6 +599,11 @@ class SQLiteRunStore:
         """See :meth:`RunStore.get <actors.durable.RunStore.get>`."""
         check_id(id)
         return await self._read(f"reading job {id}", lambda jobs: jobs.get(id))
+
+    async def status(self, id: str) -> JobStatus | None:
+        """See :meth:`RunStore.status <actors.durable.RunStore.status>`."""
+        check_id(id)
+        return await self._read(f"reading the status of job {id}", lambda jobs: jobs.status(id))
 
     async def find(self, key: str) -> JobRecord | None:
         """See :meth:`RunStore.find <actors.durable.RunStore.find>`."""

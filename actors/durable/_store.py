@@ -96,6 +96,10 @@ class RunStore(Protocol):
         """The job's record, or ``None`` (never admitted, or purged)."""
         ...
 
+    async def status(self, id: str) -> JobStatus | None:
+        """The job's status alone (``None``: never admitted, or purged), without its record."""
+        ...
+
     async def find(self, key: str) -> JobRecord | None:
         """The job admitted with ``key``, or ``None``."""
         ...
@@ -381,6 +385,13 @@ class MemoryRunStore:
         await self._enter()
         return self._load(id)
 
+    async def status(self, id: str) -> JobStatus | None:
+        """See :meth:`RunStore.status`."""
+        check_id(id)
+        await self._enter()
+        record = self._checked(id)
+        return None if record is None else record.status
+
     async def find(self, key: str) -> JobRecord | None:
         """See :meth:`RunStore.find`."""
         check_id(key, "a key")
@@ -444,8 +455,9 @@ class MemoryRunStore:
                 if candidate.execution is None:
                     self._next_execution += 1
                 self._store(taken.record)
-                # Decoded afresh: ``taken`` shares parts with the store's own copy.
-                return self._load(taken.record.id)
+                # The caller's alone from here: the kept copy it was made from goes.
+                self._decoded.pop(candidate.id, None)
+                return taken.record
         return None
 
     async def append(

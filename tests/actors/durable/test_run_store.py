@@ -837,3 +837,19 @@ async def test_a_closed_store_refuses_every_call(backend: Backend) -> None:
         reopened = await backend.peer()
         assert await reopened.get(admitted.record.id) == record
         assert await reopened.journal(record.id) == []
+
+
+async def test_status_follows_the_record_without_reading_it(backend: Backend) -> None:
+    store = backend.store
+    assert await store.status("nobody") is None
+    admitted = (await store.admit(ask(), now=T0)).record
+    assert await store.status(admitted.id) is J.JobStatus.QUEUED
+    running = await take(store)
+    assert await store.status(running.id) is J.JobStatus.RUNNING
+    ended = await end(store, running)
+    assert await store.status(ended.id) is J.JobStatus.COMPLETED
+    assert (await store.get(ended.id)) == ended
+    await store.purge(ended.id, now=T0 + 3)
+    assert await store.status(ended.id) is None
+    with pytest.raises(ValidationError):
+        await store.status("")

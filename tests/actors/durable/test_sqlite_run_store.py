@@ -145,3 +145,17 @@ async def test_a_write_cancelled_before_its_commit_writes_nothing(tmp_path: path
         assert done == ["taken"]
         transition = applied(J.cancel(first, now=T0 + 1))
         assert await store.write(transition) is True
+
+
+async def test_a_status_no_job_has_is_reported_corrupt(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "jobs.db"
+    async with await SQLiteRunStore.open(path) as store:
+        record = (await store.admit(ask(), now=T0)).record
+        conn = sqlite3.connect(path)
+        try:
+            conn.execute(f"UPDATE {JOBS} SET status = 'sideways' WHERE id = ?", (record.id,))
+            conn.commit()
+        finally:
+            conn.close()
+        error = await raises_code("corrupt", store.status(record.id))
+        assert "sideways" in error.message
