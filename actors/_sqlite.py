@@ -439,7 +439,7 @@ class Lane:
         """``work()`` in the lane's thread; what it returned, or what it raised."""
         await trio.lowlevel.checkpoint_if_cancelled()
         token = trio.lowlevel.current_trio_token()
-        done = trio.Event()
+        task = trio.lowlevel.current_task()
         returned: list[_R] = []
         raised: list[BaseException] = []
 
@@ -449,11 +449,11 @@ class Lane:
             except BaseException as exc:  # handed to the caller as it is
                 raised.append(exc)
             with contextlib.suppress(trio.RunFinishedError):
-                token.run_sync_soon(done.set)
+                token.run_sync_soon(trio.lowlevel.reschedule, task)
 
         self._calls.put(call)
-        with trio.CancelScope(shield=True):
-            await done.wait()
+        # Not abandoned once given: a cancel waits for the call's end (no cancel scope needed).
+        await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
         await trio.lowlevel.checkpoint_if_cancelled()
         if raised:
             raise raised[0]

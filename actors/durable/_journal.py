@@ -5,19 +5,19 @@ Entries are written in order, and a boundary whose loss would be ambiguous is a 
 written -- with everything journaled before it, in one append -- before it is crossed. A
 provider call's request before the call; a call's intent (after the response that made the call)
 before the call's effect; an approval request with the job's suspension; the terminal with the
-job's end. The rest (the input, a settled response, a call's result, streamed text every
-:data:`~protocols.jobs.CHECKPOINT_EVERY` deltas) waits at most :data:`LINGER` seconds for the
-next barrier to carry it, and is written on its own after that: a crash loses at most what
-was journaled in the last moments before it, never a boundary. A write the store refuses as
+job's end. The input and a settled response go with the barrier that always follows them at
+once. A call's result and streamed text (every :data:`~protocols.jobs.CHECKPOINT_EVERY` deltas)
+wait at most :data:`LINGER` seconds for the next barrier to carry them, and are written on their
+own after that: a crash loses at most what was journaled in the last moments before it, never a
+boundary. A write the store refuses as
 fenced -- this worker no longer holds the job -- drops the run: it is cut at once, and nothing
 more is written for it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import trio
 
@@ -106,12 +106,15 @@ class StoreJournal:
             self._recorded = set(replay.results)
             self._intents = dict(replay.intents)
 
-    async def _append(self, *entries: Entry) -> None:
-        """Journal ``entries`` behind the run (see the module docstring)."""
+    async def _append(self, *entries: Entry, carried: bool = False) -> None:
+        """Journal ``entries`` behind the run (see the module docstring). ``carried``: a
+        barrier always follows them at once (the input, a settled response), so the writer is
+        not woken for them; :meth:`close` writes them if the run ends first."""
         if not self._writable:
             return
         self._buffer.extend(entries)
-        self._more.set()
+        if not carried:
+            self._more.set()
 
     async def writer(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -126,23 +129,23 @@ class StoreJournal:
                 with trio.CancelScope(shield=True):
                     await self._write_buffer(())
 
-    @contextlib.asynccontextmanager
-    async def _exclusive(self) -> AsyncIterator[None]:
-        """The journal's one append in flight: waits for the one before it to end."""
+    async def _take_turn(self) -> None:
+        """Become the journal's one append in flight (waiting for the one before to end);
+        :meth:`_end_turn` afterwards, always."""
         while self._writing:
             await self._progress.wait()
         self._writing = True
-        try:
-            yield
-        finally:
-            self._writing = False
-            progress, self._progress = self._progress, trio.Event()
-            progress.set()
+
+    def _end_turn(self) -> None:
+        self._writing = False
+        progress, self._progress = self._progress, trio.Event()
+        progress.set()
 
     async def _write_buffer(self, entries: Sequence[Entry], then: Applied | None = None) -> bool:
         """Append what is buffered and ``entries`` now (waiting for an append in flight first);
         whether they were written. A fenced refusal drops the run; another failure cuts it."""
-        async with self._exclusive():
+        await self._take_turn()
+        try:
             if not self.holds() or self.suspended:
                 return False
             batch, self._buffer = [*self._buffer, *entries], []
@@ -158,6 +161,8 @@ class StoreJournal:
                     self.failure = error
                     self._cut(f"the journal could not be written: {error.message}")
                 return False
+        finally:
+            self._end_turn()
         return True
 
     async def flush(self) -> bool:
@@ -174,7 +179,8 @@ class StoreJournal:
         """Write the terminal with what is buffered, and the job's end (``then``) with it.
         Raises :class:`~actors.store.StoreError` -- ``code="fenced"`` when this worker no
         longer holds the job or the record changed since ``then`` was computed."""
-        async with self._exclusive():
+        await self._take_turn()
+        try:
             if self.failure is not None:
                 raise self.failure
             batch, self._buffer = [*self._buffer, terminal], []
@@ -189,6 +195,8 @@ class StoreJournal:
                 else:
                     self._buffer = batch[:-1]
                 raise
+        finally:
+            self._end_turn()
         self._closed = True
 
     async def gate(self, calls: Sequence[ToolCall], authority: Authority) -> None:
@@ -255,7 +263,7 @@ class StoreJournal:
 
     async def input(self, messages: Sequence[Message]) -> None:
         """The messages the run starts from (its first attempt)."""
-        await self._append(InputEntry(tuple(messages)))
+        await self._append(InputEntry(tuple(messages)), carried=True)
 
     async def request(self, turn: int) -> None:
         """A provider call of ``turn`` is about to start (a barrier: a call lost in a crash
@@ -266,7 +274,7 @@ class StoreJournal:
 
     async def response(self, message: Message, usage: Usage | None) -> None:
         """A settled response: its calls become the open batch."""
-        await self._append(ResponseEntry(message, usage))
+        await self._append(ResponseEntry(message, usage), carried=True)
         self._turn += 1
         self._calls = {call.id: index for index, call in enumerate(message.calls)}
         self._recorded = set()

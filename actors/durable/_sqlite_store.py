@@ -569,8 +569,8 @@ class SQLiteRunStore:
         for item in batch:
             item.taken = True
         try:
-            with trio.CancelScope(shield=True):
-                await self._writer.run(lambda: self._jobs.commit(batch))
+            # (A lane's call is never abandoned: a cancel lands after the commit.)
+            await self._writer.run(lambda: self._jobs.commit(batch))
         except BaseException as exc:  # pragma: no cover - commit() reports through the items
             for item in batch:
                 item.error = exc
