@@ -151,24 +151,26 @@ class Logged:
 
 
 async def pause(share):
+    # Most of a call's time is after its effect: a kill inside a call lands there (the case
+    # the test must see both ways) far more often than before the effect.
     await trio.sleep(rng.uniform(0, share * CONFIG["tool_delay"]))
 
 
 @tool
 async def pay(ref: str, amount: int, ctx: RunContext) -> str:
     """Pay amount for ref: not idempotent."""
-    await pause(0.25)
+    await pause(0.1)
     effect("pay", job=ctx.run_id, call=ctx.call_id, key=ctx.idempotency_key, ref=ref)
-    await pause(0.75)
+    await pause(0.9)
     return f"paid {amount}"
 
 
 @tool(idempotent=True)
 async def note(ref: str, text: str, ctx: RunContext) -> str:
     """Write a note about ref: idempotent by its key."""
-    await pause(0.25)
+    await pause(0.1)
     effect("note", job=ctx.run_id, call=ctx.call_id, key=ctx.idempotency_key, ref=ref)
-    await pause(0.75)
+    await pause(0.9)
     return f"noted {text}"
 
 
