@@ -423,6 +423,7 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "JobQueue",
         "LINGER",
         "MemoryRunStore",
+        "PostgresRunStore",
         "RunStore",
         "SQLiteRunStore",
         "StoreJournal",

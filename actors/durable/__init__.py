@@ -11,6 +11,7 @@ from ._ops import cancel_job as cancel_job
 from ._ops import purge_job as purge_job
 from ._ops import submit_job as submit_job
 from ._ops import wait_job as wait_job
+from ._postgres_store import PostgresRunStore as PostgresRunStore
 from ._queue import JobError as JobError
 from ._queue import JobQueue as JobQueue
 from ._queue import open_job_queue as open_job_queue
@@ -31,6 +32,7 @@ __all__ = [
     "JobError",
     "JobQueue",
     "MemoryRunStore",
+    "PostgresRunStore",
     "RunStore",
     "SQLiteRunStore",
     "StoreJournal",

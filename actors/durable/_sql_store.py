@@ -89,8 +89,8 @@ class Dialect:
     executemany: Callable[[Any, str, Sequence[Sequence[object]]], None]
     #: Make concurrent admissions of one key wait for each other (a no-op on SQLite).
     serialize: Callable[[Any, str], None] = lambda conn, key: None
-    #: The connection to use: this one, or a new one if it was lost.
-    usable: Callable[[Any], Any] = lambda conn: conn
+    #: Whether a connection was lost (it is replaced before the next call).
+    broken: Callable[[Any], bool] = lambda conn: False
 
     @functools.cache  # noqa: B019 - dialects are few and live for the process
     def sql(self, query: str) -> str:
@@ -129,10 +129,19 @@ class Jobs:
     for good (writes are compare-and-swap on it, and a purged job's id is never reused), so a
     kept record is valid exactly while the stored revision is its own."""
 
-    def __init__(self, dialect: Dialect, writer: Any, reader: Any, max_bytes: int) -> None:
+    def __init__(
+        self,
+        dialect: Dialect,
+        writer: Any,
+        reader: Any,
+        max_bytes: int,
+        *,
+        reconnect: Callable[[], Any] | None = None,
+    ) -> None:
         self.dialect = dialect
         self._writer: Any = writer
         self._reader: Any = reader
+        self._reconnect = reconnect
         self.max_bytes = max_bytes
         self._cache: OrderedDict[str, tuple[int, JobRecord]] = OrderedDict()
         self._cache_lock = threading.Lock()
@@ -142,14 +151,22 @@ class Jobs:
     def conn(self) -> Any:
         if self._writer is None:
             raise closed()
-        self._writer = self.dialect.usable(self._writer)
+        if self._reconnect is not None and self.dialect.broken(self._writer):
+            fresh = self._reconnect()  # a StoreError if it cannot: the old one stays, broken
+            self._writer.close()
+            self._writer = fresh
+            log.warning("run store: reconnected its writer connection")
         return self._writer
 
     @property
     def reader(self) -> Any:
         if self._reader is None:
             raise closed()
-        self._reader = self.dialect.usable(self._reader)
+        if self._reconnect is not None and self.dialect.broken(self._reader):
+            fresh = self._reconnect()  # a StoreError if it cannot: the old one stays, broken
+            self._reader.close()
+            self._reader = fresh
+            log.warning("run store: reconnected its reader connection")
         return self._reader
 
     def _x(self, conn: Any, sql: str, arguments: Sequence[object] = ()) -> Any:
@@ -185,10 +202,14 @@ class Jobs:
     def commit(self, batch: Sequence[_Pending]) -> None:
         """Run ``batch``'s writes in one transaction, each in a savepoint of its own: one that
         fails is rolled back alone and gets its error; the others commit together."""
-        conn = self.conn
         self._staged.clear()
         try:
+            conn = self.conn
             self._x(conn, self.dialect.begin)
+        except StoreError as exc:  # the connection was lost and cannot be made again yet
+            for item in batch:
+                item.error = exc
+            return
         except self.dialect.error as exc:
             for item in batch:
                 item.error = self.dialect.translate(exc, item.action)
@@ -462,6 +483,8 @@ class Jobs:
     def list(
         self, statuses: tuple[str, ...] | None, after: int | None, limit: int
     ) -> builtins.list[JobRecord]:
+        if statuses is not None and not statuses:
+            return []  # (``IN ()`` is not SQL everywhere)
         query = f"SELECT id, RECORD_TEXT FROM {JOBS} WHERE sequence > ?"
         arguments: list[object] = [after if after is not None else -1]
         if statuses is not None:
@@ -532,9 +555,13 @@ class SQLRunStore:
             raise closed()
         jobs = self._jobs
 
+        dialect = jobs.dialect
+
         def call() -> _R:
-            with translated(action):
+            try:
                 return work(jobs)
+            except dialect.error as exc:
+                raise dialect.translate(exc, action) from exc
 
         return await self._reader.run(call)
 

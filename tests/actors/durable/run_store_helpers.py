@@ -12,8 +12,16 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import pytest
+import trio
+from postgres_server import drop_schemas, new_schema, postgres_url
 
-from actors.durable import DEFAULT_MAX_BYTES, MemoryRunStore, RunStore, SQLiteRunStore
+from actors.durable import (
+    DEFAULT_MAX_BYTES,
+    MemoryRunStore,
+    PostgresRunStore,
+    RunStore,
+    SQLiteRunStore,
+)
 from actors.store import StoreError
 from protocols import jobs as J
 from protocols.messages import AgentResult, StopReason
@@ -52,12 +60,17 @@ class Backend:
         self.path = directory / "runs.db"
         self._opened: list[RunStore] = []
         self._fresh = 0
+        self._schemas: list[str] = []
         self.store: RunStore = MemoryRunStore()  # replaced by start()
 
     async def _open(self, path: pathlib.Path, max_bytes: int = DEFAULT_MAX_BYTES) -> RunStore:
         store: RunStore
         if self.kind == "memory":
             store = MemoryRunStore(max_bytes=max_bytes)
+        elif self.kind == "postgres":
+            # A database's schema stands for a file: the path's name picks it.
+            schema = self._schema_for(path)
+            store = await PostgresRunStore.open(postgres_url(), schema=schema, max_bytes=max_bytes)
         else:
             store = await SQLiteRunStore.open(path, max_bytes=max_bytes)
         self._opened.append(store)
@@ -76,13 +89,23 @@ class Backend:
         self._fresh += 1
         return await self._open(self.directory / f"fresh-{self._fresh}.db", max_bytes)
 
+    def _schema_for(self, path: pathlib.Path) -> str:
+        names = getattr(self, "_schema_names", {})
+        self._schema_names = names
+        if path not in names:
+            names[path] = new_schema()
+            self._schemas.append(names[path])
+        return names[path]
+
     async def close(self) -> None:
         for store in self._opened:
             await store.aclose()
+        if self._schemas:
+            await trio.to_thread.run_sync(drop_schemas, *self._schemas)
 
 
 #: The kinds of store every contract test runs against.
-KINDS = ("memory", "sqlite")
+KINDS = ("memory", "sqlite", "postgres")
 
 
 @contextlib.asynccontextmanager

@@ -9,8 +9,9 @@ from collections.abc import AsyncIterator
 
 import attrs
 import pytest
+from run_store_helpers import KINDS, open_backend
 
-from actors.durable import MemoryRunStore, RunStore, SQLiteRunStore
+from actors.durable import RunStore
 from protocols import jobs as J
 from protocols.accounting import Usage
 from protocols.errors import ValidationError
@@ -18,17 +19,10 @@ from protocols.errors import ValidationError
 pytestmark = pytest.mark.trio
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=KINDS)
 async def store(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> AsyncIterator[RunStore]:
-    opened: RunStore = (
-        MemoryRunStore()
-        if request.param == "memory"
-        else await SQLiteRunStore.open(tmp_path / "r.db")
-    )
-    try:
-        yield opened
-    finally:
-        await opened.aclose()
+    async with open_backend(request.param, tmp_path) as backend:
+        yield backend.store
 
 
 async def test_a_then_for_another_job_is_a_validation_error_in_both_stores(store: RunStore) -> None:

@@ -1,0 +1,174 @@
+"""The PostgreSQL plumbing of the stores: connecting (psycopg 3, its blocking API, driven from a
+store's own threads -- never asyncio), the versioned schema and its migrations, and what the
+driver's errors are reported as.
+
+psycopg is an optional dependency (``pip install 'trio-agents[postgres]'``): importing this
+module never needs it; opening a store does, and says so when it is missing. A URL's password
+never appears in an error or a log line: they name the database with :func:`redacted`.
+
+Everything here is synchronous: the stores run it in their threads.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+from protocols.errors import Category, ValidationError
+
+from ._sqlite import JOBS, JOURNAL, TOMBSTONES, StoreError
+
+__all__ = [
+    "POSTGRES_SCHEMA_VERSION",
+    "check_url",
+    "connect",
+    "redacted",
+    "translate_error",
+]
+
+#: The schema version of a PostgreSQL store this code writes; a newer one is refused.
+POSTGRES_SCHEMA_VERSION: Final = 1
+
+_META: Final = "trio_agents_meta"
+
+# What each migration runs, by the version it produces; all of them in one transaction, under
+# an advisory lock, so two processes opening a new database at once migrate it once.
+_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
+    1: (
+        f"CREATE TABLE {_META} (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        f"CREATE TABLE {JOBS} ("
+        "id TEXT PRIMARY KEY, key TEXT UNIQUE, status TEXT NOT NULL, "
+        "sequence BIGINT NOT NULL UNIQUE, record TEXT NOT NULL, "
+        "revision BIGINT NOT NULL DEFAULT 0, holder TEXT, held BIGINT, "
+        "until DOUBLE PRECISION, thread TEXT, rank INTEGER NOT NULL DEFAULT 3)",
+        f"CREATE INDEX {JOBS}_rank ON {JOBS} (status, rank, sequence)",
+        f"CREATE INDEX {JOBS}_thread ON {JOBS} (thread, sequence)",
+        f"CREATE TABLE {JOURNAL} ("
+        "job TEXT NOT NULL, seq BIGINT NOT NULL, entry TEXT NOT NULL, PRIMARY KEY (job, seq))",
+        f"CREATE TABLE {TOMBSTONES} ("
+        "id TEXT PRIMARY KEY, key TEXT UNIQUE, purged_at DOUBLE PRECISION NOT NULL)",
+        # The counters exist from the start: taking a number locks its row.
+        f"INSERT INTO {_META} (key, value) VALUES ('job_sequence', '1'), ('job_execution', '1')",
+    ),
+}
+
+#: A schema name: letters, digits and underscores, not starting with a digit.
+_SCHEMA = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+#: Key 1 of the advisory lock migrations hold (any constant of our own).
+_MIGRATION_LOCK: Final = 7_100_423_915
+
+
+def redacted(url: str) -> str:
+    """``url`` without its password (what errors and logs show)."""
+    return re.sub(r"(://[^/@:]*):[^/@]*@", r"\1:***@", url)
+
+
+def check_url(url: object) -> str:
+    """Refuse, before connecting, what is not a PostgreSQL URL."""
+    if not isinstance(url, str) or not re.match(r"postgres(ql)?://", url):
+        shown = redacted(url) if isinstance(url, str) else type(url).__name__
+        raise ValidationError(f"a PostgreSQL store needs a postgresql:// URL, not {shown!r}")
+    return url
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg  # noqa: PLC0415 - an optional dependency, imported when used
+    except ImportError:
+        raise StoreError(
+            "the PostgreSQL store needs psycopg 3: pip install 'trio-agents[postgres]'",
+            code="unsupported",
+            category=Category.USER,
+        ) from None
+    return psycopg
+
+
+def translate_error(exc: Exception, action: str) -> StoreError:
+    """The :class:`StoreError` a psycopg error while doing ``action`` is reported as: ``busy``
+    (a lock or deadlock; retryable), ``io`` (the connection or the server; retryable), or
+    ``io`` for anything else."""
+    psycopg = _psycopg()
+    errors = psycopg.errors
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    busy = (
+        errors.LockNotAvailable,
+        errors.DeadlockDetected,
+        errors.SerializationFailure,
+        errors.QueryCanceled,
+    )
+    if isinstance(exc, busy):
+        return StoreError(f"{action}: {text}", code="busy", retryable=True)
+    if isinstance(exc, psycopg.OperationalError):
+        return StoreError(
+            f"{action}: the database could not be reached or went away ({text})",
+            code="io",
+            retryable=True,
+        )
+    return StoreError(f"{action}: {text}", code="io")
+
+
+def connect(url: str, schema: str, *, migrate: bool = True) -> Any:
+    """A connection to the store at ``url`` in ``schema`` (created if missing), autocommit, its
+    schema made current (``migrate=False``: a second connection, once one has migrated it)."""
+    psycopg = _psycopg()
+    if not _SCHEMA.fullmatch(schema):
+        raise ValidationError(
+            f"schema must be a plain SQL name (letters, digits, _), not {schema!r}"
+        )
+    where = redacted(url)
+    try:
+        conn = psycopg.connect(url, autocommit=True)
+    except psycopg.Error as exc:
+        raise translate_error(exc, f"connecting to {where}") from None
+    try:
+        if migrate:
+            conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+        conn.execute(f'SET search_path TO "{schema}"')
+        if migrate:
+            _migrate(conn, where)
+    except psycopg.Error as exc:
+        conn.close()
+        raise translate_error(exc, f"preparing the store at {where}") from None
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _migrate(conn: Any, where: str) -> None:
+    conn.execute("BEGIN")
+    try:
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        row = conn.execute("SELECT to_regclass(%s)", (_META,)).fetchone()
+        version = 0
+        if row is not None and row[0] is not None:
+            found = conn.execute(
+                f"SELECT value FROM {_META} WHERE key = 'schema_version'"
+            ).fetchone()
+            text = str(found[0]) if found is not None else ""
+            if not text.isdecimal():
+                raise StoreError(
+                    f"the store at {where} has no readable schema version: a partial schema, "
+                    "refused",
+                    code="schema",
+                )
+            version = int(text)
+            if version > POSTGRES_SCHEMA_VERSION:
+                raise StoreError(
+                    f"the store at {where} has schema version {version}, newer than this "
+                    f"trio-agents supports ({POSTGRES_SCHEMA_VERSION}); upgrade trio-agents",
+                    code="schema",
+                )
+        for target in range(version + 1, POSTGRES_SCHEMA_VERSION + 1):
+            for statement in _MIGRATIONS[target]:
+                conn.execute(statement)
+        if version < POSTGRES_SCHEMA_VERSION:
+            conn.execute(
+                f"INSERT INTO {_META} (key, value) VALUES ('schema_version', %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (str(POSTGRES_SCHEMA_VERSION),),
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise

@@ -1,0 +1,139 @@
+"""What only the PostgreSQL run store has: its URL and schema checks, a password that never shows,
+its schema version, workers on separate connections that never take one job twice, and a
+connection terminated under it (issue 15). The contract and conformance suites run against it
+too (``KINDS`` in ``run_store_helpers.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import psycopg
+import pytest
+import trio
+from postgres_server import drop_schemas, new_schema, postgres_url
+from run_store_helpers import T0, ask
+
+from actors.durable import PostgresRunStore
+from actors.store import StoreError
+from protocols import jobs as J
+from protocols.errors import ValidationError
+
+pytestmark = pytest.mark.trio
+
+
+@pytest.fixture
+async def schema() -> AsyncIterator[str]:
+    name = new_schema()
+    try:
+        yield name
+    finally:
+        await trio.to_thread.run_sync(drop_schemas, name)
+
+
+def sql(query: str, *arguments: object) -> list[tuple[object, ...]]:
+    with psycopg.connect(postgres_url(), autocommit=True) as conn:
+        cursor = conn.execute(query, arguments)
+        return cursor.fetchall() if cursor.description else []
+
+
+async def test_what_is_not_a_postgresql_url_or_schema_is_refused_before_connecting() -> None:
+    for url in ("sqlite:///x.db", "", "http://h/db"):
+        with pytest.raises(ValidationError, match="postgresql://"):
+            await PostgresRunStore.open(url)
+    with pytest.raises(ValidationError, match="schema"):
+        await PostgresRunStore.open(postgres_url(), schema='x"; DROP TABLE y; --')
+
+
+async def test_a_password_never_appears_when_the_server_cannot_be_reached() -> None:
+    url = "postgresql://ada:hunter2-secret@127.0.0.1:1/nowhere?connect_timeout=2"
+    with pytest.raises(StoreError) as caught:
+        await PostgresRunStore.open(url)
+    error = caught.value
+    assert error.code == "io"
+    assert error.retryable
+    assert "hunter2" not in str(error)
+    assert "hunter2" not in repr(error)
+    assert "ada:***@127.0.0.1:1" in str(error)
+
+
+async def test_a_schema_newer_than_this_code_is_refused_and_left_alone(schema: str) -> None:
+    async with await PostgresRunStore.open(postgres_url(), schema=schema) as store:
+        await store.admit(ask(), now=T0)
+    sql(f'UPDATE "{schema}".trio_agents_meta SET value = %s WHERE key = %s', "99", "schema_version")
+    with pytest.raises(StoreError) as caught:
+        await PostgresRunStore.open(postgres_url(), schema=schema)
+    assert caught.value.code == "schema"
+    assert "newer than this trio-agents supports" in str(caught.value)
+    assert sql(f'SELECT count(*) FROM "{schema}".trio_agents_jobs') == [(1,)]
+
+
+async def test_workers_on_their_own_connections_never_take_one_job_twice(schema: str) -> None:
+    stores = [await PostgresRunStore.open(postgres_url(), schema=schema) for _ in range(4)]
+    try:
+        for index in range(40):
+            await stores[index % 4].admit(ask(f"job {index}"), now=T0)
+        taken: list[tuple[int, str]] = []
+
+        async def work(number: int) -> None:
+            while True:
+                record = await stores[number].acquire(owner=f"w{number}", lease=30, now=T0 + 1)
+                if record is None:
+                    return
+                taken.append((number, record.id))
+
+        async with trio.open_nursery() as nursery:
+            for number in range(4):
+                nursery.start_soon(work, number)
+        ids = [id for _, id in taken]
+        assert len(ids) == 40
+        assert len(set(ids)) == 40
+        # Each job is held by exactly the worker that took it, with fence 1.
+        for number, id in taken:
+            record = await stores[0].get(id)
+            assert record is not None
+            assert record.lease is not None
+            assert (record.lease.owner, record.fence) == (f"w{number}", 1)
+    finally:
+        for store in stores:
+            await store.aclose()
+
+
+async def test_a_terminated_connection_fails_one_call_retryably_then_is_replaced(
+    schema: str,
+) -> None:
+    # The store's connections carry a name of their own: only they are terminated.
+    url = postgres_url()
+    named = f"{url}{'&' if '?' in url else '?'}application_name={schema}"
+    async with await PostgresRunStore.open(named, schema=schema) as store:
+        first = (await store.admit(ask("before"), now=T0)).record
+        terminated = sql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            schema,
+        )
+        assert terminated == [(True,), (True,)]  # its writer and its reader
+        outcomes: list[tuple[str, bool]] = []
+        for _ in range(3):
+            try:
+                await store.admit(ask("after"), now=T0 + 1)
+            except StoreError as error:
+                outcomes.append((error.code, bool(error.retryable)))
+            else:
+                outcomes.append(("ok", True))
+                break
+        # At most the call that met the dead connection failed, retryably; the next worked.
+        assert outcomes[-1] == ("ok", True)
+        assert outcomes[:-1] in ([], [("io", True)])
+        # Reads recover alike; nothing acknowledged was lost.
+        reads: list[object] = []
+        for _ in range(2):
+            try:
+                reads.append(await store.get(first.id))
+            except StoreError as error:
+                reads.append((error.code, error.retryable))
+            else:
+                break
+        assert reads[-1] == first
+        assert reads[:-1] in ([], [("io", True)])
+        everything = await store.list(limit=10)
+        assert sorted(r.job.input[0].content for r in everything) == ["after", "before"]
+        assert all(r.status is J.JobStatus.QUEUED for r in everything)
