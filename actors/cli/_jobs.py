@@ -12,44 +12,26 @@ import json
 import os
 import signal
 import sys
-import urllib.parse
 from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
 
 import trio
 
+from actors.durable._open import check_store_url
 from protocols.codec import to_json
 from protocols.errors import ConfigError
 
 if TYPE_CHECKING:
     from actors._core._runtime import Runtime
-    from actors.durable import AgentRegistry, SQLiteRunStore
+    from actors.durable import AgentRegistry, RunStore
     from protocols.jobs import JobRecord
 
-__all__ = ["jobs_main", "store_path", "worker_main"]
+__all__ = ["jobs_main", "worker_main"]
 
 
-def store_path(url: str) -> str:
-    """The file a ``sqlite:///PATH`` store URL names (``sqlite:////abs/path`` for an absolute
-    one). Raises :class:`~protocols.errors.ConfigError` for anything else."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme != "sqlite":
-        shown = parts.scheme or url
-        raise ConfigError(
-            f"unsupported store URL {shown!r}: use sqlite:///PATH (a SQLite file; "
-            "sqlite:////absolute/path for an absolute one)"
-        )
-    if not url.startswith("sqlite:///") or parts.netloc:
-        raise ConfigError(f"a SQLite store URL is sqlite:///PATH, not {url!r}")
-    path = urllib.parse.unquote(url[len("sqlite:///") :])
-    if not path:
-        raise ConfigError(f"the store URL {url!r} names no file")
-    return path
+async def _open(url: str) -> RunStore:
+    from actors.durable import open_run_store  # noqa: PLC0415
 
-
-async def _open(url: str) -> SQLiteRunStore:
-    from actors.durable import SQLiteRunStore  # noqa: PLC0415
-
-    return await SQLiteRunStore.open(store_path(url))
+    return await open_run_store(url)
 
 
 def load_app(spec: str) -> Any:
@@ -104,7 +86,7 @@ def worker_main(
     ``grace`` seconds to finish, cut the rest (their partials journaled; another worker
     continues them once their leases expire), and return 0."""
     target = load_app(app)
-    store_path(store)  # a bad URL fails before anything starts
+    check_store_url(store)  # a bad URL fails before anything starts
     settings = _Settings(concurrency, lease, grace, poll)
     return trio.run(_worker, store, target, settings, out)
 
@@ -216,7 +198,7 @@ def _show(record: JobRecord, as_json: bool, out: TextIO) -> None:
 
 def jobs_main(action: str, args: Any, out: TextIO) -> int:
     """Run ``trio-agents jobs ACTION``; returns the exit status."""
-    store_path(args.store)
+    check_store_url(args.store)
     return trio.run(_jobs, action, args, out)
 
 

@@ -247,7 +247,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_STORE_HELP = "the job store: sqlite:///PATH (sqlite:////absolute/path for an absolute path)"
+_STORE_HELP = (
+    "the job store: sqlite:///PATH (sqlite:////absolute/path for an absolute path) or "
+    "postgresql://USER@HOST/DB[?schema=NAME]"
+)
 
 
 def _durable_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -6,6 +6,8 @@ The pure model -- jobs, records, transitions, the journal -- is :mod:`protocols.
 
 from ._journal import LINGER as LINGER
 from ._journal import StoreJournal as StoreJournal
+from ._open import check_store_url as check_store_url
+from ._open import open_run_store as open_run_store
 from ._ops import answer_job as answer_job
 from ._ops import cancel_job as cancel_job
 from ._ops import purge_job as purge_job
@@ -38,7 +40,9 @@ __all__ = [
     "StoreJournal",
     "answer_job",
     "cancel_job",
+    "check_store_url",
     "open_job_queue",
+    "open_run_store",
     "purge_job",
     "submit_job",
     "wait_job",

@@ -14,8 +14,10 @@ import signal
 import subprocess
 import sys
 
+import psycopg
 import pytest
 import trio
+from postgres_server import drop_schemas, new_schema, postgres_url
 
 from actors.durable import SQLiteRunStore
 
@@ -69,7 +71,9 @@ def cli(folder: pathlib.Path, *args: str, timeout: float = 60) -> subprocess.Com
     )
 
 
-def start_worker(folder: pathlib.Path, *extra: str) -> subprocess.Popen[str]:
+def start_worker(
+    folder: pathlib.Path, *extra: str, store: str = "sqlite:///jobs.db"
+) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
         [
@@ -78,7 +82,7 @@ def start_worker(folder: pathlib.Path, *extra: str) -> subprocess.Popen[str]:
             "actors",
             "worker",
             "--store",
-            "sqlite:///jobs.db",
+            store,
             "--app",
             "app:registry",
             "--poll",
@@ -261,7 +265,16 @@ def test_cancel_and_purge_and_the_purged_key(folder: pathlib.Path) -> None:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (("jobs", "list", "--store", "postgresql://db/test"), "unsupported store URL 'postgresql'"),
+        (("jobs", "list", "--store", "mysql://db/test"), "unsupported store URL 'mysql'"),
+        (
+            (
+                "jobs",
+                "list",
+                "--store",
+                "postgresql://ada:s3cret-pw@127.0.0.1:1/x?connect_timeout=2",
+            ),
+            "ada:***@127.0.0.1:1",
+        ),
         (("jobs", "list", "--store", "sqlite://jobs.db"), "is sqlite:///PATH"),
         (("jobs", "show", "--store", "sqlite:///jobs.db", "nope"), "no job 'nope'"),
         (("worker", "--store", "sqlite:///jobs.db", "--app", "missing:x"), "cannot import"),
@@ -279,3 +292,31 @@ def test_mistakes_are_one_line_with_exit_status_1(
     assert len(lines) == 1, result.stderr
     assert expected in lines[0]
     assert "Traceback" not in result.stderr
+    assert "s3cret-pw" not in result.stderr
+
+
+def test_the_same_commands_on_postgresql(folder: pathlib.Path) -> None:
+    schema = new_schema()
+    url = postgres_url()
+    store = f"{url}{'&' if '?' in url else '?'}schema={schema}"
+    try:
+        submitted = cli(
+            folder, "jobs", "submit", "--store", store, "--agent", "calculator", "--json", "Sum?"
+        )
+        assert submitted.returncode == 0, submitted.stderr
+        id = json.loads(submitted.stdout)["id"]
+        worker = start_worker(folder, store=store)
+        try:
+            waited = cli(folder, "jobs", "wait", "--store", store, id, "--timeout", "30", "--json")
+        finally:
+            out, _ = stop(worker)
+        assert waited.returncode == 0, waited.stderr
+        shown = json.loads(waited.stdout)
+        assert (shown["status"], shown["result"]["content"]) == ("completed", "It is 42.")
+        assert "completed 1" in out
+        # The jobs are in the schema the URL named, not in public.
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute(f'SELECT count(*) FROM "{schema}".trio_agents_jobs').fetchone()
+        assert row == (1,)
+    finally:
+        drop_schemas(schema)

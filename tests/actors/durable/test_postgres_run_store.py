@@ -5,6 +5,7 @@ too (``KINDS`` in ``run_store_helpers.py``)."""
 
 from __future__ import annotations
 
+import pathlib
 from collections.abc import AsyncIterator
 
 import psycopg
@@ -13,10 +14,10 @@ import trio
 from postgres_server import drop_schemas, new_schema, postgres_url
 from run_store_helpers import T0, ask
 
-from actors.durable import PostgresRunStore
+from actors.durable import PostgresRunStore, SQLiteRunStore, check_store_url, open_run_store
 from actors.store import StoreError
 from protocols import jobs as J
-from protocols.errors import ValidationError
+from protocols.errors import ConfigError, ValidationError
 
 pytestmark = pytest.mark.trio
 
@@ -137,3 +138,27 @@ async def test_a_terminated_connection_fails_one_call_retryably_then_is_replaced
         everything = await store.list(limit=10)
         assert sorted(r.job.input[0].content for r in everything) == ["after", "before"]
         assert all(r.status is J.JobStatus.QUEUED for r in everything)
+
+
+async def test_a_store_url_opens_the_store_it_names(schema: str, tmp_path: pathlib.Path) -> None:
+    url = postgres_url()
+    joined = "&" if "?" in url else "?"
+    store = await open_run_store(f"{url}{joined}schema={schema}")
+    try:
+        assert isinstance(store, PostgresRunStore)
+        await store.admit(ask(), now=T0)
+    finally:
+        await store.aclose()
+    assert sql(f'SELECT count(*) FROM "{schema}".trio_agents_jobs') == [(1,)]
+    local = await open_run_store(f"sqlite:///{tmp_path / 'jobs.db'}")
+    try:
+        assert isinstance(local, SQLiteRunStore)
+    finally:
+        await local.aclose()
+    for bad, words in (
+        (f"{url}{joined}schema=a&schema=b", "more than one schema"),
+        ("mysql://h/db", "unsupported store URL 'mysql'"),
+        ("sqlite://jobs.db", "sqlite:///PATH"),
+    ):
+        with pytest.raises(ConfigError, match=words):
+            check_store_url(bad)

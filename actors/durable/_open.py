@@ -1,0 +1,72 @@
+"""Run stores by URL: ``sqlite:///PATH`` or ``postgresql://...`` (what ``--store`` takes)."""
+
+from __future__ import annotations
+
+import urllib.parse
+
+from protocols.errors import ConfigError
+
+from .._postgres import redacted
+from ._store import RunStore
+
+__all__ = ["check_store_url", "open_run_store", "store_path"]
+
+#: The schema a PostgreSQL URL's ``schema`` parameter names when it names none.
+DEFAULT_SCHEMA = "public"
+
+
+def store_path(url: str) -> str:
+    """The file a ``sqlite:///PATH`` store URL names (``sqlite:////abs/path`` for an absolute
+    one). Raises :class:`~protocols.errors.ConfigError` for anything else."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "sqlite":
+        raise ConfigError(f"a SQLite store URL is sqlite:///PATH, not {redacted(url)!r}")
+    if not url.startswith("sqlite:///") or parts.netloc:
+        raise ConfigError(f"a SQLite store URL is sqlite:///PATH, not {url!r}")
+    path = urllib.parse.unquote(url[len("sqlite:///") :])
+    if not path:
+        raise ConfigError(f"the store URL {url!r} names no file")
+    return path
+
+
+def _postgres(url: str) -> tuple[str, str]:
+    """The connection URL and the schema of a ``postgresql://`` store URL (its ``schema``
+    parameter, taken out: it is ours, not the driver's)."""
+    parts = urllib.parse.urlsplit(url)
+    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [value for name, value in query if name == "schema"]
+    if len(schemas) > 1:
+        raise ConfigError(f"the store URL {redacted(url)!r} names more than one schema")
+    rest = urllib.parse.urlencode([(name, value) for name, value in query if name != "schema"])
+    return urllib.parse.urlunsplit(parts._replace(query=rest)), (schemas or [DEFAULT_SCHEMA])[0]
+
+
+def check_store_url(url: str) -> None:
+    """Refuse, before anything starts, a store URL no store opens (a
+    :class:`~protocols.errors.ConfigError` saying what is accepted)."""
+    scheme = urllib.parse.urlsplit(url).scheme
+    if scheme == "sqlite":
+        store_path(url)
+    elif scheme in ("postgresql", "postgres"):
+        _postgres(url)
+    else:
+        raise ConfigError(
+            f"unsupported store URL {scheme or redacted(url)!r}: use sqlite:///PATH (a SQLite "
+            "file; sqlite:////absolute/path for an absolute one) or postgresql://... "
+            "(PostgreSQL; ?schema=NAME for a schema other than public)"
+        )
+
+
+async def open_run_store(url: str) -> RunStore:
+    """Open the run store ``url`` names: ``sqlite:///PATH`` (a :class:`SQLiteRunStore`) or
+    ``postgresql://USER@HOST/DB[?schema=NAME]`` (a :class:`PostgresRunStore`). Raises
+    :class:`~protocols.errors.ConfigError` for another URL, and what the store's ``open``
+    raises when it cannot be used."""
+    from ._postgres_store import PostgresRunStore  # noqa: PLC0415
+    from ._sqlite_store import SQLiteRunStore  # noqa: PLC0415
+
+    check_store_url(url)
+    if urllib.parse.urlsplit(url).scheme == "sqlite":
+        return await SQLiteRunStore.open(store_path(url))
+    target, schema = _postgres(url)
+    return await PostgresRunStore.open(target, schema=schema)
