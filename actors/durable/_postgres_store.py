@@ -16,13 +16,16 @@ a retryable :class:`~actors.store.StoreError`.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import trio
 
 from protocols.errors import ValidationError
+from protocols.messages import new_id
 
 from .._postgres import check_url, connect, redacted, translate_error
 from .._sqlite import open_in_worker
@@ -59,6 +62,66 @@ def _serialize(conn: Any, key: str) -> None:
 
 def _broken(conn: Any) -> bool:
     return bool(conn.closed or conn.broken)
+
+
+def channel(schema: str) -> str:
+    """The notification channel of the store in ``schema`` (at most 63 bytes)."""
+    name = f"trio_agents_{schema}"
+    if len(name) <= 63:
+        return name
+    return "trio_agents_" + hashlib.sha256(schema.encode()).hexdigest()[:32]
+
+
+class _Listener:
+    r"""A thread of its own, on a connection of its own, that ``LISTEN``\ s to the store's
+    channel and hands each committed change (a job id) to the store's watchers. When its
+    connection is lost it reconnects with backoff and then tells the watchers that anything
+    may have changed meanwhile (notifications sent while it was away are lost)."""
+
+    #: Longest pause between two reconnection attempts (seconds).
+    BACKOFF = 5.0
+
+    def __init__(
+        self, connect: Callable[[], Any], name: str, deliver: Callable[[list[str] | None], None]
+    ) -> None:
+        self._connect = connect
+        self._name = name
+        self._deliver = deliver
+        self._stop = threading.Event()
+        self.reconnects = 0
+        self._thread = threading.Thread(target=self._serve, name=f"listener {name}", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        pause = 0.05
+        first = True
+        while not self._stop.is_set():
+            conn = None
+            try:
+                conn = self._connect()
+                conn.execute(f'LISTEN "{self._name}"')
+                if not first:
+                    # What was sent while it was away is lost: anything may have changed.
+                    self.reconnects += 1
+                    log.warning("run store: its listener reconnected; looking at every job")
+                    self._deliver(None)
+                first, pause = False, 0.05
+                while not self._stop.is_set():
+                    ids = [note.payload for note in conn.notifies(timeout=0.2)]
+                    if ids:
+                        self._deliver(ids)
+            except Exception as exc:  # a lost connection, a server restarting: try again
+                log.warning("run store: its listener lost its connection (%s)", type(exc).__name__)
+                self._stop.wait(pause)
+                pause = min(pause * 2, self.BACKOFF)
+            finally:
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        conn.close()
+
+    def close(self) -> None:
+        """Stop listening (within a fraction of a second)."""
+        self._stop.set()
 
 
 def dialect() -> Dialect:
@@ -106,6 +169,14 @@ class PostgresRunStore(SQLRunStore):
             raise ValidationError(f"max_bytes must be an integer >= 1, not {max_bytes!r}")
         where = redacted(target)
 
+        name = channel(schema)
+        # A notification says which store sent it: a store hears its own changes as it
+        # commits them, and its listener skips them.
+        sender = new_id()[:12]
+
+        def notify(conn: Any, id: str) -> None:
+            conn.execute("SELECT pg_notify(%s, %s)", (name, f"{sender} {id}"))
+
         def open_database() -> Jobs:
             used = dialect()
             writer = connect(target, schema)
@@ -120,8 +191,34 @@ class PostgresRunStore(SQLRunStore):
                 reader,
                 max_bytes,
                 reconnect=lambda: connect(target, schema, migrate=False),
+                notify=notify,
             )
 
         jobs = await open_in_worker(open_database, Jobs.close, trio.CapacityLimiter(1))
         log.debug("opened run store %s (schema %s)", where, schema)
-        return cls(jobs, f"{where} ({schema})")
+        store = cls(jobs, f"{where} ({schema})")
+        token = trio.lowlevel.current_trio_token()
+
+        def deliver(payloads: list[str] | None) -> None:
+            ids = None
+            if payloads is not None:
+                ids = [id for by, _, id in (p.partition(" ") for p in payloads) if by != sender]
+                if not ids:
+                    return
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(store._announcer.announce, ids)
+
+        store._listener = _Listener(lambda: connect(target, schema, migrate=False), name, deliver)
+        return store
+
+    _listener: _Listener | None = None
+
+    def statistics(self) -> dict[str, int]:
+        """How often the listener for other processes' changes had to reconnect."""
+        return {"listener_reconnects": self._listener.reconnects if self._listener else 0}
+
+    async def aclose(self) -> None:
+        """Stop listening, then close as every SQL store does (idempotent)."""
+        if self._listener is not None:
+            self._listener.close()
+        await super().aclose()

@@ -87,6 +87,9 @@ class _Running:
     record: JobRecord
     token: Abort
     done: trio.Event = attrs.field(factory=trio.Event)
+    #: Set when the store says the job's record changed (a cancel asked for elsewhere, say):
+    #: its lease keeper looks at once instead of at its next renewal.
+    changed: trio.Event = attrs.field(factory=trio.Event)
 
 
 class JobQueue:
@@ -267,6 +270,25 @@ class JobQueue:
         another worker), and running now."""
         return {**self._statistics, "running": len(self._running)}
 
+    async def _watch(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Hear of the store's changes as they commit (other processes' too, where the store
+        can tell): look for jobs to take, wake the callers waiting for those jobs, and have the
+        lease keepers of those running here look at them at once (a cancel asked for
+        elsewhere)."""
+        with self.store.watch() as watch:
+            task_status.started()
+            while True:
+                ids = await watch.next()
+                self._wake.set()
+                for id in ids or list(self._finished):
+                    waiting = self._finished.pop(id, None)
+                    if waiting is not None:
+                        waiting.set()
+                for id in ids or list(self._running):
+                    running = self._running.get(id)
+                    if running is not None:
+                        running.changed.set()
+
     def _notify(self, id: str, record: JobRecord | None = None) -> None:
         event = self._finished.pop(id, None)
         if event is not None:
@@ -390,14 +412,22 @@ class JobQueue:
         from elsewhere, cut the run."""
         interval = self.lease / 3
         record = running.record
+        due = trio.current_time() + interval
         while True:
-            await trio.sleep(interval)
+            with trio.move_on_at(due):
+                await running.changed.wait()
+            running.changed = trio.Event()
+            renewing = trio.current_time() >= due
+            if renewing:
+                due = trio.current_time() + interval
             current = await self.store.get(record.id)
             if current is None or not current.held_by(holder):
                 running.token.cancel("this worker no longer holds the job (fenced)")
                 return
             if current.cancel_requested:
                 running.token.cancel("the job was cancelled")
+            if not renewing:
+                continue  # looked early, on a change: the lease needs no renewal yet
             renewed = renew(current, holder, now=self._clock(), lease=self.lease)
             if isinstance(renewed, Applied) and await self.store.write(renewed):
                 running.record = renewed.record
@@ -769,6 +799,7 @@ async def open_job_queue(
         approval_timeout=approval_timeout,
     )
     async with trio.open_nursery() as nursery:
+        await nursery.start(queue._watch)
         await nursery.start(queue._work)
         try:
             yield queue

@@ -46,6 +46,8 @@ from protocols.messages import new_id
 from .._sqlite import _META, JOBS, JOURNAL, TOMBSTONES, Lane, StoreError, translated
 from ._store import (
     Admitted,
+    Announcer,
+    Watch,
     check_admission,
     check_after,
     check_id,
@@ -59,6 +61,7 @@ from ._store import (
     encode_checked,
     encode_entry,
     fenced,
+    noticeable,
     purged_key,
 )
 
@@ -109,11 +112,12 @@ _CACHED = 4096
 class _Pending:
     """A write waiting for (or in) a group commit: what to run, and what it gave."""
 
-    __slots__ = ("action", "done", "error", "taken", "value", "work")
+    __slots__ = ("action", "announced", "done", "error", "taken", "value", "work")
 
     def __init__(self, action: str, work: Callable[[Jobs], object]) -> None:
         self.action = action
         self.work = work
+        self.announced: list[str] = []  # the jobs whose records it changed
         self.taken = False
         self.done = trio.Event()
         self.value: object = None
@@ -137,8 +141,11 @@ class Jobs:
         max_bytes: int,
         *,
         reconnect: Callable[[], Any] | None = None,
+        notify: Callable[[Any, str], None] | None = None,
     ) -> None:
         self.dialect = dialect
+        self._notify = notify  # tells other processes a record changed (in the transaction)
+        self._announcing: list[str] = []
         self._writer: Any = writer
         self._reader: Any = reader
         self._reconnect = reconnect
@@ -217,10 +224,12 @@ class Jobs:
         try:
             for item in batch:
                 staged = len(self._staged)
+                self._announcing = item.announced
                 self._x(conn, "SAVEPOINT op")
                 try:
                     item.value = item.work(self)
                 except Exception as exc:
+                    item.announced.clear()
                     del self._staged[staged:]
                     self._x(conn, "ROLLBACK TO op")
                     item.error = (
@@ -237,6 +246,7 @@ class Jobs:
                 raise
             for item in batch:
                 item.value, item.error = None, self.dialect.translate(exc, item.action)
+                item.announced.clear()
             return
         self._apply_staged()
 
@@ -264,7 +274,7 @@ class Jobs:
         ).fetchone()
         return None if row is None else self._cached(id, int(row[0]), row[1])
 
-    def _store(self, record: JobRecord, *, insert: bool = False) -> str:
+    def _store(self, record: JobRecord, *, insert: bool = False, announce: bool = True) -> str:
         text = encode_checked(record, self.max_bytes, f"the record of job {record.id!r}")
         lease = record.lease
         held = (
@@ -297,6 +307,10 @@ class Jobs:
             )
         # (Not kept: ``record`` may share parts with the caller's objects. The next check of
         # this job decodes what was stored.)
+        if announce:
+            self._announcing.append(record.id)
+            if self._notify is not None:
+                self._notify(self.conn, record.id)
         return text
 
     def _tombstone(
@@ -338,7 +352,7 @@ class Jobs:
         if stored is None or stored.revision != transition.expected:
             return False
         check_successor(stored, transition.record)
-        self._store(transition.record)
+        self._store(transition.record, announce=noticeable(stored, transition.record))
         return True
 
     def acquire(self, owner: str, lease: float, now: float) -> JobRecord | None:
@@ -369,7 +383,7 @@ class Jobs:
                     if isinstance(taken, Applied):
                         if candidate.execution is None:
                             self._counter("job_execution", 1)
-                        self._store(taken.record)
+                        self._store(taken.record, announce=False)
                         # The caller's alone from here: the kept copy it was made from goes.
                         self._staged.append((candidate.id, 0, None))
                         return taken.record
@@ -427,7 +441,7 @@ class Jobs:
             if stored.revision != then.expected:
                 raise fenced(id, holder, stored)
             check_successor(stored, then.record)
-            self._store(then.record)
+            self._store(then.record, announce=noticeable(stored, then.record))
         last = self._x(
             conn, f"SELECT COALESCE(MAX(seq), 0) FROM {JOURNAL} WHERE job = ?", (id,)
         ).fetchone()
@@ -454,6 +468,9 @@ class Jobs:
                 (outcome.id, outcome.key, outcome.purged_at),
             )
             self._staged.append((id, 0, None))
+            self._announcing.append(id)
+            if self._notify is not None:
+                self._notify(conn, id)
         return outcome
 
     # -- reads (each one statement: one consistent snapshot) ------------------------------------
@@ -534,6 +551,7 @@ class SQLRunStore:
         self._reader = Lane(f"run store reader {path}")
         self._closing = False
         self._pending: list[_Pending] = []
+        self._announcer = Announcer()
         self._committing = False
         self._committed = trio.Event()
         #: The database file.
@@ -608,6 +626,9 @@ class SQLRunStore:
             for item in batch:
                 item.done.set()
             committed.set()
+        self._announcer.announce(
+            id for item in batch if item.error is None for id in item.announced
+        )
 
     async def admit(
         self,
@@ -701,6 +722,11 @@ class SQLRunStore:
         """See :meth:`RunStore.purged <actors.durable.RunStore.purged>`."""
         check_id(id)
         return await self._read(f"reading the tombstone of job {id}", lambda jobs: jobs.purged(id))
+
+    def watch(self) -> Watch:
+        """See :meth:`RunStore.watch <actors.durable.RunStore.watch>`: this store's own
+        commits (a subclass may add other processes')."""
+        return self._announcer.watch()
 
     async def aclose(self) -> None:
         """Refuse new calls, let waiting ones finish, then close the connections. Idempotent."""

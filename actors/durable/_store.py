@@ -59,7 +59,7 @@ from protocols.messages import new_id
 
 from .._sqlite import StoreError, oversize
 
-__all__ = ["DEFAULT_MAX_BYTES", "Admitted", "MemoryRunStore", "RunStore"]
+__all__ = ["DEFAULT_MAX_BYTES", "Admitted", "Announcer", "MemoryRunStore", "RunStore", "Watch"]
 
 #: The largest encoded record or journal entry a store accepts by default: 16 MiB.
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
@@ -148,9 +148,85 @@ class RunStore(Protocol):
         """The tombstone of a purged job, or ``None``."""
         ...
 
+    def watch(self) -> Watch:
+        """Changes to the store's jobs as they commit (see :class:`Watch`)."""
+        ...
+
     async def aclose(self) -> None:
         """Release the store; later calls raise ``code="closed"``."""
         ...
+
+
+# ---------------------------------------------------------------------------------------------
+# Changes, as they commit
+
+
+class Watch:
+    """One watcher's view of the changes to a store's jobs: :meth:`next` waits for the next
+    ones and returns the ids of the jobs whose records changed since the last call -- an empty
+    set when the store cannot tell which (more changed than it keeps, or a notification may
+    have been lost): look at everything then. A store sees its own changes, and a store that
+    other processes share may see theirs too (PostgreSQL does; SQLite does not, and a worker
+    polls it). Leave with :meth:`close` (or ``with``)."""
+
+    #: Ids kept for a watcher between two calls before it is told "everything" instead.
+    LIMIT = 10_000
+
+    def __init__(self, announcer: Announcer) -> None:
+        self._announcer = announcer
+        self._ids: set[str] = set()
+        self._everything = False
+        self._event = trio.Event()
+
+    def _add(self, ids: Iterable[str] | None) -> None:
+        if ids is None:
+            self._everything = True
+        elif not self._everything:
+            self._ids.update(ids)
+            if len(self._ids) > self.LIMIT:
+                self._everything = True
+        if self._everything:
+            self._ids.clear()
+        self._event.set()
+
+    async def next(self) -> frozenset[str]:
+        """Wait for changes; the ids of the jobs that changed (empty: any may have)."""
+        await self._event.wait()
+        self._event = trio.Event()
+        ids = frozenset(self._ids)
+        self._ids.clear()
+        self._everything = False
+        return ids
+
+    def close(self) -> None:
+        """Stop watching (idempotent)."""
+        self._announcer._watches.discard(self)
+
+    def __enter__(self) -> Watch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Announcer:
+    """Hands the changes a store commits to its watchers (in the event loop's thread)."""
+
+    def __init__(self) -> None:
+        self._watches: set[Watch] = set()
+
+    def watch(self) -> Watch:
+        watch = Watch(self)
+        self._watches.add(watch)
+        return watch
+
+    def announce(self, ids: Iterable[str] | None) -> None:
+        """``ids`` changed (``None``: anything may have)."""
+        chosen = None if ids is None else tuple(ids)
+        if chosen == ():
+            return
+        for watch in self._watches:
+            watch._add(chosen)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,6 +264,12 @@ def check_lease(lease: object) -> float:
     if isinstance(lease, bool) or not isinstance(lease, int | float) or not 0 < lease < math.inf:
         raise ValidationError(f"a lease must be a number of seconds > 0, not {lease!r}")
     return float(lease)
+
+
+def noticeable(stored: JobRecord, new: JobRecord) -> bool:
+    """Whether a write from ``stored`` to ``new`` is a change watchers hear of: a new status
+    or a cancel asked for (not a renewed lease, nor a run's progress)."""
+    return stored.status is not new.status or stored.cancel_requested != new.cancel_requested
 
 
 def check_successor(stored: JobRecord, new: JobRecord) -> None:
@@ -292,6 +374,7 @@ class MemoryRunStore:
         self._next_sequence = 1
         self._next_execution = 1
         self._closed = False
+        self._announcer = Announcer()
 
     async def __aenter__(self) -> MemoryRunStore:
         return self
@@ -327,10 +410,12 @@ class MemoryRunStore:
         self._decoded[id] = (text, record)
         return record
 
-    def _store(self, record: JobRecord) -> None:
+    def _store(self, record: JobRecord, *, announce: bool = True) -> None:
         self._records[record.id] = encode_checked(
             record, self._max_bytes, f"the record of job {record.id!r}"
         )
+        if announce:
+            self._announcer.announce((record.id,))
         if record.terminal:
             self._live.pop(record.id, None)
         else:
@@ -377,6 +462,7 @@ class MemoryRunStore:
         top = records[-1]
         if key is not None:
             self._keys[key] = top.id
+        self._announcer.announce(record.id for record in records)
         return Admitted(top, True, tuple(records[:-1]))
 
     async def get(self, id: str) -> JobRecord | None:
@@ -435,7 +521,7 @@ class MemoryRunStore:
         if stored is None or stored.revision != transition.expected:
             return False
         check_successor(stored, record)
-        self._store(record)
+        self._store(record, announce=noticeable(stored, record))
         return True
 
     async def acquire(
@@ -454,7 +540,7 @@ class MemoryRunStore:
             if isinstance(taken, Applied):
                 if candidate.execution is None:
                     self._next_execution += 1
-                self._store(taken.record)
+                self._store(taken.record, announce=False)
                 # The caller's alone from here: the kept copy it was made from goes.
                 self._decoded.pop(candidate.id, None)
                 return taken.record
@@ -481,7 +567,7 @@ class MemoryRunStore:
             if stored.revision != then.expected:
                 raise fenced(id, holder, stored)
             check_successor(stored, then.record)
-            self._store(then.record)
+            self._store(then.record, announce=noticeable(stored, then.record))
         self._journals.setdefault(id, []).extend(texts)
 
     async def journal(self, id: str) -> builtins.list[Entry]:
@@ -505,6 +591,7 @@ class MemoryRunStore:
             self._live.pop(id, None)
             self._journals.pop(id, None)
             self._tombstones[id] = outcome
+            self._announcer.announce((id,))
             if record.key is not None:
                 self._keys.pop(record.key, None)
                 self._purged_keys[record.key] = outcome
@@ -515,6 +602,10 @@ class MemoryRunStore:
         check_id(id)
         await self._enter()
         return self._tombstones.get(id)
+
+    def watch(self) -> Watch:
+        """See :meth:`RunStore.watch`."""
+        return self._announcer.watch()
 
     async def aclose(self) -> None:
         """Forget everything and refuse further calls (idempotent)."""

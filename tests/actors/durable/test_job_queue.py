@@ -1164,6 +1164,8 @@ async def test_statistics_count_what_the_worker_did(autojump_clock: Any) -> None
         failing = await queue.enqueue(AgentJob.ask("broken", "x"))
         with pytest.raises(JobError):
             await queue.result(failing)
+        # (A result comes as soon as the end commits; the worker then closes the job's agent.)
+        await queue.wait_idle()
         slow = await queue.enqueue(AgentJob.ask("slow", "x"))
         await until(store, slow, JobStatus.RUNNING)
         assert queue.statistics()["running"] == 1

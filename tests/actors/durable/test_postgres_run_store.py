@@ -14,8 +14,17 @@ import trio
 from postgres_server import drop_schemas, new_schema, postgres_url
 from run_store_helpers import T0, ask
 
-from actors.durable import PostgresRunStore, SQLiteRunStore, check_store_url, open_run_store
+from actors import open_runtime
+from actors.durable import (
+    AgentRegistry,
+    PostgresRunStore,
+    SQLiteRunStore,
+    check_store_url,
+    open_job_queue,
+    open_run_store,
+)
 from actors.store import StoreError
+from actors.testing import ScriptedProvider
 from protocols import jobs as J
 from protocols.errors import ConfigError, ValidationError
 
@@ -111,7 +120,7 @@ async def test_a_terminated_connection_fails_one_call_retryably_then_is_replaced
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
             schema,
         )
-        assert terminated == [(True,), (True,)]  # its writer and its reader
+        assert terminated == [(True,)] * 3  # its writer, its reader and its listener
         outcomes: list[tuple[str, bool]] = []
         for _ in range(3):
             try:
@@ -138,6 +147,10 @@ async def test_a_terminated_connection_fails_one_call_retryably_then_is_replaced
         everything = await store.list(limit=10)
         assert sorted(r.job.input[0].content for r in everything) == ["after", "before"]
         assert all(r.status is J.JobStatus.QUEUED for r in everything)
+        # The listener came back too, says so, and tells watchers to look at everything.
+        with store.watch() as watch, trio.fail_after(10):
+            while store.statistics()["listener_reconnects"] < 1:
+                assert await watch.next() == frozenset()
 
 
 async def test_a_store_url_opens_the_store_it_names(schema: str, tmp_path: pathlib.Path) -> None:
@@ -162,3 +175,29 @@ async def test_a_store_url_opens_the_store_it_names(schema: str, tmp_path: pathl
     ):
         with pytest.raises(ConfigError, match=words):
             check_store_url(bad)
+
+
+async def test_a_job_admitted_through_another_connection_is_taken_at_once(schema: str) -> None:
+    registry = AgentRegistry()
+    registry.add("echo", ScriptedProvider("heard"))
+    async with (
+        await PostgresRunStore.open(postgres_url(), schema=schema) as worker_store,
+        await PostgresRunStore.open(postgres_url(), schema=schema) as client_store,
+        open_runtime() as runtime,
+        # A poll of a minute: only a notification can make the worker take the job in time.
+        open_job_queue(worker_store, registry, runtime, poll=60) as queue,
+    ):
+        with client_store.watch() as watch:
+            id = (await client_store.admit(J.AgentJob.ask("echo", "hi"))).record.id
+            with trio.fail_after(10):
+                while True:
+                    # The client hears the worker's progress through the database too.
+                    await watch.next()
+                    status = await client_store.status(id)
+                    if status is J.JobStatus.COMPLETED:
+                        break
+        assert queue.statistics()["completed"] == 1
+        record = await client_store.get(id)
+        assert record is not None
+        assert record.result is not None
+        assert record.result.content == "heard"

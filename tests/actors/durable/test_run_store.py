@@ -853,3 +853,24 @@ async def test_status_follows_the_record_without_reading_it(backend: Backend) ->
     assert await store.status(ended.id) is None
     with pytest.raises(ValidationError):
         await store.status("")
+
+
+async def test_a_watch_hears_new_jobs_and_new_statuses_not_renewals(backend: Backend) -> None:
+    store = backend.store
+    with store.watch() as watch:
+        admitted = (await store.admit(ask(), now=T0)).record
+        assert await watch.next() == {admitted.id}
+        running = await take(store)
+        renewed = applied(J.renew(running, holder(running), now=T0 + 5, lease=LEASE))
+        assert await store.write(renewed)
+        ended = await end(store, renewed.record)
+        # Taking the job and renewing its lease are not heard of; its end is.
+        assert await watch.next() == {ended.id}
+        await store.purge(ended.id, now=T0 + 9)
+        assert await watch.next() == {ended.id}
+    # Once closed, a watch hears nothing more (and closing again is harmless).
+    watch.close()
+    await store.admit(ask("later"), now=T0)
+    with trio.move_on_after(0.05) as quiet:
+        await watch.next()
+    assert quiet.cancelled_caught
