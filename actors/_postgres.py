@@ -23,6 +23,7 @@ __all__ = [
     "check_url",
     "connect",
     "redacted",
+    "stored_version",
     "translate_error",
 ]
 
@@ -105,6 +106,25 @@ def translate_error(exc: Exception, action: str) -> StoreError:
             retryable=True,
         )
     return StoreError(f"{action}: {text}", code="io")
+
+
+def stored_version(url: str, schema: str) -> int:
+    """The schema version of the store at ``url`` in ``schema`` as it is (0: none of our
+    tables yet), read without changing anything."""
+    psycopg = _psycopg()
+    where = redacted(url)
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".{_META}',)).fetchone()
+            if row is None or row[0] is None:
+                return 0
+            found = conn.execute(
+                f'SELECT value FROM "{schema}".{_META} WHERE key = %s', ("schema_version",)
+            ).fetchone()
+    except psycopg.Error as exc:
+        raise translate_error(exc, f"reading the schema version at {where}") from None
+    text = str(found[0]) if found is not None else ""
+    return int(text) if text.isdecimal() else 0
 
 
 def connect(url: str, schema: str, *, migrate: bool = True) -> Any:

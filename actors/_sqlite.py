@@ -33,6 +33,7 @@ __all__ = [
     "in_worker",
     "open_in_worker",
     "oversize",
+    "stored_version",
     "translate_error",
     "translated",
     "write",
@@ -395,6 +396,23 @@ def connect(
             conn.close()
             raise
     return conn
+
+
+def stored_version(path: str) -> int:
+    """The schema version of the store file at ``path`` as it is (0: no file, or none of our
+    tables yet), read without changing anything."""
+    if not os.path.exists(path):
+        return 0
+    with translated(f"reading the schema version of {path}"):
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            if _META not in _tables(conn):
+                return 0
+            row = conn.execute(f"SELECT value FROM {_META} WHERE key = 'schema_version'").fetchone()
+        finally:
+            conn.close()
+    text = str(row[0]) if row is not None else ""
+    return int(text) if text.isdecimal() else 0
 
 
 def check_store_path(path: str, busy_timeout: object) -> None:

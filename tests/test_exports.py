@@ -430,6 +430,7 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "answer_job",
         "cancel_job",
         "check_store_url",
+        "migrate_store",
         "open_job_queue",
         "open_run_store",
         "purge_job",

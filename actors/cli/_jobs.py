@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from actors.durable import AgentRegistry, RunStore
     from protocols.jobs import JobRecord
 
-__all__ = ["jobs_main", "worker_main"]
+__all__ = ["jobs_main", "store_main", "worker_main"]
 
 
 async def _open(url: str) -> RunStore:
@@ -194,6 +194,24 @@ def _show(record: JobRecord, as_json: bool, out: TextIO) -> None:
             f"{waiting['reason'] or 'no reason given'}",
             file=out,
         )
+
+
+def store_main(action: str, args: Any, out: TextIO) -> int:
+    """Run ``trio-agents store ACTION`` (``migrate``); returns the exit status."""
+    from actors._postgres import redacted  # noqa: PLC0415
+    from actors.durable import migrate_store  # noqa: PLC0415
+
+    assert action == "migrate"
+    check_store_url(args.store)
+    before, after = trio.run(migrate_store, args.store)
+    where = redacted(args.store)
+    if before == after:
+        out.write(f"{where}: schema version {after}, up to date\n")
+    elif before == 0:
+        out.write(f"{where}: created at schema version {after}\n")
+    else:
+        out.write(f"{where}: migrated from schema version {before} to {after}\n")
+    return 0
 
 
 def jobs_main(action: str, args: Any, out: TextIO) -> int:

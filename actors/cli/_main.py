@@ -353,6 +353,23 @@ def _durable_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     wait.add_argument("--timeout", type=_seconds(0, 10**6), metavar="SECONDS")
     wait.add_argument("--poll", type=_seconds(0.01, 60), default=0.5, metavar="SECONDS")
     wait.add_argument("--json", action="store_true", help="print one JSON object")
+    store = commands.add_parser(
+        "store",
+        help="look after a job store (migrate its schema)",
+        description="Look after a job store.",
+    )
+    store_actions = store.add_subparsers(dest="action", metavar="ACTION", required=True)
+    migrate = store_actions.add_parser(
+        "migrate",
+        help="bring the store's schema up to date (creating it if needed)",
+        description=(
+            "Bring the store's schema up to date, in one transaction, creating it if needed; "
+            "workers do the same when they start. A schema newer than this trio-agents is "
+            "refused."
+        ),
+    )
+    migrate.add_argument("--store", required=True, metavar="URL", help=_STORE_HELP)
+    _debug_option(migrate)
 
 
 def _endpoint(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Endpoint | None:
@@ -515,6 +532,10 @@ def _run(args: argparse.Namespace, endpoint: Endpoint | None) -> int:
         from . import _jobs  # noqa: PLC0415
 
         return _jobs.jobs_main(args.action, args, sys.stdout)
+    if args.command == "store":
+        from . import _jobs  # noqa: PLC0415
+
+        return _jobs.store_main(args.action, args, sys.stdout)
     if args.command == "chat":
         from . import _chat  # noqa: PLC0415 - rich loads only when a command runs
 

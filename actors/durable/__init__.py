@@ -7,6 +7,7 @@ The pure model -- jobs, records, transitions, the journal -- is :mod:`protocols.
 from ._journal import LINGER as LINGER
 from ._journal import StoreJournal as StoreJournal
 from ._open import check_store_url as check_store_url
+from ._open import migrate_store as migrate_store
 from ._open import open_run_store as open_run_store
 from ._ops import answer_job as answer_job
 from ._ops import cancel_job as cancel_job
@@ -41,6 +42,7 @@ __all__ = [
     "answer_job",
     "cancel_job",
     "check_store_url",
+    "migrate_store",
     "open_job_queue",
     "open_run_store",
     "purge_job",

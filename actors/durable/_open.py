@@ -9,7 +9,7 @@ from protocols.errors import ConfigError
 from .._postgres import redacted
 from ._store import RunStore
 
-__all__ = ["check_store_url", "open_run_store", "store_path"]
+__all__ = ["check_store_url", "migrate_store", "open_run_store", "store_path"]
 
 #: The schema a PostgreSQL URL's ``schema`` parameter names when it names none.
 DEFAULT_SCHEMA = "public"
@@ -70,3 +70,28 @@ async def open_run_store(url: str) -> RunStore:
         return await SQLiteRunStore.open(store_path(url))
     target, schema = _postgres(url)
     return await PostgresRunStore.open(target, schema=schema)
+
+
+async def migrate_store(url: str) -> tuple[int, int]:
+    """Bring the schema of the store ``url`` names up to date (creating it if needed); the
+    versions before and after (0: there was none). Refuses a schema newer than this code, as
+    opening the store does."""
+    import trio  # noqa: PLC0415
+
+    from .._postgres import stored_version as postgres_version  # noqa: PLC0415
+    from .._sqlite import stored_version as sqlite_version  # noqa: PLC0415
+
+    check_store_url(url)
+    if urllib.parse.urlsplit(url).scheme == "sqlite":
+        path = store_path(url)
+        before = await trio.to_thread.run_sync(sqlite_version, path)
+        store = await open_run_store(url)
+        await store.aclose()
+        after = await trio.to_thread.run_sync(sqlite_version, path)
+    else:
+        target, schema = _postgres(url)
+        before = await trio.to_thread.run_sync(postgres_version, target, schema)
+        store = await open_run_store(url)
+        await store.aclose()
+        after = await trio.to_thread.run_sync(postgres_version, target, schema)
+    return before, after

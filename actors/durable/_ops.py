@@ -112,14 +112,23 @@ async def purge_job(store: RunStore, id: str, *, clock: Callable[[], float] = ti
 async def wait_job(
     store: RunStore, id: str, *, poll: float = 0.5, wake: trio.Event | None = None
 ) -> JobRecord:
-    """Wait until the job has ended and return its final record (polling the store every
-    ``poll`` seconds, or sooner when ``wake`` is set)."""
-    while True:
-        record = await existing_job(store, id)
-        if record.terminal:
-            return record
-        with trio.move_on_after(poll):
-            if wake is not None:
-                await wake.wait()
-            else:
-                await trio.sleep_forever()
+    """Wait until the job has ended and return its final record: as soon as the store says
+    the job changed (:meth:`RunStore.watch`; other processes' changes too, on PostgreSQL), when
+    ``wake`` is set, and every ``poll`` seconds in any case."""
+    with store.watch() as watch:
+        while True:
+            record = await existing_job(store, id)
+            if record.terminal:
+                return record
+            with trio.move_on_after(poll):
+                async with trio.open_nursery() as nursery:
+
+                    async def changed() -> None:
+                        while id not in (ids := await watch.next()) and ids:
+                            pass
+                        nursery.cancel_scope.cancel()
+
+                    nursery.start_soon(changed)
+                    if wake is not None:
+                        await wake.wait()
+                        nursery.cancel_scope.cancel()
