@@ -142,6 +142,7 @@ class JobQueue:
             "retried": 0,
             "dropped": 0,
             "suspended": 0,
+            "store_errors": 0,
         }
 
     # -- the caller's side ---------------------------------------------------------------------
@@ -267,8 +268,16 @@ class JobQueue:
 
     def statistics(self) -> dict[str, int]:
         """What this worker did: jobs acquired, ended by status, retried, dropped (lost to
-        another worker), and running now."""
-        return {**self._statistics, "running": len(self._running)}
+        another worker), store failures it rode out (``store_errors``: the store could not be
+        reached; it asked again with backoff), and jobs running now -- with the store's own
+        counts, when it keeps some (``listener_reconnects`` on PostgreSQL)."""
+        counts = getattr(self.store, "statistics", None)
+        extra = counts() if callable(counts) else {}
+        return {**self._statistics, **extra, "running": len(self._running)}
+
+    def _store_failed(self, doing: str, error: StoreError) -> None:
+        self._statistics["store_errors"] += 1
+        log.warning("%s: the store failed (%s); trying again", doing, error.message)
 
     async def _watch(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Hear of the store's changes as they commit (other processes' too, where the store
@@ -302,13 +311,23 @@ class JobQueue:
         """Take jobs while there is room, until the queue closes."""
         async with trio.open_nursery() as nursery:
             task_status.started()
+            pause = 0.0  # after a store failure: how long to wait before asking again
             while self._taking:
                 # Made before looking: an enqueue while the store is asked still wakes us.
                 self._wake = trio.Event()
                 if len(self._running) < self.concurrency:
-                    record = await self.store.acquire(
-                        owner=self.owner, lease=self.lease, now=self._clock()
-                    )
+                    try:
+                        record = await self.store.acquire(
+                            owner=self.owner, lease=self.lease, now=self._clock()
+                        )
+                    except StoreError as error:
+                        if not error.retryable:
+                            raise
+                        pause = min(max(pause * 2, 0.05), max(self.poll, 1.0))
+                        self._store_failed("looking for jobs", error)
+                        await trio.sleep(pause)
+                        continue
+                    pause = 0.0
                     if record is not None:
                         self._statistics["acquired"] += 1
                         stale = self._running.get(record.id)
@@ -349,8 +368,14 @@ class JobQueue:
         record = running.record
         try:
             await self._attempt(running)
-        except Exception:
-            log.exception("job %s: the worker failed running it", record.id)
+        except Exception as exc:
+            failure = _lost_store(exc)
+            if failure is None:
+                log.exception("job %s: the worker failed running it", record.id)
+            else:
+                # The store went away mid-job: the job stays held until its lease expires,
+                # then it is continued from its journal (by this worker or another).
+                self._store_failed(f"running job {record.id}", failure)
         finally:
             if self._running.get(record.id) is running:
                 del self._running[record.id]
@@ -420,7 +445,13 @@ class JobQueue:
             renewing = trio.current_time() >= due
             if renewing:
                 due = trio.current_time() + interval
-            current = await self.store.get(record.id)
+            try:
+                current = await self.store.get(record.id)
+            except StoreError as error:
+                if not error.retryable:
+                    raise
+                self._store_failed(f"renewing the lease of job {record.id}", error)
+                continue
             if current is None or not current.held_by(holder):
                 running.token.cancel("this worker no longer holds the job (fenced)")
                 return
@@ -429,8 +460,13 @@ class JobQueue:
             if not renewing:
                 continue  # looked early, on a change: the lease needs no renewal yet
             renewed = renew(current, holder, now=self._clock(), lease=self.lease)
-            if isinstance(renewed, Applied) and await self.store.write(renewed):
-                running.record = renewed.record
+            try:
+                if isinstance(renewed, Applied) and await self.store.write(renewed):
+                    running.record = renewed.record
+            except StoreError as error:
+                if not error.retryable:
+                    raise
+                self._store_failed(f"renewing the lease of job {record.id}", error)
 
     async def _run(
         self,
@@ -532,12 +568,8 @@ class JobQueue:
                 self._statistics["suspended"] += 1
                 return
             if journal.failure is not None:
-                log.error(
-                    "job %s: its journal could not be written (%s); another attempt continues "
-                    "it once its lease expires",
-                    record.id,
-                    journal.failure.message,
-                )
+                # Another attempt continues it from the journal once its lease expires.
+                self._store_failed(f"journaling job {record.id}", journal.failure)
             if not journal.holds():
                 self._statistics["dropped"] += 1
                 return
@@ -730,6 +762,18 @@ class JobQueue:
         if isinstance(outcome, Applied) and await self.store.write(outcome):
             self._statistics[outcome.record.status.value] += 1
             self._notify(record.id, outcome.record)
+
+
+def _lost_store(error: BaseException) -> StoreError | None:
+    """The retryable :class:`StoreError` ``error`` is (or, for a group, every error in it is
+    one of: the first), else ``None``."""
+    if isinstance(error, StoreError):
+        return error if error.retryable else None
+    if isinstance(error, BaseExceptionGroup):
+        found = [_lost_store(inner) for inner in error.exceptions]
+        if found and all(item is not None for item in found):
+            return found[0]
+    return None
 
 
 def _describe(error: BaseException) -> str:

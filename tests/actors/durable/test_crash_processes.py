@@ -1,4 +1,8 @@
-"""The job queue across real worker processes on one SQLite file, killed and paused (issue 14).
+"""The job queue across real worker processes on one store, killed and paused (issues 14 and 15):
+a SQLite file, and PostgreSQL (a schema of its own in the tests' server, ``postgres_server.py``),
+where the workers' connections are also terminated now and then (``pg_terminate_backend``): a
+worker rides that out -- its calls fail once, retryably, and it reconnects -- and says so on
+stderr, which is all it may write there.
 
 The workers are processes running :data:`SCRIPT` (written to the test's directory): the real
 :class:`~actors.durable.SQLiteRunStore`, :class:`~actors.durable.AgentRegistry` and
@@ -35,22 +39,25 @@ processes still varies.
 from __future__ import annotations
 
 import collections
+import contextlib
 import inspect
 import json
 import os
 import pathlib
 import random
+import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import pytest
 import trio
+from postgres_server import drop_schemas, new_schema, postgres_url
 
-from actors.durable import SQLiteRunStore
+from actors.durable import PostgresRunStore, RunStore, SQLiteRunStore
 from protocols import jobs as J
 from protocols.messages import Message, Role, ToolFailure, ToolSuccess
 
@@ -80,7 +87,7 @@ import json, os, random, signal, sys, time, traceback
 import trio
 
 from actors import RunContext, open_runtime, tool
-from actors.durable import AgentRegistry, SQLiteRunStore, open_job_queue
+from actors.durable import AgentRegistry, PostgresRunStore, SQLiteRunStore, open_job_queue
 from actors.providers import StreamingProvider, TextStream
 from actors.store import StoreError
 from protocols.jobs import AgentJob
@@ -259,14 +266,29 @@ async def commands(queue):
             command = json.loads(line)
             for key in command["keys"]:
                 spec = {"ref": key, "amount": int(key[1:]) + 1, "slow": command["slow"]}
-                id = await queue.enqueue(AgentJob.ask("crash", json.dumps(spec)), key=key)
+                while True:  # a lost connection fails a submit retryably: its key makes it safe
+                    try:
+                        id = await queue.enqueue(AgentJob.ask("crash", json.dumps(spec)), key=key)
+                    except StoreError as error:
+                        if not error.retryable:
+                            raise
+                        await trio.sleep(0.05)
+                    else:
+                        break
                 log("ack", key=key, id=id)
                 await trio.sleep(rng.uniform(0, CONFIG["submit_delay"]))
         await trio.sleep(0.02)
 
 
 async def main():
-    store = Logged(await SQLiteRunStore.open(CONFIG["db"], busy_timeout=30))
+    if CONFIG.get("postgres"):
+        # Named after the worker: the test terminates one worker's connections by this name.
+        url = CONFIG["postgres"]
+        url += ("&" if "?" in url else "?") + "application_name=" + CONFIG["name"]
+        inner = await PostgresRunStore.open(url, schema=CONFIG["schema"])
+    else:
+        inner = await SQLiteRunStore.open(CONFIG["db"], busy_timeout=30)
+    store = Logged(inner)
     registry = AgentRegistry()
     registry.add("crash", Model(), tools=[pay, note], limit=40)
     async with open_runtime() as runtime, open_job_queue(
@@ -394,6 +416,10 @@ class Worker:
     def stats(self) -> dict[str, Any]:
         lines = self.log("stats")
         return lines[-1] if lines else {}
+
+    def reconnects(self) -> int:
+        """How many times this worker said it rode out a store failure."""
+        return sum(1 for line in self.errors().splitlines() if RIDDEN_OUT.search(line))
 
     def errors(self) -> str:
         try:
@@ -523,7 +549,7 @@ async def until(read: Callable[[], Any], wanted: Any = True) -> None:
         await trio.sleep(0.01)
 
 
-async def everything(store: SQLiteRunStore) -> list[J.JobRecord]:
+async def everything(store: RunStore) -> list[J.JobRecord]:
     records: list[J.JobRecord] = []
     after: int | None = None
     while page := await store.list(after=after, limit=1000):
@@ -533,6 +559,13 @@ async def everything(store: SQLiteRunStore) -> list[J.JobRecord]:
 
 
 LIVE = [J.JobStatus.QUEUED, J.JobStatus.RUNNING, J.JobStatus.AWAITING_INPUT]
+
+#: What a worker says when it rides out a lost database connection (and only then).
+RIDDEN_OUT = re.compile(
+    r"the store failed \(.*\); trying again$|run store: (its listener |reconnected its )"
+)
+#: Connection cuts (PostgreSQL): at least this many workers have every connection terminated.
+MIN_CUTS = 5
 
 
 def conversation_problems(messages: Iterable[Message]) -> list[str]:
@@ -582,18 +615,61 @@ MIN_KILLS = 30
 LEASE = 1.0
 
 
+def cutter(where: dict[str, str]) -> Callable[[str], int] | None:
+    """For PostgreSQL: what terminates every connection of the worker named so (blocking), and
+    says how many it ended."""
+    if "postgres" not in where:
+        return None
+
+    def cut(name: str) -> int:
+        import psycopg
+
+        with psycopg.connect(where["postgres"], autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = %s",
+                (name,),
+            ).fetchall()
+        return sum(1 for (ended,) in rows if ended)
+
+    return cut
+
+
+@contextlib.asynccontextmanager
+async def shared_store(
+    kind: str, path: pathlib.Path
+) -> AsyncIterator[tuple[RunStore, dict[str, str]]]:
+    """The store the workers share (its schema made before any worker opens it), and what a
+    worker's config needs to open it: a SQLite file, or a PostgreSQL schema of its own."""
+    if kind == "sqlite":
+        yield await SQLiteRunStore.open(path), {"db": str(path)}
+        return
+    schema = new_schema()
+    try:
+        store = await PostgresRunStore.open(postgres_url(), schema=schema)
+        yield store, {"postgres": postgres_url(), "schema": schema}
+    finally:
+        await trio.to_thread.run_sync(drop_schemas, schema)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 async def test_workers_killed_at_random_lose_no_job_and_repeat_no_effect(
-    tmp_path: pathlib.Path,
+    tmp_path: pathlib.Path, kind: str
+) -> None:
+    async with shared_store(kind, tmp_path / "runs.db") as (store, where):
+        await _killed_at_random(tmp_path, store, where, kind)
+
+
+async def _killed_at_random(
+    tmp_path: pathlib.Path, store: RunStore, where: dict[str, str], kind: str
 ) -> None:
     seed = seeded()
     rng = random.Random(seed)
-    tag = f"CRASH_SEED={seed}"
-    path = tmp_path / "runs.db"
-    store = await SQLiteRunStore.open(path)  # the schema exists before any worker opens it
+    tag = f"CRASH_SEED={seed} ({kind})"
     pool = Pool(
         tmp_path,
         {
-            "db": str(path),
+            **where,
             "seed": seed,
             "lease": LEASE,
             "poll": 0.05,
@@ -622,7 +698,10 @@ async def test_workers_killed_at_random_lose_no_job_and_repeat_no_effect(
                 set(chunk) <= w.acked().keys() for w in pool.active() for chunk in w.sent
             )
 
-        while kills < MIN_KILLS or not submitted():
+        cut = cutter(where)
+        cuts = 0
+        next_cut = trio.current_time() + rng.uniform(0.2, 0.5)
+        while kills < MIN_KILLS or (cut is not None and cuts < MIN_CUTS) or not submitted():
             now = trio.current_time()
             if now > deadline:
                 pytest.fail(f"{tag}: the kill phase did not end ({kills} kills)")
@@ -632,6 +711,11 @@ async def test_workers_killed_at_random_lose_no_job_and_repeat_no_effect(
             if pending and now >= next_feed:
                 rng.choice(pool.active()).submit(pending.popleft())
                 next_feed = now + rng.uniform(0.1, 0.25)
+            if cut is not None and now >= next_cut and cuts < MIN_CUTS:
+                victim = rng.choice(pool.active())
+                ended = await trio.to_thread.run_sync(cut, victim.name)
+                cuts += ended > 0
+                next_cut = now + rng.uniform(0.3, 0.8)
             if now >= next_kill and kills < MIN_KILLS:
                 victim = rng.choice(pool.active())
                 code = await pool.kill(victim)
@@ -666,7 +750,11 @@ async def test_workers_killed_at_random_lose_no_job_and_repeat_no_effect(
         tag=tag, pool=pool, keys=keys, acked=acked, records=records, journals=journals
     )
     assert kills >= MIN_KILLS
-    print(f"{tag}: {kills} kills, {summary}")
+    if cut is not None:
+        assert cuts >= MIN_CUTS
+        reconnected = sum(worker.reconnects() for worker in pool.workers)
+        assert reconnected > 0, "no worker said it rode out a lost connection"
+    print(f"{tag}: {kills} kills, {cuts} connection cuts, {summary}")
 
 
 def check_crash_run(
@@ -768,8 +856,11 @@ def check_crash_run(
     holders, late = holder_problems(pool)
     problems.extend(holders)
     for worker in pool.workers:
-        if worker.errors():
-            problem(f"worker {worker.name} wrote to stderr:\n{worker.errors()[-2000:]}")
+        # (A worker whose connections were terminated says once per failure that the store
+        # failed and that it tries again: that, and nothing else, it may write.)
+        said = [line for line in worker.errors().splitlines() if not RIDDEN_OUT.search(line)]
+        if said:
+            problem(f"worker {worker.name} wrote to stderr:\n" + "\n".join(said)[-2000:])
     # Kills landed between an effect and its result: both ways of continuing were taken.
     if unknown_paid == 0 or reran_effects == 0:
         problem(
@@ -864,18 +955,24 @@ def holder_problems(pool: Pool) -> tuple[list[str], int]:
 PAUSED_JOBS = 3
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 async def test_a_worker_paused_past_its_lease_writes_nothing_once_continued(
-    tmp_path: pathlib.Path,
+    tmp_path: pathlib.Path, kind: str
+) -> None:
+    async with shared_store(kind, tmp_path / "runs.db") as (store, where):
+        await _paused_past_its_lease(tmp_path, store, where, kind)
+
+
+async def _paused_past_its_lease(
+    tmp_path: pathlib.Path, store: RunStore, where: dict[str, str], kind: str
 ) -> None:
     seed = seeded()
-    tag = f"CRASH_SEED={seed}"
-    path = tmp_path / "runs.db"
-    store = await SQLiteRunStore.open(path)
+    tag = f"CRASH_SEED={seed} ({kind})"
     lease = 1.0
     pool = Pool(
         tmp_path,
         {
-            "db": str(path),
+            **where,
             "seed": seed,
             "lease": lease,
             "poll": 0.05,

@@ -1148,6 +1148,7 @@ async def test_statistics_count_what_the_worker_did(autojump_clock: Any) -> None
             "retried": 0,
             "dropped": 0,
             "suspended": 0,
+            "store_errors": 0,
             "running": 0,
         }
         ended = [
@@ -1184,6 +1185,7 @@ async def test_statistics_count_what_the_worker_did(autojump_clock: Any) -> None
         "retried": 1,
         "dropped": 0,
         "suspended": 0,
+        "store_errors": 0,
         "running": 0,
     }
 
