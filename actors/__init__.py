@@ -55,6 +55,7 @@ from .relay import RelayServer as RelayServer
 from .relay import RelayToken as RelayToken
 from .store import ConversationStore as ConversationStore
 from .store import MemoryConversationStore as MemoryConversationStore
+from .store import PostgresConversationStore as PostgresConversationStore
 from .store import SQLiteConversationStore as SQLiteConversationStore
 from .store import StoreError as StoreError
 from .tools import Tool as Tool
@@ -91,6 +92,7 @@ __all__ = [
     "MemoryConversationStore",
     "OllamaChat",
     "OpenAIChat",
+    "PostgresConversationStore",
     "RelayProvider",
     "RelayServer",
     "RelayToken",

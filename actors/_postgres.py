@@ -12,9 +12,10 @@ Everything here is synchronous: the stores run it in their threads.
 from __future__ import annotations
 
 import re
+import urllib.parse
 from typing import Any, Final
 
-from protocols.errors import Category, ValidationError
+from protocols.errors import Category, ConfigError, ValidationError
 
 from ._sqlite import JOBS, JOURNAL, TOMBSTONES, StoreError
 
@@ -23,12 +24,13 @@ __all__ = [
     "check_url",
     "connect",
     "redacted",
+    "split_url",
     "stored_version",
     "translate_error",
 ]
 
 #: The schema version of a PostgreSQL store this code writes; a newer one is refused.
-POSTGRES_SCHEMA_VERSION: Final = 1
+POSTGRES_SCHEMA_VERSION: Final = 2
 
 _META: Final = "trio_agents_meta"
 
@@ -51,6 +53,11 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         # The counters exist from the start: taking a number locks its row.
         f"INSERT INTO {_META} (key, value) VALUES ('job_sequence', '1'), ('job_execution', '1')",
     ),
+    # The conversation store's table (as SQLite's, with the run store's in one schema).
+    2: (
+        "CREATE TABLE trio_agents_conversations ("
+        "id TEXT PRIMARY KEY, snapshot TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL)",
+    ),
 }
 
 #: A schema name: letters, digits and underscores, not starting with a digit.
@@ -62,6 +69,18 @@ _MIGRATION_LOCK: Final = 7_100_423_915
 def redacted(url: str) -> str:
     """``url`` without its password (what errors and logs show)."""
     return re.sub(r"(://[^/@:]*):[^/@]*@", r"\1:***@", url)
+
+
+def split_url(url: str, default_schema: str = "public") -> tuple[str, str]:
+    """The connection URL and the schema of a store URL: its ``schema`` parameter, taken out
+    (it is ours, not the driver's). Raises :class:`~protocols.errors.ConfigError` for two."""
+    parts = urllib.parse.urlsplit(url)
+    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [value for name, value in query if name == "schema"]
+    if len(schemas) > 1:
+        raise ConfigError(f"the store URL {redacted(url)!r} names more than one schema")
+    rest = urllib.parse.urlencode([(name, value) for name, value in query if name != "schema"])
+    return urllib.parse.urlunsplit(parts._replace(query=rest)), (schemas or [default_schema])[0]
 
 
 def check_url(url: object) -> str:

@@ -40,7 +40,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import Final, Protocol, TypeVar, runtime_checkable
+from typing import Any, Final, Protocol, TypeVar, runtime_checkable
 
 import trio
 
@@ -68,13 +68,16 @@ __all__ = [
     "SCHEMA_VERSION",
     "ConversationStore",
     "MemoryConversationStore",
+    "PostgresConversationStore",
     "SQLiteConversationStore",
     "StoreError",
+    "open_conversation_store",
 ]
 
 log = logging.getLogger(__name__)
 
 _R = TypeVar("_R")
+_S = TypeVar("_S", bound="_ThreadedConversationStore")
 
 #: The largest encoded snapshot (UTF-8 bytes of its JSON) a store accepts by default: 64 MiB.
 DEFAULT_MAX_BYTES: Final = 64 * 1024 * 1024
@@ -346,52 +349,12 @@ class _Database:
 # SQLite: the async side
 
 
-class SQLiteConversationStore:
-    """A :class:`ConversationStore` in a SQLite file. Open it with :meth:`open`::
+class _ThreadedConversationStore:
+    """A :class:`ConversationStore` over a blocking database driver, called from a worker
+    thread one call at a time (see :class:`SQLiteConversationStore` for what that
+    guarantees); its subclasses open it on one database or another."""
 
-        async with await SQLiteConversationStore.open(path) as store:
-            await store.set(snapshot)
-
-    Guarantees, beyond the port's:
-
-    * **One worker.** Every database call runs through :func:`trio.to_thread.run_sync` with a
-      ``trio.CapacityLimiter(1)`` owned by this store, so calls run one at a time, in the order
-      they were made (the limiter is FIFO), and the event loop never blocks on disk. Trio's
-      thread cache may run consecutive calls on different OS threads; the connection is opened
-      with ``check_same_thread=False``, which is sound because SQLite (built thread-safe, as
-      Python's ``sqlite3`` is) allows a connection on any thread as long as two threads never
-      use it at once -- exactly what the limiter guarantees -- and every transaction begins and
-      ends inside one call. A hand-rolled dedicated thread would give the same ordering at the
-      cost of our own queue and a thread the runtime cannot see.
-    * **Transactions.** WAL mode (readers never block the writer); every write is one
-      ``BEGIN IMMEDIATE`` transaction; a SIGKILL at any point leaves the file readable with the
-      old or the new row, never a torn one. Several stores (processes) may share a file: a
-      writer waits up to ``busy_timeout`` seconds for another's lock, then fails with
-      :class:`StoreError` ``code="busy"`` (``retryable``); a raw "database is locked" never
-      escapes. ``durable=True`` sets ``synchronous=FULL`` so a commit also survives power loss
-      (the default ``NORMAL`` survives any process crash).
-    * **Schema.** Tables ``trio_agents_meta`` (holding ``schema_version``) and
-      ``trio_agents_conversations`` (``id``, ``snapshot`` JSON text, ``updated_at`` REAL), so the
-      file may also hold an application's own tables. Opening checks and migrates the schema in
-      one transaction and refuses, with ``code="schema"``, a newer or unknown version and a
-      partial schema (tables without the meta table, a version without its tables, wrong
-      columns). A refused database is left as it was.
-    * **Owner-only file.** A new database file is created with mode 0600 before SQLite opens it
-      (its ``-wal``/``-shm`` companions inherit that mode). An existing file, or companion, that
-      other users may read or write is refused (``code="permissions"``) rather than silently
-      fixed: it may already have leaked, and changing a file's mode behind its owner's back
-      would hide that. ``chmod 600`` it to proceed. (POSIX; elsewhere modes are not checked.)
-    * **Encoding off the event loop.** ``set`` encodes and ``get`` decodes in the worker too, so
-      a large snapshot does not stall other tasks. Do not mutate a snapshot's dicts while its
-      ``set`` is in flight; once ``set`` returns, the row is independent of the object.
-    * **Cancellation.** The worker call is never abandoned (``abandon_on_cancel=False``): a
-      cancel that arrives while a write runs waits for it to commit, the call returns, and the
-      cancellation is delivered at the caller's next checkpoint. A cancel while the call waits
-      for the worker (behind other calls) cancels it before anything is written. A lock wait
-      (up to ``busy_timeout``) is part of the write and is waited out too.
-    """
-
-    def __init__(self, database: _Database, limiter: trio.CapacityLimiter, path: str) -> None:
+    def __init__(self, database: Any, limiter: trio.CapacityLimiter, path: str) -> None:
         """Internal: use :meth:`open`."""
         self._database = database
         self._limiter = limiter
@@ -399,43 +362,7 @@ class SQLiteConversationStore:
         #: The database file.
         self.path = path
 
-    @classmethod
-    async def open(
-        cls,
-        path: str | os.PathLike[str],
-        *,
-        max_bytes: int = DEFAULT_MAX_BYTES,
-        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
-        durable: bool = False,
-        clock: Callable[[], float] = time.time,
-    ) -> SQLiteConversationStore:
-        """Open (creating if needed) the store at ``path`` and make its schema current.
-
-        ``max_bytes`` caps one encoded snapshot; ``busy_timeout`` (seconds, >= 0) is how long a
-        call waits for another connection's write lock; ``durable`` trades commit speed for
-        surviving power loss; ``clock`` gives ``updated_at`` (seconds since the epoch).
-        Raises :class:`StoreError` (``schema``, ``corrupt``, ``permissions``, ``io``, ...) when
-        the file cannot be used. If cancelled, the half-opened database is closed again.
-        """
-        target = os.fspath(path)
-        check_store_path(target, busy_timeout)
-        _check_max_bytes(max_bytes)
-        limiter = trio.CapacityLimiter(1)
-
-        def connect() -> _Database:
-            return _Database.connect(
-                target,
-                busy_timeout=float(busy_timeout),
-                durable=bool(durable),
-                max_bytes=max_bytes,
-                clock=clock,
-            )
-
-        database = await open_in_worker(connect, _Database.close, limiter)
-        log.debug("opened conversation store %s", target)
-        return cls(database, limiter, target)
-
-    async def __aenter__(self) -> SQLiteConversationStore:
+    async def __aenter__(self: _S) -> _S:
         return self
 
     async def __aexit__(
@@ -446,7 +373,7 @@ class SQLiteConversationStore:
     ) -> None:
         await self.aclose()
 
-    async def _run(self, action: str, work: Callable[[_Database], _R]) -> _R:
+    async def _run(self, action: str, work: Callable[[Any], _R]) -> _R:
         if self._closing:
             raise _closed()
         return await in_worker(action, work, self._database, self._limiter)
@@ -492,3 +419,211 @@ class SQLiteConversationStore:
                 database.close()
 
         await trio.to_thread.run_sync(close, limiter=self._limiter)
+
+
+class SQLiteConversationStore(_ThreadedConversationStore):
+    """A :class:`ConversationStore` in a SQLite file. Open it with :meth:`open`::
+
+        async with await SQLiteConversationStore.open(path) as store:
+            await store.set(snapshot)
+
+    Guarantees, beyond the port's:
+
+    * **One worker.** Every database call runs through :func:`trio.to_thread.run_sync` with a
+      ``trio.CapacityLimiter(1)`` owned by this store, so calls run one at a time, in the order
+      they were made (the limiter is FIFO), and the event loop never blocks on disk. Trio's
+      thread cache may run consecutive calls on different OS threads; the connection is opened
+      with ``check_same_thread=False``, which is sound because SQLite (built thread-safe, as
+      Python's ``sqlite3`` is) allows a connection on any thread as long as two threads never
+      use it at once -- exactly what the limiter guarantees -- and every transaction begins and
+      ends inside one call. A hand-rolled dedicated thread would give the same ordering at the
+      cost of our own queue and a thread the runtime cannot see.
+    * **Transactions.** WAL mode (readers never block the writer); every write is one
+      ``BEGIN IMMEDIATE`` transaction; a SIGKILL at any point leaves the file readable with the
+      old or the new row, never a torn one. Several stores (processes) may share a file: a
+      writer waits up to ``busy_timeout`` seconds for another's lock, then fails with
+      :class:`StoreError` ``code="busy"`` (``retryable``); a raw "database is locked" never
+      escapes. ``durable=True`` sets ``synchronous=FULL`` so a commit also survives power loss
+      (the default ``NORMAL`` survives any process crash).
+    * **Schema.** Tables ``trio_agents_meta`` (holding ``schema_version``) and
+      ``trio_agents_conversations`` (``id``, ``snapshot`` JSON text, ``updated_at`` REAL), so the
+      file may also hold an application's own tables. Opening checks and migrates the schema in
+      one transaction and refuses, with ``code="schema"``, a newer or unknown version and a
+      partial schema (tables without the meta table, a version without its tables, wrong
+      columns). A refused database is left as it was.
+    * **Owner-only file.** A new database file is created with mode 0600 before SQLite opens it
+      (its ``-wal``/``-shm`` companions inherit that mode). An existing file, or companion, that
+      other users may read or write is refused (``code="permissions"``) rather than silently
+      fixed: it may already have leaked, and changing a file's mode behind its owner's back
+      would hide that. ``chmod 600`` it to proceed. (POSIX; elsewhere modes are not checked.)
+    * **Encoding off the event loop.** ``set`` encodes and ``get`` decodes in the worker too, so
+      a large snapshot does not stall other tasks. Do not mutate a snapshot's dicts while its
+      ``set`` is in flight; once ``set`` returns, the row is independent of the object.
+    * **Cancellation.** The worker call is never abandoned (``abandon_on_cancel=False``): a
+      cancel that arrives while a write runs waits for it to commit, the call returns, and the
+      cancellation is delivered at the caller's next checkpoint. A cancel while the call waits
+      for the worker (behind other calls) cancels it before anything is written. A lock wait
+      (up to ``busy_timeout``) is part of the write and is waited out too.
+    """
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        durable: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> SQLiteConversationStore:
+        """Open (creating if needed) the store at ``path`` and make its schema current.
+
+        ``max_bytes`` caps one encoded snapshot; ``busy_timeout`` (seconds, >= 0) is how long a
+        call waits for another connection's write lock; ``durable`` trades commit speed for
+        surviving power loss; ``clock`` gives ``updated_at`` (seconds since the epoch).
+        Raises :class:`StoreError` (``schema``, ``corrupt``, ``permissions``, ``io``, ...) when
+        the file cannot be used. If cancelled, the half-opened database is closed again.
+        """
+        target = os.fspath(path)
+        check_store_path(target, busy_timeout)
+        _check_max_bytes(max_bytes)
+        limiter = trio.CapacityLimiter(1)
+
+        def connect() -> _Database:
+            return _Database.connect(
+                target,
+                busy_timeout=float(busy_timeout),
+                durable=bool(durable),
+                max_bytes=max_bytes,
+                clock=clock,
+            )
+
+        database = await open_in_worker(connect, _Database.close, limiter)
+        log.debug("opened conversation store %s", target)
+        return cls(database, limiter, target)
+
+
+# ---------------------------------------------------------------------------------------------
+# PostgreSQL
+
+
+class _PostgresDatabase:
+    """The synchronous side on PostgreSQL: one connection (replaced if it was lost), used by one
+    worker call at a time; psycopg's errors reported as :class:`StoreError`."""
+
+    def __init__(
+        self, conn: Any, reconnect: Callable[[], Any], *, max_bytes: int, clock: Callable[[], float]
+    ) -> None:
+        self._conn: Any = conn
+        self._reconnect = reconnect
+        self._max_bytes = max_bytes
+        self._clock = clock
+
+    @property
+    def conn(self) -> Any:
+        if self._conn is None:
+            raise _closed()
+        if self._conn.closed or self._conn.broken:
+            fresh = self._reconnect()  # a StoreError if it cannot: the old one stays, broken
+            self._conn.close()
+            self._conn = fresh
+        return self._conn
+
+    def _call(self, action: str, query: str, arguments: tuple[object, ...]) -> Any:
+        from ._postgres import _psycopg, translate_error  # noqa: PLC0415 - psycopg is optional
+
+        try:
+            return self.conn.execute(query, arguments)
+        except _psycopg().Error as exc:
+            raise translate_error(exc, action) from None
+
+    def get(self, id: str) -> ConversationSnapshot | None:
+        row = self._call(f"reading conversation {id!r}", _PG_GET, (id,)).fetchone()
+        return None if row is None else _decode(id, row[0])
+
+    def set(self, snapshot: ConversationSnapshot) -> None:
+        text = _encode(snapshot, self._max_bytes)
+        action = f"writing conversation {snapshot.id!r}"
+        self._call(action, _PG_UPSERT, (snapshot.id, text, float(self._clock())))
+
+    def delete(self, id: str) -> bool:
+        cursor = self._call(f"deleting conversation {id!r}", _PG_DELETE, (id,))
+        return bool(cursor.rowcount > 0)
+
+    def list(self, after: str | None, limit: int) -> builtins.list[str]:
+        if after is None:
+            rows = self._call("listing conversations", _PG_LIST_FIRST, (limit,)).fetchall()
+        else:
+            rows = self._call("listing conversations", _PG_LIST_AFTER, (after, limit)).fetchall()
+        return [str(id) for (id,) in rows]
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+# The same statements as SQLite's, in psycopg's parameter style (each one statement in
+# autocommit: an upsert is atomic on its own).
+_PG_GET: Final = _GET.replace("CAST(snapshot AS BLOB)", "snapshot").replace("?", "%s")
+_PG_UPSERT: Final = _UPSERT.replace("?", "%s")
+_PG_DELETE: Final = _DELETE.replace("?", "%s")
+_PG_LIST_FIRST: Final = _LIST_FIRST.replace("?", "%s")
+_PG_LIST_AFTER: Final = _LIST_AFTER.replace("?", "%s")
+
+
+class PostgresConversationStore(_ThreadedConversationStore):
+    """A :class:`ConversationStore` in PostgreSQL, in the tables of a schema it shares with the
+    run store (``pip install 'trio-agents[postgres]'``). Open it with :meth:`open`. Calls run
+    one at a time in a worker thread, through psycopg's blocking API (never asyncio), and are
+    never abandoned half-way; each write is one statement, atomic on its own. A lost
+    connection fails the call that met it with a retryable :class:`StoreError` and is replaced
+    before the next. A password in the URL never appears in an error or a log line."""
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        *,
+        schema: str = "public",
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        clock: Callable[[], float] = time.time,
+    ) -> PostgresConversationStore:
+        """Connect to the database at ``url`` (``postgresql://...``) and make the schema
+        current in ``schema`` (created if missing). Raises :class:`StoreError` when the
+        database cannot be used (``code="unsupported"`` without psycopg, ``"schema"`` for a
+        schema newer than this code, ``"io"`` when it cannot be reached)."""
+        from ._postgres import check_url, connect, redacted  # noqa: PLC0415
+
+        target = check_url(url)
+        _check_max_bytes(max_bytes)
+        limiter = trio.CapacityLimiter(1)
+
+        def open_database() -> _PostgresDatabase:
+            conn = connect(target, schema)
+            return _PostgresDatabase(
+                conn,
+                lambda: connect(target, schema, migrate=False),
+                max_bytes=max_bytes,
+                clock=clock,
+            )
+
+        database = await open_in_worker(open_database, _PostgresDatabase.close, limiter)
+        where = f"{redacted(target)} ({schema})"
+        log.debug("opened conversation store %s", where)
+        return cls(database, limiter, where)
+
+
+async def open_conversation_store(url: str) -> ConversationStore:
+    """Open the conversation store ``url`` names: ``sqlite:///PATH`` (a
+    :class:`SQLiteConversationStore`) or ``postgresql://USER@HOST/DB[?schema=NAME]`` (a
+    :class:`PostgresConversationStore`; ``public`` by default). Raises
+    :class:`~protocols.errors.ConfigError` for another URL."""
+    from ._postgres import split_url  # noqa: PLC0415
+    from .durable._open import check_store_url, store_path  # noqa: PLC0415
+
+    check_store_url(url)
+    if url.startswith("sqlite:"):
+        return await SQLiteConversationStore.open(store_path(url))
+    target, schema = split_url(url)
+    return await PostgresConversationStore.open(target, schema=schema)

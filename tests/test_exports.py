@@ -90,6 +90,7 @@ ACTORS_API = [
     "MemoryConversationStore",
     "OllamaChat",
     "OpenAIChat",
+    "PostgresConversationStore",
     "RelayProvider",
     "RelayServer",
     "RelayToken",
@@ -261,9 +262,11 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "DEFAULT_MAX_BYTES",
         "MAX_LIST_LIMIT",
         "MemoryConversationStore",
+        "PostgresConversationStore",
         "SCHEMA_VERSION",
         "SQLiteConversationStore",
         "StoreError",
+        "open_conversation_store",
     ]
     assert sorted(protocols.history.__all__) == [
         "ConversationSnapshot",

@@ -6,7 +6,7 @@ import urllib.parse
 
 from protocols.errors import ConfigError
 
-from .._postgres import redacted
+from .._postgres import redacted, split_url
 from ._store import RunStore
 
 __all__ = ["check_store_url", "migrate_store", "open_run_store", "store_path"]
@@ -30,15 +30,7 @@ def store_path(url: str) -> str:
 
 
 def _postgres(url: str) -> tuple[str, str]:
-    """The connection URL and the schema of a ``postgresql://`` store URL (its ``schema``
-    parameter, taken out: it is ours, not the driver's)."""
-    parts = urllib.parse.urlsplit(url)
-    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    schemas = [value for name, value in query if name == "schema"]
-    if len(schemas) > 1:
-        raise ConfigError(f"the store URL {redacted(url)!r} names more than one schema")
-    rest = urllib.parse.urlencode([(name, value) for name, value in query if name != "schema"])
-    return urllib.parse.urlunsplit(parts._replace(query=rest)), (schemas or [DEFAULT_SCHEMA])[0]
+    return split_url(url, DEFAULT_SCHEMA)
 
 
 def check_store_url(url: str) -> None:

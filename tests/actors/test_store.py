@@ -11,19 +11,21 @@ import sqlite3
 import stat
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import attrs
 import pytest
 import trio
 import trio.testing
+from postgres_server import drop_schemas, new_schema, postgres_url
 
 from actors.store import (
     MAX_LIST_LIMIT,
     SCHEMA_VERSION,
     ConversationStore,
     MemoryConversationStore,
+    PostgresConversationStore,
     SQLiteConversationStore,
     StoreError,
 )
@@ -99,16 +101,26 @@ def big_snapshot(conversation_id: str, fill: str, size: int) -> ConversationSnap
 Opener = Callable[..., Awaitable[ConversationStore]]
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def open_store(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Opener:
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def open_store(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[Opener]:
     counter = iter(range(1000))
+    schemas: list[str] = []
 
     async def opener(**options: Any) -> ConversationStore:
         if request.param == "memory":
             return MemoryConversationStore(**options)
+        if request.param == "postgres":
+            options.pop("busy_timeout", None)  # (a SQLite setting)
+            options.pop("durable", None)
+            schemas.append(new_schema())
+            return await PostgresConversationStore.open(
+                postgres_url(), schema=schemas[-1], **options
+            )
         return await SQLiteConversationStore.open(tmp_path / f"s{next(counter)}.db", **options)
 
-    return opener
+    yield opener
+    if schemas:
+        drop_schemas(*schemas)
 
 
 @pytest.fixture

@@ -23,10 +23,12 @@ from actors.durable import (
     open_job_queue,
     open_run_store,
 )
-from actors.store import StoreError
+from actors.store import PostgresConversationStore, StoreError, open_conversation_store
 from actors.testing import ScriptedProvider
 from protocols import jobs as J
 from protocols.errors import ConfigError, ValidationError
+from protocols.history import ConversationSnapshot
+from protocols.messages import Message
 
 pytestmark = pytest.mark.trio
 
@@ -201,3 +203,26 @@ async def test_a_job_admitted_through_another_connection_is_taken_at_once(schema
         assert record is not None
         assert record.result is not None
         assert record.result.content == "heard"
+
+
+async def test_a_version_1_schema_is_migrated_to_hold_conversations_too(schema: str) -> None:
+    async with await PostgresRunStore.open(postgres_url(), schema=schema) as store:
+        kept = (await store.admit(ask("kept"), now=T0)).record
+    sql(f'DROP TABLE "{schema}".trio_agents_conversations')
+    sql(f'UPDATE "{schema}".trio_agents_meta SET value = %s WHERE key = %s', "1", "schema_version")
+    url = postgres_url()
+    conversations = await open_conversation_store(
+        f"{url}{'&' if '?' in url else '?'}schema={schema}"
+    )
+    try:
+        assert isinstance(conversations, PostgresConversationStore)
+        snapshot = ConversationSnapshot(id="c1", messages=(Message.user("hello", id="m1"),))
+        await conversations.set(snapshot)
+        assert await conversations.get("c1") == snapshot
+    finally:
+        await conversations.aclose()
+    assert sql(
+        f'SELECT value FROM "{schema}".trio_agents_meta WHERE key = %s', "schema_version"
+    ) == [("2",)]
+    async with await PostgresRunStore.open(postgres_url(), schema=schema) as store:
+        assert await store.get(kept.id) == kept
