@@ -158,23 +158,25 @@ class Jobs:
     def conn(self) -> Any:
         if self._writer is None:
             raise closed()
-        if self._reconnect is not None and self.dialect.broken(self._writer):
-            fresh = self._reconnect()  # a StoreError if it cannot: the old one stays, broken
-            self._writer.close()
-            self._writer = fresh
-            log.warning("run store: reconnected its writer connection")
+        self._writer = self._usable(self._writer, "writer")
         return self._writer
 
     @property
     def reader(self) -> Any:
         if self._reader is None:
             raise closed()
-        if self._reconnect is not None and self.dialect.broken(self._reader):
-            fresh = self._reconnect()  # a StoreError if it cannot: the old one stays, broken
-            self._reader.close()
-            self._reader = fresh
-            log.warning("run store: reconnected its reader connection")
+        self._reader = self._usable(self._reader, "reader")
         return self._reader
+
+    def _usable(self, conn: Any, which: str) -> Any:
+        """``conn``, or a new connection in its place if it was lost (a :class:`StoreError` if
+        none can be made yet: the lost one stays, and the next call tries again)."""
+        if self._reconnect is None or not self.dialect.broken(conn):
+            return conn
+        fresh = self._reconnect()
+        conn.close()
+        log.warning("run store: reconnected its %s connection", which)
+        return fresh
 
     def _x(self, conn: Any, sql: str, arguments: Sequence[object] = ()) -> Any:
         """Execute ``sql`` (written for SQLite, with the dialect's words for the rest) on
