@@ -30,6 +30,8 @@ PROMISED_RATIOS = {
         "deltas_per_s_vs_openai_sdk",
     },
     "relay.py": {"relay_throughput_vs_direct", "relay_p99_added_over_target"},
+    # (queue_jobs_per_s_vs_pgqueuer only where PgQueuer can run, as durable.py's DBOS ratio.)
+    "scaleout.py": {"jobs_per_s_4_workers_vs_1", "pickup_p99_over_target"},
     "sse_decode.py": {"events_per_s_vs_httpx_sse", "mib8_over_mib4_time"},
     # jobs_per_s_vs_dbos (or jobs_per_s_vs_langgraph when DBOS cannot run) is reported only where
     # TRIO_AGENTS_DBOS_PYTHON (default /tmp/dbosvenv/bin/python) or TRIO_AGENTS_LANGGRAPH_PYTHON

@@ -107,7 +107,9 @@ class _Listener:
                     self._deliver(None)
                 first, pause = False, 0.05
                 while not self._stop.is_set():
-                    ids = [note.payload for note in conn.notifies(timeout=0.2)]
+                    # Handed over as each arrives (the timeout only bounds how long a stop
+                    # waits to be seen).
+                    ids = [note.payload for note in conn.notifies(timeout=0.2, stop_after=1)]
                     if ids:
                         self._deliver(ids)
             except Exception as exc:  # a lost connection, a server restarting: try again
