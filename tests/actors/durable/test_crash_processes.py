@@ -615,6 +615,19 @@ MIN_KILLS = 30
 LEASE = 1.0
 
 
+def mid_effect(worker: Worker) -> bool:
+    """Whether ``worker`` has a tool call whose effect happened and whose result it has not
+    journaled (as far as its logs say now)."""
+    done = {
+        (line["job"], call)
+        for line in worker.log("append")
+        if line["ok"]
+        for kind, call in line["entries"]
+        if kind == "result"
+    }
+    return any((effect["job"], effect["call"]) not in done for effect in worker.effects())
+
+
 def cutter(where: dict[str, str]) -> Callable[[str], int] | None:
     """For PostgreSQL: what terminates every connection of the worker named so (blocking), and
     says how many it ended."""
@@ -717,7 +730,12 @@ async def _killed_at_random(
                 cuts += ended > 0
                 next_cut = now + rng.uniform(0.3, 0.8)
             if now >= next_kill and kills < MIN_KILLS:
-                victim = rng.choice(pool.active())
+                # Half the kills go, when one is, to a worker with a call past its effect and
+                # its result not yet journaled: both ways of continuing such a call are then
+                # seen in every run, not only when the timing happens to allow.
+                cutting = [w for w in pool.active() if mid_effect(w)]
+                chosen = cutting if cutting and rng.random() < 0.5 else pool.active()
+                victim = rng.choice(chosen)
                 code = await pool.kill(victim)
                 assert code == -signal.SIGKILL, f"{victim.name} had ended: {victim.errors()}"
                 kills += 1
