@@ -152,7 +152,11 @@ class StoreJournal:
             if not batch:
                 return True
             try:
-                await self.store.append(self.job, self.holder, batch, then=then)
+                # Shielded: a cancel while the append waits its turn must not leave what was
+                # taken from the buffer neither written nor buffered (a store call's outcome
+                # is unknown to a caller cancelled in it).
+                with trio.CancelScope(shield=True):
+                    await self.store.append(self.job, self.holder, batch, then=then)
             except StoreError as error:
                 if error.code == "fenced":
                     self.dropped = True
@@ -185,7 +189,8 @@ class StoreJournal:
                 raise self.failure
             batch, self._buffer = [*self._buffer, terminal], []
             try:
-                await self.store.append(self.job, self.holder, batch, then=then)
+                with trio.CancelScope(shield=True):  # (as in _write_buffer)
+                    await self.store.append(self.job, self.holder, batch, then=then)
             except StoreError as error:
                 # Refused as fenced: lost the job (drop the run), or the record changed since
                 # ``then`` was computed (keep what was not written for a retry of the end).
