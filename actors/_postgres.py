@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 #: The schema version of a PostgreSQL store this code writes; a newer one is refused.
-POSTGRES_SCHEMA_VERSION: Final = 2
+POSTGRES_SCHEMA_VERSION: Final = 3
 
 _META: Final = "trio_agents_meta"
 
@@ -57,6 +57,17 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     2: (
         "CREATE TABLE trio_agents_conversations ("
         "id TEXT PRIMARY KEY, snapshot TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL)",
+    ),
+    # The counters become sequences, continuing from where the rows left off: a number taken
+    # from a row locked it to the commit, and workers' transactions deadlocked over it.
+    3: tuple(
+        statement
+        for name in ("job_sequence", "job_execution")
+        for statement in (
+            f"CREATE SEQUENCE trio_agents_{name} AS BIGINT MINVALUE 1",
+            f"SELECT setval('trio_agents_{name}', "
+            f"(SELECT value::BIGINT FROM {_META} WHERE key = '{name}'), false)",
+        )
     ),
 }
 

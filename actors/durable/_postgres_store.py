@@ -64,6 +64,24 @@ def _broken(conn: Any) -> bool:
     return bool(conn.closed or conn.broken)
 
 
+def _numbers(conn: Any, name: str, count: int) -> list[int]:
+    # A sequence takes no lock that lasts to the commit: concurrent workers' transactions never
+    # wait on one another for a number (the counter row they once shared was the usual party
+    # to their deadlocks). Numbers are ascending and never given twice; a rolled-back
+    # transaction leaves a gap, and two transactions may commit theirs out of order.
+    rows = conn.execute(
+        f"SELECT nextval('trio_agents_{name}') FROM generate_series(1, %s)", (count,)
+    ).fetchall()
+    return sorted(int(row[0]) for row in rows)
+
+
+def _conflict(exc: Exception) -> bool:
+    from .._postgres import _psycopg  # noqa: PLC0415 - psycopg is optional
+
+    errors = _psycopg().errors
+    return isinstance(exc, errors.DeadlockDetected | errors.SerializationFailure)
+
+
 def channel(schema: str) -> str:
     """The notification channel of the store in ``schema`` (at most 63 bytes)."""
     name = f"trio_agents_{schema}"
@@ -145,6 +163,8 @@ def dialect() -> Dialect:
         executemany=_executemany,
         serialize=_serialize,
         broken=_broken,
+        conflict=_conflict,
+        numbers=_numbers,
     )
 
 
@@ -216,8 +236,13 @@ class PostgresRunStore(SQLRunStore):
     _listener: _Listener | None = None
 
     def statistics(self) -> dict[str, int]:
-        """How often the listener for other processes' changes had to reconnect."""
-        return {"listener_reconnects": self._listener.reconnects if self._listener else 0}
+        """How often the listener for other processes' changes had to reconnect
+        (``listener_reconnects``), and how many writes were run again after a deadlock with
+        another worker's transaction (``write_conflicts``)."""
+        return {
+            "listener_reconnects": self._listener.reconnects if self._listener else 0,
+            "write_conflicts": self._jobs.conflicts,
+        }
 
     async def aclose(self) -> None:
         """Stop listening, then close as every SQL store does (idempotent)."""

@@ -94,6 +94,14 @@ class Dialect:
     serialize: Callable[[Any, str], None] = lambda conn, key: None
     #: Whether a connection was lost (it is replaced before the next call).
     broken: Callable[[Any], bool] = lambda conn: False
+    #: Whether an error is a conflict with another transaction that asking again settles (a
+    #: deadlock: the database chose this write to give way). Never on SQLite, whose writes take
+    #: the one database lock before they begin.
+    conflict: Callable[[Exception], bool] = lambda exc: False
+    #: ``count`` ascending numbers from the counter named (``job_sequence``, ``job_execution``)
+    #: without a lock held to the commit (PostgreSQL's sequences); ``None``: take them from the
+    #: counter's row in the meta table (SQLite, whose writes are serialized anyway).
+    numbers: Callable[[Any, str, int], list[int]] | None = None
 
     @functools.cache  # noqa: B019 - dialects are few and live for the process
     def sql(self, query: str) -> str:
@@ -107,6 +115,9 @@ class Dialect:
 _PAGE = 64
 #: Decoded records kept to check writes against (by id, with their revision).
 _CACHED = 4096
+#: How many times one write of a group commit is run when it conflicts with another
+#: transaction (a deadlock), before its caller gets the (retryable) error.
+_TRIES = 4
 
 
 class _Pending:
@@ -153,6 +164,8 @@ class Jobs:
         self._cache: OrderedDict[str, tuple[int, JobRecord]] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._staged: list[tuple[str, int, JobRecord | None]] = []
+        #: Writes run again after conflicting with another transaction (a deadlock).
+        self.conflicts = 0
 
     @property
     def conn(self) -> Any:
@@ -225,21 +238,8 @@ class Jobs:
             return
         try:
             for item in batch:
-                staged = len(self._staged)
                 self._announcing = item.announced
-                self._x(conn, "SAVEPOINT op")
-                try:
-                    item.value = item.work(self)
-                except Exception as exc:
-                    item.announced.clear()
-                    del self._staged[staged:]
-                    self._x(conn, "ROLLBACK TO op")
-                    item.error = (
-                        self.dialect.translate(exc, item.action)
-                        if isinstance(exc, self.dialect.error)
-                        else exc
-                    )
-                self._x(conn, "RELEASE op")
+                self._one(conn, item)
             self._x(conn, "COMMIT")
         except BaseException as exc:
             self.dialect.rollback(conn)
@@ -252,7 +252,39 @@ class Jobs:
             return
         self._apply_staged()
 
+    def _one(self, conn: Any, item: _Pending) -> None:
+        """Run ``item``'s write in a savepoint: all of it, or (rolled back) none with its error.
+        A write that conflicts with another transaction (a deadlock: the rows of a group commit
+        are locked in no global order) is run again, a few times."""
+        staged = len(self._staged)
+        for attempt in range(1, _TRIES + 1):
+            self._x(conn, "SAVEPOINT op")
+            try:
+                item.value = item.work(self)
+            except Exception as exc:
+                item.announced.clear()
+                del self._staged[staged:]
+                self._x(conn, "ROLLBACK TO op")
+                self._x(conn, "RELEASE op")
+                if not isinstance(exc, self.dialect.error):
+                    item.error = exc
+                    return
+                if self.dialect.conflict(exc) and attempt < _TRIES:
+                    self.conflicts += 1
+                    continue
+                item.error = self.dialect.translate(exc, item.action)
+                return
+            self._x(conn, "RELEASE op")
+            return
+
     # -- writes (each runs inside a group commit's transaction) ---------------------------------
+
+    def _numbers(self, name: str, count: int) -> list[int]:
+        """``count`` new ascending numbers from the counter ``name``, never given before."""
+        if self.dialect.numbers is not None:
+            return self.dialect.numbers(self.conn, name, count)
+        first = self._counter(name, count)
+        return list(range(first, first + count))
 
     def _counter(self, name: str, take: int) -> int:
         """Take ``take`` numbers from the counter ``name`` (in the meta table); the first."""
@@ -336,11 +368,10 @@ class Jobs:
             ).fetchone()
             if row is not None:
                 return Admitted(decode_record(str(row[0]), row[1]), False)
-        first = self._counter("job_sequence", _size(job))
         records = admit_tree(
             job,
             ids=iter(new_id, None),
-            first_sequence=first,
+            sequences=self._numbers("job_sequence", _size(job)),
             now=now,
             key=key,
             priority=priority,
@@ -362,11 +393,13 @@ class Jobs:
         # A running job whose lease expired comes first (its worker is presumed dead), then the
         # queued ones by rank and admission order: a page at a time, each page looked at with
         # what decides whether its jobs may run (their children, their threads' other jobs).
+        # Pages are read without locks; only the job chosen is locked, skipped when another
+        # worker has it locked or changed it since (so a worker holds no row it does not take,
+        # and waits on none).
         expired = self._x(
             conn,
             f"SELECT id, revision, RECORD_TEXT FROM {JOBS} "
-            "WHERE status = 'running' AND (until IS NULL OR until <= ?) "
-            "ORDER BY sequence SKIP_LOCKED",
+            "WHERE status = 'running' AND (until IS NULL OR until <= ?) ORDER BY sequence",
             (now,),
         ).fetchall()
         pages = [expired]
@@ -376,15 +409,15 @@ class Jobs:
             page = [self._cached(str(id), int(revision), text) for id, revision, text in rows]
             if page:
                 for candidate in runnable(self._context(page), now=now):
-                    if candidate not in page:
+                    if candidate not in page or not self._lock(candidate):
                         continue
-                    execution = self._counter("job_execution", 0)
+                    execution = (
+                        self._numbers("job_execution", 1)[0] if candidate.execution is None else 0
+                    )
                     taken = acquire(
                         candidate, owner=owner, now=now, lease=lease, execution=execution
                     )
                     if isinstance(taken, Applied):
-                        if candidate.execution is None:
-                            self._counter("job_execution", 1)
                         self._store(taken.record, announce=False)
                         # The caller's alone from here: the kept copy it was made from goes.
                         self._staged.append((candidate.id, 0, None))
@@ -392,13 +425,21 @@ class Jobs:
             queued = self._x(
                 conn,
                 f"SELECT id, revision, RECORD_TEXT FROM {JOBS} WHERE status = 'queued' "
-                "ORDER BY rank, sequence LIMIT ? OFFSET ? SKIP_LOCKED",
+                "ORDER BY rank, sequence LIMIT ? OFFSET ?",
                 (_PAGE, offset),
             ).fetchall()
             offset += _PAGE
             if queued:
                 pages.append(queued)
         return None
+
+    def _lock(self, record: JobRecord) -> bool:
+        """Lock ``record``'s row for this transaction, if no other holds it and it is still at
+        ``record``'s revision."""
+        row = self._x(
+            self.conn, f"SELECT revision FROM {JOBS} WHERE id = ? SKIP_LOCKED", (record.id,)
+        ).fetchone()
+        return row is not None and int(row[0]) == record.revision
 
     def _context(self, page: builtins.list[JobRecord]) -> builtins.list[JobRecord]:
         """``page`` with the live jobs that decide whether its jobs may run: their children and
@@ -610,27 +651,34 @@ class SQLRunStore:
         return item.value  # type: ignore[return-value]
 
     async def _commit(self) -> None:
-        """Commit every write waiting now, together, in the writer thread."""
+        """Commit every write waiting now, together, in the writer thread. Each write's outcome
+        goes to its own caller; only this task's own cancellation is raised here (once the
+        commit has ended), never handed to the others of the batch."""
         self._committing = True
         batch, self._pending = self._pending, []
         for item in batch:
             item.taken = True
+
+        def commit() -> None:
+            try:
+                self._jobs.commit(batch)
+            except BaseException as exc:  # commit() reports through the items; a bug, if here
+                for item in batch:
+                    item.value, item.error = None, exc
+                    item.announced.clear()
+
         try:
-            # (A lane's call is never abandoned: a cancel lands after the commit.)
-            await self._writer.run(lambda: self._jobs.commit(batch))
-        except BaseException as exc:  # pragma: no cover - commit() reports through the items
-            for item in batch:
-                item.error = exc
-            raise
+            # (A lane's call is never abandoned: a cancel of this task lands after the commit.)
+            await self._writer.run(commit)
         finally:
             self._committing = False
             committed, self._committed = self._committed, trio.Event()
             for item in batch:
                 item.done.set()
             committed.set()
-        self._announcer.announce(
-            id for item in batch if item.error is None for id in item.announced
-        )
+            self._announcer.announce(
+                id for item in batch if item.error is None for id in item.announced
+            )
 
     async def admit(
         self,

@@ -23,6 +23,7 @@ continued elsewhere); a terminal record never changes again, except to be purged
 from __future__ import annotations
 
 import enum
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
@@ -308,16 +309,24 @@ def admit_tree(
     job: AgentJob,
     *,
     ids: Iterable[str],
-    first_sequence: int,
+    first_sequence: int | None = None,
+    sequences: Iterable[int] | None = None,
     now: float,
     key: str | None = None,
     priority: Priority = Priority.NORMAL,
 ) -> list[JobRecord]:
     """The records of ``job`` and its declared children (theirs too), to be admitted together:
     children first, each before its parent (which waits for them, listing them in declared
-    order), every record with the next id from ``ids`` and the next sequence number. Only the
-    top job carries ``key``; ``priority`` is the whole tree's (a child must never wait behind
-    the parent that waits for it)."""
+    order), every record with the next id from ``ids`` and the next sequence number -- counted
+    from ``first_sequence``, or the next of ``sequences`` (ascending; exactly one of the two is
+    given). Only the top job carries ``key``; ``priority`` is the whole tree's (a child must
+    never wait behind the parent that waits for it)."""
+    if sequences is not None and first_sequence is None:
+        numbers = iter(sequences)
+    elif sequences is None and first_sequence is not None:
+        numbers = itertools.count(first_sequence)
+    else:
+        raise ValidationError("admit_tree needs exactly one of first_sequence and sequences")
     fresh = iter(ids)
     records: list[JobRecord] = []
 
@@ -328,7 +337,7 @@ def admit_tree(
             admit(
                 own,
                 node,
-                sequence=first_sequence + len(records),
+                sequence=next(numbers),
                 now=now,
                 key=key if top else None,
                 priority=priority,

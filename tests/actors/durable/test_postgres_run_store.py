@@ -12,7 +12,7 @@ import psycopg
 import pytest
 import trio
 from postgres_server import drop_schemas, new_schema, postgres_url
-from run_store_helpers import T0, ask
+from run_store_helpers import LEASE, T0, ask
 
 from actors import open_runtime
 from actors.durable import (
@@ -205,11 +205,22 @@ async def test_a_job_admitted_through_another_connection_is_taken_at_once(schema
         assert record.result.content == "heard"
 
 
+def as_version_1(schema: str) -> None:
+    """Make the schema what version 1 wrote: no conversations table, and the counters as rows
+    of the meta table (where they were before version 3 made them sequences), carried on from
+    the sequences."""
+    for name in ("job_sequence", "job_execution"):
+        ((value,),) = sql(f"SELECT nextval('\"{schema}\".trio_agents_{name}')")
+        sql(f'UPDATE "{schema}".trio_agents_meta SET value = %s WHERE key = %s', str(value), name)
+        sql(f'DROP SEQUENCE "{schema}".trio_agents_{name}')
+    sql(f'DROP TABLE "{schema}".trio_agents_conversations')
+    sql(f'UPDATE "{schema}".trio_agents_meta SET value = %s WHERE key = %s', "1", "schema_version")
+
+
 async def test_a_version_1_schema_is_migrated_to_hold_conversations_too(schema: str) -> None:
     async with await PostgresRunStore.open(postgres_url(), schema=schema) as store:
         kept = (await store.admit(ask("kept"), now=T0)).record
-    sql(f'DROP TABLE "{schema}".trio_agents_conversations')
-    sql(f'UPDATE "{schema}".trio_agents_meta SET value = %s WHERE key = %s', "1", "schema_version")
+    as_version_1(schema)
     url = postgres_url()
     conversations = await open_conversation_store(
         f"{url}{'&' if '?' in url else '?'}schema={schema}"
@@ -223,6 +234,34 @@ async def test_a_version_1_schema_is_migrated_to_hold_conversations_too(schema: 
         await conversations.aclose()
     assert sql(
         f'SELECT value FROM "{schema}".trio_agents_meta WHERE key = %s', "schema_version"
-    ) == [("2",)]
+    ) == [("3",)]
     async with await PostgresRunStore.open(postgres_url(), schema=schema) as store:
         assert await store.get(kept.id) == kept
+
+
+def kids(n: int) -> tuple[J.AgentJob, ...]:
+    return tuple(ask(f"child {i}") for i in range(n))
+
+
+async def test_numbers_continue_across_the_migration_to_sequences(schema: str) -> None:
+    # Version 3 takes admission and execution numbers from sequences instead of locked rows;
+    # migrated, a store goes on numbering after what it had given.
+    async with await PostgresRunStore.open(postgres_url(), schema=schema) as store:
+        for n in range(3):
+            await store.admit(ask(f"before {n}", children=kids(n)), now=T0)
+        before = await store.acquire(owner="w", lease=LEASE, now=T0)
+        assert before is not None
+        last = max(record.sequence for record in await store.list(limit=100))
+    as_version_1(schema)
+    async with await PostgresRunStore.open(postgres_url(), schema=schema) as store:
+        admitted = await store.admit(ask("after", children=kids(2)), now=T0)
+        numbers = [r.sequence for r in (*admitted.children, admitted.record)]
+        assert numbers == sorted(numbers)
+        assert min(numbers) > last
+        after = None
+        while (taken := await store.acquire(owner="w", lease=LEASE, now=T0)) is not None:
+            after = taken
+        assert after is not None
+        assert before.execution is not None
+        assert after.execution is not None
+        assert after.execution > before.execution

@@ -5,13 +5,15 @@ fixed)."""
 from __future__ import annotations
 
 import pathlib
+import random
 from collections.abc import AsyncIterator
 
 import attrs
 import pytest
-from run_store_helpers import KINDS, open_backend
+import trio
+from run_store_helpers import KINDS, T0, open_backend
 
-from actors.durable import RunStore
+from actors.durable import Admitted, RunStore
 from protocols import jobs as J
 from protocols.accounting import Usage
 from protocols.errors import ValidationError
@@ -65,3 +67,53 @@ async def test_write_keeps_what_never_changes(store: RunStore) -> None:
     except ValidationError:
         written = False
     assert not written
+
+
+async def test_a_caller_not_cancelled_gets_its_own_outcome_when_others_are(
+    store: RunStore,
+) -> None:
+    # Found failing once (on the SQL stores): the task that ran a group commit, cancelled while
+    # the commit was in the writer thread, handed its own Cancelled to every write of the
+    # batch -- writes that had committed were reported to their callers as cancelled, in tasks
+    # nothing had cancelled (a worker's queue then stopped as if asked to). Property: whatever
+    # is cancelled, and when, a caller whose own scope is not cancelled gets its write's
+    # outcome; a cancelled one gets that outcome or Cancelled; nobody gets anything else.
+    seed = random.randrange(2**32)
+    rng = random.Random(seed)
+    writers = 8
+    for round in range(40):
+        scopes = [trio.CancelScope() for _ in range(writers)]
+        outcomes: dict[int, object] = {}
+
+        async def write(
+            n: int,
+            scope: trio.CancelScope,
+            round: int = round,
+            outcomes: dict[int, object] = outcomes,
+        ) -> None:
+            with scope:
+                try:
+                    outcomes[n] = await store.admit(
+                        J.AgentJob.ask("a", f"{round}-{n}"), now=T0, key=f"{round}-{n}"
+                    )
+                except BaseException as exc:
+                    outcomes[n] = exc
+                    raise
+
+        async with trio.open_nursery() as nursery:
+            for n in range(writers):
+                nursery.start_soon(write, n, scopes[n])
+            for _ in range(rng.randrange(0, 30)):
+                await trio.lowlevel.checkpoint()
+            cut = set(rng.sample(range(writers), writers // 2))
+            for n in cut:
+                scopes[n].cancel()
+        where = f"seed {seed}, round {round}"
+        for n in range(writers):
+            outcome = outcomes[n]
+            if n in cut and isinstance(outcome, trio.Cancelled):
+                continue
+            assert isinstance(outcome, Admitted), (where, n, outcome)
+            found = await store.find(f"{round}-{n}")
+            assert found is not None, (where, n)
+            assert found.id == outcome.record.id, (where, n)

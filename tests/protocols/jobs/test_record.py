@@ -233,6 +233,16 @@ def test_admit_tree_puts_children_first_and_the_parent_waits_for_them() -> None:
 # --------------------------------------------------------------------------- acquire
 
 
+def test_admit_tree_takes_given_sequence_numbers_in_order() -> None:
+    # A store whose numbers come from a database sequence gives them, with gaps, as they come.
+    tree = AgentJob.ask("agent", "top", children=[AgentJob.ask("agent", "a")])
+    records = admit_tree(tree, ids=iter(["top", "a"]), sequences=[7, 40], now=T0)
+    assert [(record.id, record.sequence) for record in records] == [("a", 7), ("top", 40)]
+    for wrong in ({}, {"first_sequence": 1, "sequences": [1, 2]}):
+        with pytest.raises(ValidationError, match="exactly one of"):
+            admit_tree(tree, ids=iter(["top", "a"]), now=T0, **wrong)  # type: ignore[arg-type]
+
+
 def test_acquire_a_queued_job() -> None:
     record = queued()
     transition = acquire(record, owner="w1", now=T0 + 2, lease=LEASE, execution=4)
