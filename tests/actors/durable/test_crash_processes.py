@@ -9,7 +9,7 @@ The workers are processes running :data:`SCRIPT` (written to the test's director
 :func:`~actors.durable.open_job_queue`, with a deterministic model -- its replies depend only on
 the job's input, so every process gives a job the same script: first call ``pay`` (not
 idempotent) and ``note`` (``idempotent=True``), then answer -- and tools whose side effect is a
-line appended, with ``fsync``, to the process's effects file, between two short random sleeps (so
+line appended to the process's effects file, between two short random sleeps (so
 that kills land mid-call). The script runs as a launcher that imports everything once and then
 forks a worker on request: a fresh worker is working within milliseconds of a kill, not after
 a second of imports, so the kills come fast and land on busy workers. A worker is signalled
@@ -30,8 +30,11 @@ only from the process holding the job, in fence order, and each holder's journal
 the next holder's; a worker paused (``SIGSTOP``) past its lease and then continued writes
 nothing more -- its next write is refused as fenced.
 
-These tests run on the real clock (real processes, real leases of about a second) and poll for
-what they wait on; none takes more than a few seconds beyond what it waits for. Set
+On SQLite the run is 200 jobs and 30 kills; on PostgreSQL it is 10,000 jobs, with a kill every
+second or so until the last few dozen jobs are running (a hundred kills and more) and five
+workers' connections terminated: about two minutes. These tests run on the real clock (real
+processes, real leases of about a second) and poll for what they wait on; none takes more than
+a few seconds beyond what it waits for. Set
 ``CRASH_SEED`` to replay a run's random choices (kills, pauses, sleeps); the scheduling of the
 processes still varies.
 """
@@ -53,6 +56,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
+import attrs
 import pytest
 import trio
 from postgres_server import drop_schemas, new_schema, postgres_url
@@ -82,7 +86,7 @@ pytestmark = pytest.mark.skipif(
 # Its effects (config["effects"]): a line per tool effect: kind (the tool), job, call, key.
 # Its commands (config["commands"], tailed): {"keys": [...], "slow": bool} -- enqueue jobs.
 SCRIPT = r'''
-import json, os, random, signal, sys, time, traceback
+import faulthandler, json, os, random, signal, sys, time, traceback
 
 import trio
 
@@ -103,8 +107,10 @@ def opener(path):
 
     def write(kind, **fields):
         fields.update(kind=kind, pid=PID, t=time.time())
+        # One write(2) of the whole line: once it returns, the line is in the file for every
+        # reader, whatever kills this process next (a SIGKILL loses no completed write; only
+        # a machine crash could, which these tests do not make -- hence no fsync).
         os.write(fd, (json.dumps(fields) + "\n").encode())
-        os.fsync(fd)
 
     return write
 
@@ -305,6 +311,7 @@ async def main():
         async with trio.open_nursery() as nursery:
             nursery.start_soon(report, queue)
             nursery.start_soon(commands, queue)
+    print("the worker's queue ended by itself", file=sys.stderr)
 
 
 def worker(config):
@@ -315,6 +322,7 @@ def worker(config):
         os.dup2(null, 0)
         os.dup2(null, 1)
         os.dup2(os.open(config["stderr"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), 2)
+        faulthandler.enable()  # a crash in C (a driver) says where, on stderr
         CONFIG, PID = config, os.getpid()
         rng.seed(f"{config['seed']}-{config['name']}")
         log, effect = opener(config["log"]), opener(config["effects"])
@@ -365,7 +373,8 @@ launcher()
 
 class Worker:
     """One forked worker: its pid (reserved until the launcher reaps it) and its files, read
-    incrementally."""
+    incrementally -- what the kill loop asks of a worker costs what is new since it last asked,
+    not the whole log, which a run of 10,000 jobs makes long."""
 
     def __init__(self, name: str, pid: int, directory: pathlib.Path) -> None:
         self.name = name
@@ -379,7 +388,14 @@ class Worker:
         self.commands_path = directory / f"{name}.commands"
         self.killed_at: float | None = None
         self.sent: list[list[str]] = []  # the chunks of keys it was told to enqueue
-        self._read: dict[pathlib.Path, tuple[int, list[dict[str, Any]]]] = {}
+        self._unacked: set[str] = set()  # keys sent and not acknowledged (yet)
+        self._offsets: dict[pathlib.Path, int] = {}
+        self._log: list[dict[str, Any]] = []
+        self._kinds: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+        self._acked: dict[str, str] = {}
+        self._effects: list[dict[str, Any]] = []
+        self._journaled: set[tuple[str, str]] = set()  # (job, call) results appended
+        self._open: set[tuple[str, str]] = set()  # (job, call) effects not journaled (yet)
 
     @property
     def alive(self) -> bool:
@@ -387,34 +403,65 @@ class Worker:
 
     def submit(self, keys: list[str], *, slow: bool = False) -> None:
         self.sent.append(keys)
+        self._unacked.update(keys)
         with self.commands_path.open("ab") as file:
             file.write(json.dumps({"keys": keys, "slow": slow}).encode() + b"\n")
 
-    def _lines(self, path: pathlib.Path) -> list[dict[str, Any]]:
-        offset, lines = self._read.get(path, (0, []))
+    def _new(self, path: pathlib.Path) -> list[dict[str, Any]]:
+        offset = self._offsets.get(path, 0)
         try:
             with path.open("rb") as file:
                 file.seek(offset)
                 data = file.read()
         except FileNotFoundError:
-            return lines
+            return []
         end = data.rfind(b"\n") + 1  # a line counts once its newline is written
-        lines = lines + [json.loads(line) for line in data[:end].splitlines()]
-        self._read[path] = (offset + end, lines)
-        return lines
+        self._offsets[path] = offset + end
+        return [json.loads(line) for line in data[:end].splitlines()]
+
+    def _read(self) -> None:
+        for line in self._new(self.log_path):
+            self._log.append(line)
+            self._kinds[line["kind"]].append(line)
+            if line["kind"] == "ack":
+                self._acked[line["key"]] = line["id"]
+                self._unacked.discard(line["key"])
+            elif line["kind"] == "append" and line["ok"]:
+                for kind, call in line["entries"]:
+                    if kind == "result":
+                        self._journaled.add((line["job"], call))
+                        self._open.discard((line["job"], call))
+        for line in self._new(self.effects_path):
+            self._effects.append(line)
+            if (line["job"], line["call"]) not in self._journaled:
+                self._open.add((line["job"], line["call"]))
 
     def log(self, kind: str | None = None) -> list[dict[str, Any]]:
-        lines = self._lines(self.log_path)
-        return lines if kind is None else [line for line in lines if line["kind"] == kind]
+        self._read()
+        return list(self._log if kind is None else self._kinds[kind])
 
     def effects(self) -> list[dict[str, Any]]:
-        return self._lines(self.effects_path)
+        self._read()
+        return list(self._effects)
 
     def acked(self) -> dict[str, str]:
-        return {line["key"]: line["id"] for line in self.log("ack")}
+        self._read()
+        return dict(self._acked)
+
+    def unacknowledged(self) -> bool:
+        """Whether a key it was sent is not acknowledged yet."""
+        self._read()
+        return bool(self._unacked)
+
+    def mid_effect(self) -> bool:
+        """Whether it has a tool call whose effect happened and whose result it has not
+        journaled (as far as its files say now)."""
+        self._read()
+        return bool(self._open)
 
     def stats(self) -> dict[str, Any]:
-        lines = self.log("stats")
+        self._read()
+        lines = self._kinds["stats"]
         return lines[-1] if lines else {}
 
     def reconnects(self) -> int:
@@ -495,7 +542,12 @@ class Pool:
     async def check_alive(self) -> None:
         for worker in self.active():
             if await self.state(worker) == "exited":
-                pytest.fail(f"worker {worker.name} exited by itself:\n{worker.errors()[-3000:]}")
+                worker.killed_at = time.time()
+                code = (await self._ask(reap=worker.pid))["code"]
+                pytest.fail(
+                    f"worker {worker.name} exited by itself (code {code}):\n"
+                    + worker.errors()[-3000:]
+                )
 
     async def signal(self, worker: Worker, signum: int) -> None:
         """Send ``signum`` to a worker not reaped yet (so its pid is still its own)."""
@@ -608,24 +660,32 @@ def seeded() -> int:
 
 # -- SIGKILL at random moments -----------------------------------------------------------------
 
-JOBS = 200
-CHUNK = 5
 ACTIVE = 4
 MIN_KILLS = 30
 LEASE = 1.0
 
 
-def mid_effect(worker: Worker) -> bool:
-    """Whether ``worker`` has a tool call whose effect happened and whose result it has not
-    journaled (as far as its logs say now)."""
-    done = {
-        (line["job"], call)
-        for line in worker.log("append")
-        if line["ok"]
-        for kind, call in line["entries"]
-        if kind == "result"
-    }
-    return any((effect["job"], effect["call"]) not in done for effect in worker.effects())
+@attrs.frozen
+class Scale:
+    """How big a crash run is: its jobs, submitted in chunks (one a worker's enqueues, every
+    0.1-0.25 s), each worker running ``concurrency`` at once; a kill every ``kill_every``
+    seconds (a random share of it) until at most ``tail`` jobs are live, and at least
+    :data:`MIN_KILLS`."""
+
+    jobs: int
+    chunk: int
+    concurrency: int
+    kill_every: tuple[float, float]
+    tail: int
+    deadline: float
+
+
+#: SQLite: the run of issue 14. PostgreSQL: the 10,000 jobs of issue 15, with kills spread
+#: over all of them (a hundred or so).
+SCALES = {
+    "sqlite": Scale(200, 5, 2, (0.1, 0.45), 0, 50),
+    "postgres": Scale(10_000, 60, 6, (0.3, 1.5), 40, 600),
+}
 
 
 def cutter(where: dict[str, str]) -> Callable[[str], int] | None:
@@ -678,7 +738,8 @@ async def _killed_at_random(
 ) -> None:
     seed = seeded()
     rng = random.Random(seed)
-    tag = f"CRASH_SEED={seed} ({kind})"
+    scale = SCALES[kind]
+    tag = f"CRASH_SEED={seed} ({kind}, {scale.jobs} jobs)"
     pool = Pool(
         tmp_path,
         {
@@ -686,41 +747,50 @@ async def _killed_at_random(
             "seed": seed,
             "lease": LEASE,
             "poll": 0.05,
-            "concurrency": 2,
+            "concurrency": scale.concurrency,
             "tool_delay": 0.08,
             "provider_delay": 0.01,
-            "submit_delay": 0.02,
+            "submit_delay": 0.02 if scale.chunk <= 5 else 0,
             "slow_provider": 0,
         },
     )
-    keys = [f"k{n:03d}" for n in range(JOBS)]
-    pending = collections.deque(keys[i : i + CHUNK] for i in range(0, JOBS, CHUNK))
+    keys = [f"k{n:05d}" for n in range(scale.jobs)]
+    pending = collections.deque(
+        keys[i : i + scale.chunk] for i in range(0, scale.jobs, scale.chunk)
+    )
     acked: dict[str, set[str]] = collections.defaultdict(set)  # key -> every id returned
     kills = 0
     try:
         await pool.open()
         for _ in range(ACTIVE):
             await pool.start()
-        deadline = trio.current_time() + 50
+        deadline = trio.current_time() + scale.deadline
         next_kill = trio.current_time() + rng.uniform(0.2, 0.5)
         next_feed = next_check = trio.current_time()
+        tail = scale.tail == 0
 
         def submitted() -> bool:
             # Every chunk went to a living worker that acknowledged all of its keys.
-            return not pending and all(
-                set(chunk) <= w.acked().keys() for w in pool.active() for chunk in w.sent
-            )
+            return not pending and not any(w.unacknowledged() for w in pool.active())
 
         cut = cutter(where)
         cuts = 0
         next_cut = trio.current_time() + rng.uniform(0.2, 0.5)
-        while kills < MIN_KILLS or (cut is not None and cuts < MIN_CUTS) or not submitted():
+        while (
+            kills < MIN_KILLS
+            or (cut is not None and cuts < MIN_CUTS)
+            or not submitted()
+            or not tail
+        ):
             now = trio.current_time()
             if now > deadline:
                 pytest.fail(f"{tag}: the kill phase did not end ({kills} kills)")
             if now >= next_check:
                 await pool.check_alive()
                 next_check = now + 0.5
+                if submitted() and not tail:
+                    live = await store.list(statuses=LIVE, limit=scale.tail)
+                    tail = len(live) < scale.tail
             if pending and now >= next_feed:
                 rng.choice(pool.active()).submit(pending.popleft())
                 next_feed = now + rng.uniform(0.1, 0.25)
@@ -729,11 +799,11 @@ async def _killed_at_random(
                 ended = await trio.to_thread.run_sync(cut, victim.name)
                 cuts += ended > 0
                 next_cut = now + rng.uniform(0.3, 0.8)
-            if now >= next_kill and kills < MIN_KILLS:
+            if now >= next_kill and (kills < MIN_KILLS or not tail):
                 # Half the kills go, when one is, to a worker with a call past its effect and
                 # its result not yet journaled: both ways of continuing such a call are then
                 # seen in every run, not only when the timing happens to allow.
-                cutting = [w for w in pool.active() if mid_effect(w)]
+                cutting = [w for w in pool.active() if w.mid_effect()]
                 chosen = cutting if cutting and rng.random() < 0.5 else pool.active()
                 victim = rng.choice(chosen)
                 code = await pool.kill(victim)
@@ -746,7 +816,7 @@ async def _killed_at_random(
                     if not set(chunk) <= done.keys():
                         pending.appendleft(chunk)
                 await pool.start()
-                next_kill = now + rng.uniform(0.1, 0.45)
+                next_kill = now + rng.uniform(*scale.kill_every)
             await trio.sleep(0.01)
 
         while await store.list(statuses=LIVE):
