@@ -11,7 +11,11 @@ wait at most :data:`LINGER` seconds for the next barrier to carry them, and are 
 own after that: a crash loses at most what was journaled in the last moments before it, never a
 boundary. A write the store refuses as
 fenced -- this worker no longer holds the job -- drops the run: it is cut at once, and nothing
-more is written for it.
+more is written for it. A write that fails because the store could not be reached (a database
+restarting, a connection cut) is asked again, with backoff, for up to :data:`RETRY_FOR` seconds
+-- first finding out from the stored journal whether the failed attempt had in fact committed,
+so nothing is written twice -- and the run goes on where it was; only after that is it cut, to
+be continued from its journal.
 """
 
 from __future__ import annotations
@@ -46,11 +50,15 @@ from .._sqlite import StoreError
 from ..tools import CallableTool, ToolRegistry
 from ._store import RunStore
 
-__all__ = ["LINGER", "LOST", "StoreJournal"]
+__all__ = ["LINGER", "LOST", "RETRY_FOR", "StoreJournal"]
 
 #: How long an entry that is not a barrier waits for the next barrier to be written with it
 #: before it is written on its own (seconds).
 LINGER = 0.002
+
+#: How long a journal write that failed because the store could not be reached is asked again
+#: before the run is cut (seconds).
+RETRY_FOR = 10.0
 
 #: What a call answers when its worker lost the job before the call's effect could start.
 LOST = "not executed: this worker no longer holds the job"
@@ -60,7 +68,8 @@ class StoreJournal:
     """The :class:`~actors._run_loop.RunJournal` of job ``job`` held with ``holder``.
 
     ``replay`` is the journal as read when the run was continued (``None`` for a first
-    attempt); ``cut`` is called once if the store refuses a write as fenced."""
+    attempt), ``journaled`` how many entries the stored journal held then; ``cut`` is called
+    once if the store refuses a write as fenced."""
 
     def __init__(
         self,
@@ -70,6 +79,7 @@ class StoreJournal:
         *,
         cut: Callable[[str], None],
         replay: Replay | None = None,
+        journaled: int = 0,
         answers: Sequence[ApprovalAnswer] = (),
         clock: Callable[[], float] = time.time,
         leaving: Callable[[], bool] = lambda: False,
@@ -90,6 +100,7 @@ class StoreJournal:
         self._recorded: set[str] = set()  # calls of the batch whose result is journaled
         self._intents: dict[str, str] = {}
         self._buffer: list[Entry] = []  # written behind the run, in order
+        self._journaled = journaled  # the entries the stored journal holds
         self._writing = False  # an append is in flight (the writer's or a barrier's)
         self._progress = trio.Event()  # set (and replaced) whenever an append ends
         self._more = trio.Event()  # the buffer has entries for the writer
@@ -152,11 +163,7 @@ class StoreJournal:
             if not batch:
                 return True
             try:
-                # Shielded: a cancel while the append waits its turn must not leave what was
-                # taken from the buffer neither written nor buffered (a store call's outcome
-                # is unknown to a caller cancelled in it).
-                with trio.CancelScope(shield=True):
-                    await self.store.append(self.job, self.holder, batch, then=then)
+                await self._store_batch(batch, then)
             except StoreError as error:
                 if error.code == "fenced":
                     self.dropped = True
@@ -168,6 +175,41 @@ class StoreJournal:
         finally:
             self._end_turn()
         return True
+
+    async def _store_batch(self, batch: list[Entry], then: Applied | None) -> None:
+        """Append ``batch`` (with ``then``), asking again while the store cannot be reached,
+        for up to :data:`RETRY_FOR` seconds. Shielded: a cancel must not leave what was taken
+        from the buffer neither written nor buffered, nor a write's outcome unknown."""
+        with trio.CancelScope(shield=True):
+            deadline = trio.current_time() + RETRY_FOR
+            pause = 0.05
+            while True:
+                try:
+                    await self.store.append(self.job, self.holder, batch, then=then)
+                except StoreError as error:
+                    if not error.retryable or trio.current_time() + pause > deadline:
+                        raise
+                    failed = error
+                else:
+                    self._journaled += len(batch)
+                    return
+                # Did it commit before the connection went? The stored journal says: it holds
+                # the batch, or not yet (only this holder appends to it).
+                while True:
+                    await trio.sleep(pause)
+                    pause = min(pause * 2, 1.0)
+                    try:
+                        length = len(await self.store.journal(self.job))
+                    except StoreError as error:
+                        if not error.retryable or trio.current_time() + pause > deadline:
+                            raise failed from error
+                        continue
+                    break
+                if length == self._journaled + len(batch):
+                    self._journaled = length
+                    return
+                if length != self._journaled:
+                    raise failed  # not what this holder wrote: leave it to the fence
 
     async def flush(self) -> bool:
         """Wait until everything journaled so far is written; whether it was."""
@@ -189,8 +231,7 @@ class StoreJournal:
                 raise self.failure
             batch, self._buffer = [*self._buffer, terminal], []
             try:
-                with trio.CancelScope(shield=True):  # (as in _write_buffer)
-                    await self.store.append(self.job, self.holder, batch, then=then)
+                await self._store_batch(batch, then)
             except StoreError as error:
                 # Refused as fenced: lost the job (drop the run), or the record changed since
                 # ``then`` was computed (keep what was not written for a retry of the end).

@@ -428,7 +428,9 @@ class JobQueue:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._keep_lease, running, holder)
             try:
-                await self._run(running, spec, made, holder, earlier, answered=answered)
+                await self._run(
+                    running, spec, made, holder, earlier, answered=answered, journaled=len(entries)
+                )
             finally:
                 nursery.cancel_scope.cancel()
 
@@ -477,6 +479,7 @@ class JobQueue:
         earlier: tuple[Message, ...] = (),
         *,
         answered: bool = False,
+        journaled: int = 0,
     ) -> None:
         record = running.record
         job = record.job
@@ -501,6 +504,7 @@ class JobQueue:
             holder,
             cut=running.token.cancel,
             replay=made if made.started else None,
+            journaled=journaled,
             answers=record.answers,
             clock=self._clock,
             leaving=lambda: self._leaving,
