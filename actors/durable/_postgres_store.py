@@ -36,6 +36,9 @@ __all__ = ["PostgresRunStore", "dialect"]
 
 log = logging.getLogger("actors.store")
 
+#: The longest notification payload sent (PostgreSQL refuses 8000 bytes and more).
+_PAYLOAD = 7000
+
 
 def _error() -> type[Exception]:
     from .._postgres import _psycopg  # noqa: PLC0415 - psycopg is optional
@@ -196,8 +199,20 @@ class PostgresRunStore(SQLRunStore):
         # commits them, and its listener skips them.
         sender = new_id()[:12]
 
-        def notify(conn: Any, id: str) -> None:
-            conn.execute("SELECT pg_notify(%s, %s)", (name, f"{sender} {id}"))
+        def notify(conn: Any, ids: Sequence[str]) -> None:
+            # One notification for many ids ("sender id id ..."), under PostgreSQL's 8000-byte
+            # payload limit: one statement for all of them.
+            payloads, line = [], sender
+            for id in dict.fromkeys(ids):
+                if len(line) + 1 + len(id) > _PAYLOAD:
+                    payloads.append(line)
+                    line = sender
+                line += " " + id
+            payloads.append(line)
+            conn.execute(
+                "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload",
+                (name, payloads),
+            )
 
         def open_database() -> Jobs:
             used = dialect()
@@ -224,7 +239,12 @@ class PostgresRunStore(SQLRunStore):
         def deliver(payloads: list[str] | None) -> None:
             ids = None
             if payloads is not None:
-                ids = [id for by, _, id in (p.partition(" ") for p in payloads) if by != sender]
+                ids = [
+                    id
+                    for by, _, rest in (p.partition(" ") for p in payloads)
+                    if by != sender
+                    for id in rest.split()
+                ]
                 if not ids:
                     return
             with contextlib.suppress(trio.RunFinishedError):

@@ -152,10 +152,12 @@ class Jobs:
         max_bytes: int,
         *,
         reconnect: Callable[[], Any] | None = None,
-        notify: Callable[[Any, str], None] | None = None,
+        notify: Callable[[Any, Sequence[str]], None] | None = None,
     ) -> None:
         self.dialect = dialect
-        self._notify = notify  # tells other processes a record changed (in the transaction)
+        # Tells other processes which records changed (in the transaction, once a batch's
+        # writes are done: one statement for all of them).
+        self._notify = notify
         self._announcing: list[str] = []
         self._writer: Any = writer
         self._reader: Any = reader
@@ -240,6 +242,10 @@ class Jobs:
             for item in batch:
                 self._announcing = item.announced
                 self._one(conn, item)
+            if self._notify is not None:
+                changed = [id for item in batch if item.error is None for id in item.announced]
+                if changed:
+                    self._notify(conn, changed)
             self._x(conn, "COMMIT")
         except BaseException as exc:
             self.dialect.rollback(conn)
@@ -274,7 +280,9 @@ class Jobs:
                     continue
                 item.error = self.dialect.translate(exc, item.action)
                 return
-            self._x(conn, "RELEASE op")
+            # (Not released: a savepoint of the same name is made for the next write, and
+            # ROLLBACK TO always finds the latest. One round trip fewer a write; the commit
+            # ends them all.)
             return
 
     # -- writes (each runs inside a group commit's transaction) ---------------------------------
@@ -343,8 +351,6 @@ class Jobs:
         # this job decodes what was stored.)
         if announce:
             self._announcing.append(record.id)
-            if self._notify is not None:
-                self._notify(self.conn, record.id)
         return text
 
     def _tombstone(
@@ -422,16 +428,46 @@ class Jobs:
                         # The caller's alone from here: the kept copy it was made from goes.
                         self._staged.append((candidate.id, 0, None))
                         return taken.record
-            queued = self._x(
-                conn,
-                f"SELECT id, revision, RECORD_TEXT FROM {JOBS} WHERE status = 'queued' "
-                "ORDER BY rank, sequence LIMIT ? OFFSET ?",
-                (_PAGE, offset),
-            ).fetchall()
+            queued = self._rows(
+                self._x(
+                    conn,
+                    f"SELECT id, revision FROM {JOBS} WHERE status = 'queued' "
+                    "ORDER BY rank, sequence LIMIT ? OFFSET ?",
+                    (_PAGE, offset),
+                ).fetchall()
+            )
             offset += _PAGE
             if queued:
                 pages.append(queued)
         return None
+
+    def _rows(self, keys: Sequence[tuple[object, object]]) -> list[tuple[object, object, Any]]:
+        """``(id, revision, text)`` for each ``(id, revision)``: the text read only for those
+        not kept decoded at that revision (a page of queued jobs is mostly ones looked at
+        before; their records need not cross the wire again). ``text`` is ``None`` for a kept
+        one (:meth:`_cached` does not read it then)."""
+        with self._cache_lock:
+            missing = [
+                str(id)
+                for id, revision in keys
+                if (hit := self._cache.get(str(id))) is None or hit[0] != int(str(revision))
+            ]
+        texts: dict[str, tuple[object, Any]] = {}
+        if missing:
+            rows = self._x(
+                self.conn,
+                f"SELECT id, revision, RECORD_TEXT FROM {JOBS} "
+                f"WHERE id IN ({', '.join('?' for _ in missing)})",
+                missing,
+            ).fetchall()
+            texts = {str(id): (revision, text) for id, revision, text in rows}
+        out: list[tuple[object, object, Any]] = []
+        for id, revision in keys:
+            if str(id) in texts:
+                out.append((id, *texts[str(id)]))  # (as read now: it may have moved on)
+            elif str(id) not in missing:
+                out.append((id, revision, None))
+        return out
 
     def _lock(self, record: JobRecord) -> bool:
         """Lock ``record``'s row for this transaction, if no other holds it and it is still at
@@ -473,22 +509,29 @@ class Jobs:
 
     def append(self, id: str, holder: Lease, texts: Sequence[str], then: Applied | None) -> None:
         conn = self.conn
+        # One query checks the fence, learns where the journal ends, and locks the job's row:
+        # shared while only the journal grows (no acquisition can slip between the check and
+        # the write), for update at once when the record changes too (a shared lock upgraded
+        # later is how two transactions deadlock).
+        lock, record = ("FOR_SHARE", "NULL") if then is None else ("FOR_UPDATE", "RECORD_TEXT")
         row = self._x(
-            conn, f"SELECT revision, holder, held FROM {JOBS} WHERE id = ? FOR_SHARE", (id,)
+            conn,
+            f"SELECT revision, holder, held, {record}, "
+            f"(SELECT COALESCE(MAX(seq), 0) FROM {JOURNAL} WHERE job = ?) "
+            f"FROM {JOBS} WHERE id = ? {lock}",
+            (id, id),
         ).fetchone()
-        if row is None or row[1] != holder.owner or row[2] != holder.fence:
-            raise fenced(id, holder, self._stored(id) if row is not None else None)
+        if row is None:
+            raise fenced(id, holder, None)
+        if row[1] != holder.owner or row[2] != holder.fence:
+            raise fenced(id, holder, self._stored(id))
         if then is not None:
-            stored = self._stored(id)
-            assert stored is not None
+            stored = self._cached(id, int(row[0]), row[3])
             if stored.revision != then.expected:
                 raise fenced(id, holder, stored)
             check_successor(stored, then.record)
             self._store(then.record, announce=noticeable(stored, then.record))
-        last = self._x(
-            conn, f"SELECT COALESCE(MAX(seq), 0) FROM {JOURNAL} WHERE job = ?", (id,)
-        ).fetchone()
-        seq = int(last[0])
+        seq = int(row[4])
         self.dialect.executemany(
             conn,
             self.dialect.sql(f"INSERT INTO {JOURNAL} (job, seq, entry) VALUES (?, ?, ?)"),
@@ -512,8 +555,6 @@ class Jobs:
             )
             self._staged.append((id, 0, None))
             self._announcing.append(id)
-            if self._notify is not None:
-                self._notify(conn, id)
         return outcome
 
     # -- reads (each one statement: one consistent snapshot) ------------------------------------
