@@ -427,6 +427,7 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "LINGER",
         "MemoryRunStore",
         "PostgresRunStore",
+        "RETRY_FOR",
         "RunStore",
         "SQLiteRunStore",
         "StoreJournal",

@@ -5,6 +5,7 @@ The pure model -- jobs, records, transitions, the journal -- is :mod:`protocols.
 """
 
 from ._journal import LINGER as LINGER
+from ._journal import RETRY_FOR as RETRY_FOR
 from ._journal import StoreJournal as StoreJournal
 from ._open import check_store_url as check_store_url
 from ._open import migrate_store as migrate_store
@@ -29,6 +30,7 @@ from ._store import RunStore as RunStore
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "LINGER",
+    "RETRY_FOR",
     "Admitted",
     "AgentRegistry",
     "AgentSpec",
