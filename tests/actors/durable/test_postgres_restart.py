@@ -99,7 +99,10 @@ async def test_a_worker_rides_out_a_server_restart_in_the_middle_of_a_job(
                 assert result.messages[-1].content == "transferred 5"
                 # New work submitted elsewhere after the restart is heard of (through the
                 # worker's listener, reconnected), not polled for.
-                while store.statistics()["listener_reconnects"] < 1:
+                # (Its listener is a thread of the store's: nothing to wait on but a look.)
+                for _ in range(600):
+                    if store.statistics()["listener_reconnects"] >= 1:
+                        break
                     await trio.sleep(0.05)
                 async with await PostgresRunStore.open(url, schema="jobs") as client:
                     second = (await client.admit(J.AgentJob.ask("bank", "and then"))).record.id
