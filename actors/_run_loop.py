@@ -20,9 +20,11 @@ from protocols.errors import (
     AgentsError,
     ConfigError,
     ProtocolError,
+    ProviderError,
     ToolError,
     ValidationError,
 )
+from protocols.history import estimate_messages
 from protocols.jobs import CheckpointPolicy, Decision
 from protocols.messages import (
     AgentResult,
@@ -332,6 +334,8 @@ class _Run:
         self.seen: dict[str, int] = {}
         # Automatic compaction gave up for this run (futile, or its summarizer failed).
         self.futile = False
+        # The window guard refused the last provider call (the error is ours, not a vendor's).
+        self.refused = False
         self.output: Any = None
         self.scope: trio.CancelScope | None = None
         self.appended: list[Message] = []
@@ -510,6 +514,16 @@ class _Run:
                 prompt = self.prompt(stated)
             try:
                 result = await self.provider_turn(prompt, definitions, provider_options)
+            except ProviderError as error:
+                # The provider says the prompt is over its context window, although the estimate
+                # was not (or there is no window set): one compaction, whatever the estimate
+                # says, and the turn once more; a second overflow is the run's error.
+                if error.code != "context_overflow" or self.refused:
+                    raise
+                if not await self.compact_after_overflow(error):
+                    raise
+                prompt = self.prompt(stated)
+                result = await self.provider_turn(prompt, definitions, provider_options, again=True)
             except ConfigError:
                 if spec is None or provider_options.schema is None:
                     raise
@@ -614,6 +628,52 @@ class _Run:
         if check.futile:
             self.futile = True  # nothing more can fold: let the provider report the overflow
         return check.compacted
+
+    async def compact_after_overflow(self, error: ProviderError) -> bool:
+        """The provider refused the prompt as over its context window: compact the conversation
+        once (charged to the run as automatic compaction is). True when that changed the
+        history, so that the turn may be sent once more."""
+        conversation = self.conversation
+        if self.futile or not conversation.summarizable:
+            return False
+        self.event("guard", reason=f"the provider refused the prompt as too long: {error.message}")
+        cut = Abort()
+        try:
+            with paying(self.charge_compaction, cut):
+                section = await conversation.compact()
+        except CompactionError as failure:
+            self.event("fault", error=failure, reason=failure.message)
+            if self.agent.strict:
+                raise
+            self.futile = True
+            return False
+        except BaseException:
+            cut.cancel("the run was cut during its compaction")
+            raise
+        if section is None:
+            self.futile = True
+        return section is not None
+
+    def within_window(self, prompt: Sequence[Message]) -> None:
+        """The window guard: a prompt estimated at or over the agent's context window is not
+        sent. Raises :class:`~protocols.errors.ProviderError` ``context_overflow`` (not
+        retryable) before any provider call, with a ``guard`` event saying why."""
+        window = self.agent.window
+        self.refused = False
+        if window is None:
+            return
+        tokens = estimate_messages(prompt)
+        if tokens < window:
+            return
+        reason = (
+            f"the prompt is estimated at {tokens} tokens, at or over the agent's context window "
+            f"of {window}"
+            + ("" if not self.conversation.summarizable else " after compaction")
+            + "; it was not sent"
+        )
+        self.refused = True
+        self.event("guard", reason=reason)
+        raise ProviderError(reason, code="context_overflow", retryable=False)
 
     def charge_compaction(self, usage: Usage | None, text: str) -> None:
         """A summarizer call of this run's compaction: charged to the budget (by estimate of
@@ -729,6 +789,7 @@ class _Run:
         # A cut that landed while the run was shielded (committing) stops it here, before a
         # provider call starts.
         await trio.lowlevel.checkpoint_if_cancelled()
+        self.within_window(prompt)
         if self.pace is not None:
             # Inside the run's scope: a cancel, a deadline or a budget trip while pacing cuts
             # the run like any other wait.

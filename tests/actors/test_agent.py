@@ -6,6 +6,7 @@ Test names cite the guarantee of notes/000.md section 3 they port (G1..G17) wher
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 import pytest
@@ -31,6 +32,7 @@ from protocols.accounting import TokenBudget, estimate_tokens
 from protocols.errors import ProviderError
 from protocols.history import RECAP_PREFIX
 from protocols.messages import AgentResult, Message, Role, StopReason, ToolCall, Usage
+from protocols.wire import classify_status
 
 
 @tool
@@ -417,9 +419,11 @@ async def test_automatic_compaction_before_the_first_request() -> None:
         assert len((await conversation.history()).sections) == 1
 
 
-async def test_a_failing_summarizer_emits_fault_and_the_run_goes_on() -> None:
+async def test_a_failing_summarizer_emits_fault_and_the_run_goes_on_within_the_window() -> None:
+    # The history is over the window (compaction is tried, and fails): the prompt is refused
+    # while it is over, and the run goes on once it fits -- a summary is only a saving.
     summaries = Summaries(fail=True)
-    faults: list[AgentEvent] = []
+    events: list[AgentEvent] = []
     async with open_runtime() as runtime:
         conversation = await Conversation.start(runtime, summarize=summaries, keep=1)
         await conversation.add(Message.user("x" * 800), Message.assistant("y" * 800))
@@ -431,13 +435,23 @@ async def test_a_failing_summarizer_emits_fault_and_the_run_goes_on() -> None:
             conversation=conversation,
             window=200,
             tools=[add],
-            on=[lambda e: faults.append(e) if e.kind == "fault" else None],
+            on=[lambda e: events.append(e) if e.kind in ("fault", "guard") else None],
         )
+        # Over the window after the failed compaction: refused, no provider call.
+        with pytest.raises(ProviderError) as refused:
+            await agent.generate("1 + 1?")
+        assert refused.value.code == "context_overflow"
+        assert not refused.value.retryable
+        assert provider.calls == []
+        assert [e.kind for e in events] == ["fault", "guard"]  # tried once, then refused
+        assert summaries.calls == 1
+        assert isinstance(events[0].error, CompactionError)
+        # A window the prompt fits: nothing tried, nothing refused, the run goes on.
+        agent.window = 2_000
+        events.clear()
         result = await agent.generate("1 + 1?")
         assert result.content == "2"
-        assert len(faults) == 1  # tried once, then not again in this run
-        assert summaries.calls == 1
-        assert isinstance(faults[0].error, CompactionError)
+        assert events == []
         # With strict=True the failure is the run's failure, and the history is unchanged.
         before = await conversation.history()
         strict = await Agent.start(
@@ -448,27 +462,86 @@ async def test_a_failing_summarizer_emits_fault_and_the_run_goes_on() -> None:
         assert (await conversation.history()).sections == before.sections
 
 
-async def test_futile_compaction_stops_trying_for_the_rest_of_the_run() -> None:
+async def test_a_prompt_compaction_cannot_bring_under_the_window_is_never_sent() -> None:
+    # 003 G9: keep=1 leaves only the user's message live: nothing can fold, the prompt is over
+    # the tiny window -- refused before any provider call, with a guard event saying why.
     summaries = Summaries()
-    call = ToolCall("c1", "add", {"a": 1, "b": 1})
-    provider = ScriptedProvider(Reply(calls=[call]), Reply(calls=[call]), Reply("done"))
+    provider = ScriptedProvider(Reply("never"))
+    guards: list[AgentEvent] = []
     async with open_runtime() as runtime:
-        # keep=1: before the first request only the user's message is live, nothing can fold
-        # and the prompt is over the tiny window -- futile. Later turns would have messages to
-        # fold, but the run has stopped trying: the summarizer never runs.
         conversation = await Conversation.start(runtime, summarize=summaries, keep=1)
         agent = await Agent.start(
-            runtime, provider, conversation=conversation, window=5, tools=[add]
+            runtime,
+            provider,
+            conversation=conversation,
+            window=5,
+            on=[lambda e: guards.append(e) if e.kind == "guard" else None],
         )
-        result = await agent.generate("x" * 100)
-        assert result.content == "done"
-        assert len(provider.calls) == 3
+        with pytest.raises(ProviderError, match="not sent") as refused:
+            await agent.generate("x" * 100)
+        assert refused.value.code == "context_overflow"
+        assert provider.calls == []
         assert summaries.calls == 0
-        # A new run tries again (the latch is per run): now there is something to fold.
-        provider2 = ScriptedProvider(Reply("again"))
-        agent.provider = provider2
-        await agent.generate("more")
-        assert summaries.calls == 2  # the fold and the rollup
+        assert len(guards) == 1
+        assert "context window of 5" in str(guards[0].reason)
+        # Without a window nothing is refused (the provider is the judge).
+        agent.window = None
+        assert (await agent.generate("short")).content == "never"
+
+
+class Overflowing(ScriptedProvider):
+    """Refuses, as a vendor does (a 400 saying so), a prompt longer than ``limit`` characters."""
+
+    def __init__(self, limit: int, *steps: Reply | str) -> None:
+        super().__init__(*steps)
+        self.limit = limit
+        self.refused = 0
+
+    def stream(self, messages: Any, *, tools: Any = None, options: Any = None) -> Any:
+        size = sum(len(m.content) for m in messages)
+        if size > self.limit:
+            self.refused += 1
+            code, retryable = classify_status(400, f"prompt is too long: {size} characters")
+            error = ProviderError("prompt is too long", code=code, retryable=retryable, status=400)
+            self._script.appendleft(Fail(error))
+        return super().stream(messages, tools=tools, options=options)
+
+
+async def test_a_provider_context_overflow_leads_to_one_compaction_and_one_retry() -> None:
+    # 002 G15: no window set (nothing estimated), the provider says the prompt is too long: the
+    # conversation is compacted once and the same turn sent once more.
+    summaries = Summaries()
+    async with open_runtime() as runtime:
+        conversation = await Conversation.start(runtime, summarize=summaries, keep=1)
+        await conversation.add(Message.user("x" * 800), Message.assistant("y" * 800))
+        provider = Overflowing(1_000, Reply("fits now"))
+        agent = await Agent.start(runtime, provider, conversation=conversation)
+        result = await agent.generate("and now?")
+        assert result.content == "fits now"
+        assert provider.refused == 1
+        assert summaries.calls >= 1
+        assert provider.calls[-1].messages[0].content.startswith(RECAP_PREFIX)
+        assert result.turns == 1  # the same turn, sent again
+
+
+async def test_a_second_context_overflow_is_the_runs_error_and_nothing_loops() -> None:
+    summaries = Summaries()
+    async with open_runtime() as runtime:
+        conversation = await Conversation.start(runtime, summarize=summaries, keep=1)
+        await conversation.add(Message.user("x" * 800), Message.assistant("y" * 800))
+        # Still too long for this provider after the compaction: the run's error.
+        provider = Overflowing(10, Reply("never"))
+        agent = await Agent.start(runtime, provider, conversation=conversation)
+        with pytest.raises(ProviderError) as failed:
+            await agent.generate("and now?")
+        assert failed.value.code == "context_overflow"
+        assert provider.refused == 2  # the first call and its one retry
+        # No summarizer: nothing to compact, so no retry either.
+        once = Overflowing(5, Reply("never"))
+        plain = await Agent.start(runtime, once, conversation=await Conversation.start(runtime))
+        with pytest.raises(ProviderError, match="too long"):
+            await plain.generate("and now?")
+        assert once.refused == 1
 
 
 @attrs.frozen

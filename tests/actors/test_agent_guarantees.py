@@ -784,14 +784,19 @@ async def test_000_5_2_and_001_g14_without_window_or_summarizer_compaction_is_sk
     events: list[AgentEvent] = []
     summaries = Summaries()
     async with open_runtime() as runtime:
-        # A window but a conversation that cannot summarise: nothing tried, no fault.
+        # A window but a conversation that cannot summarise: nothing tried, no fault -- and the
+        # prompt over the window is refused before it is sent (003 G9).
         plain = await Conversation.start(runtime)
         await plain.add([Message.user("x" * 800)])
         provider = ScriptedProvider("ok", "ok")
         agent = await Agent.start(
             runtime, provider, conversation=plain, window=50, on=[events.append]
         )
-        assert (await agent.generate("hi")).content == "ok"
+        with pytest.raises(ProviderError, match="not sent") as refused:
+            await agent.generate("hi")
+        assert refused.value.code == "context_overflow"
+        assert provider.calls == []
+        assert kinds(events).count("guard") == 1
         # A summarizer but no window: never called however long the history.
         long = await Conversation.start(runtime, summarize=summaries, keep=1)
         await long.add([Message.user("x" * 8000), Message.assistant("y" * 8000)])
@@ -799,7 +804,8 @@ async def test_000_5_2_and_001_g14_without_window_or_summarizer_compaction_is_sk
         assert (await other.generate("hi")).content == "ok"
     assert "fault" not in kinds(events)
     assert summaries.calls == 0
-    assert len(provider.calls[0].messages) == 2  # the whole history went as it was
+    # The whole history went as it was.
+    assert [m.content for m in provider.calls[0].messages] == ["x" * 8000, "y" * 8000, "hi"]
 
 
 async def test_000_5_2_compaction_is_never_checked_after_the_final_turn() -> None:
