@@ -636,11 +636,11 @@ class JobQueue:
         out: list[Message] = []
         thread = record.conversation
         if thread is not None and record.execution is not None:
+            # The thread's jobs only (the store finds them by index): not every job there is.
             earlier = [
                 r
-                for r in await self._all()
-                if r.conversation == thread
-                and r.id != record.id
+                for r in await self._all(thread=thread)
+                if r.id != record.id
                 and r.execution is not None
                 and r.execution < record.execution
                 and r.terminal
@@ -678,11 +678,11 @@ class JobQueue:
                 )
         return None
 
-    async def _all(self) -> list[JobRecord]:
+    async def _all(self, *, thread: str | None = None) -> list[JobRecord]:
         records: list[JobRecord] = []
         after: int | None = None
         while True:
-            page = await self.store.list(after=after, limit=1000)
+            page = await self.store.list(after=after, limit=1000, thread=thread)
             records.extend(page)
             if len(page) < 1000:
                 return records

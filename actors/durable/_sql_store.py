@@ -582,7 +582,11 @@ class Jobs:
         return None if row is None else decode_record(str(row[0]), row[1])
 
     def list(
-        self, statuses: tuple[str, ...] | None, after: int | None, limit: int
+        self,
+        statuses: tuple[str, ...] | None,
+        after: int | None,
+        limit: int,
+        thread: str | None = None,
     ) -> builtins.list[JobRecord]:
         if statuses is not None and not statuses:
             return []  # (``IN ()`` is not SQL everywhere)
@@ -591,6 +595,9 @@ class Jobs:
         if statuses is not None:
             query += f" AND status IN ({', '.join('?' for _ in statuses)})"
             arguments.extend(statuses)
+        if thread is not None:
+            query += " AND thread = ?"  # (indexed by thread and sequence)
+            arguments.append(thread)
         query += " ORDER BY sequence LIMIT ?"
         arguments.append(limit)
         rows = self._x(self.reader, query, arguments).fetchall()
@@ -755,12 +762,17 @@ class SQLRunStore:
         statuses: Iterable[JobStatus] | None = None,
         after: int | None = None,
         limit: int = 100,
+        thread: str | None = None,
     ) -> builtins.list[JobRecord]:
         """See :meth:`RunStore.list <actors.durable.RunStore.list>`."""
         wanted = None if statuses is None else tuple(JobStatus(s).value for s in statuses)
         check_limit(limit)
         check_after(after)
-        return await self._read("listing jobs", lambda jobs: jobs.list(wanted, after, limit))
+        if thread is not None:
+            check_id(thread, "a thread")
+        return await self._read(
+            "listing jobs", lambda jobs: jobs.list(wanted, after, limit, thread)
+        )
 
     async def write(self, transition: Applied) -> bool:
         """See :meth:`RunStore.write <actors.durable.RunStore.write>`."""

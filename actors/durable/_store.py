@@ -110,9 +110,11 @@ class RunStore(Protocol):
         statuses: Iterable[JobStatus] | None = None,
         after: int | None = None,
         limit: int = 100,
+        thread: str | None = None,
     ) -> builtins.list[JobRecord]:
         """Up to ``limit`` records in admission order, with a sequence above ``after``, in one
-        of ``statuses`` (any, when ``None``)."""
+        of ``statuses`` (any, when ``None``), of the conversation ``thread`` (any, when
+        ``None``)."""
         ...
 
     async def write(self, transition: Applied) -> bool:
@@ -491,18 +493,23 @@ class MemoryRunStore:
         statuses: Iterable[JobStatus] | None = None,
         after: int | None = None,
         limit: int = 100,
+        thread: str | None = None,
     ) -> builtins.list[JobRecord]:
         """See :meth:`RunStore.list`."""
         wanted = None if statuses is None else {JobStatus(s) for s in statuses}
         check_limit(limit)
         check_after(after)
+        if thread is not None:
+            check_id(thread, "a thread")
         await self._enter()
         records = [decode_record(id, text) for id, text in self._records.items()]
         chosen = sorted(
             (
                 r
                 for r in records
-                if (wanted is None or r.status in wanted) and (after is None or r.sequence > after)
+                if (wanted is None or r.status in wanted)
+                and (after is None or r.sequence > after)
+                and (thread is None or r.conversation == thread)
             ),
             key=lambda r: r.sequence,
         )

@@ -638,6 +638,29 @@ async def test_purge_removes_an_ended_job_and_leaves_a_tombstone(backend: Backen
 # Reads
 
 
+async def test_list_filters_by_thread_with_status_and_paging(backend: Backend) -> None:
+    # A threaded job reads the history of its thread's earlier jobs: the store finds them
+    # without listing every job it holds.
+    store = backend.store
+    made = [
+        (await store.admit(ask(f"job {n}", conversation=thread), now=T0)).record
+        for n, thread in enumerate(["a", "b", "a", None, "a", "b"])
+    ]
+    a = [r.id for r in made if r.conversation == "a"]
+    assert [r.id for r in await store.list(thread="a")] == a
+    assert [r.id for r in await store.list(thread="b")] == [made[1].id, made[5].id]
+    assert await store.list(thread="nobody") == []
+    assert [r.id for r in await store.list(thread="a", after=made[0].sequence, limit=1)] == [
+        made[2].id
+    ]
+    taken = await take(store, "w")
+    assert taken.id == made[0].id
+    assert [r.id for r in await store.list(thread="a", statuses=[J.JobStatus.QUEUED])] == a[1:]
+    for bad in ("", 7):
+        with pytest.raises(ValidationError):
+            await store.list(thread=bad)  # type: ignore[arg-type]
+
+
 async def test_list_filters_by_status_and_pages_in_admission_order(backend: Backend) -> None:
     store = backend.store
     records = [(await store.admit(ask(f"job {n}"), now=T0)).record for n in range(7)]
