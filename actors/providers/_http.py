@@ -16,6 +16,7 @@ import httpx
 import trio
 
 from protocols.codec import dumpb, dumps
+from protocols.egress import EgressPolicy, Refusal
 from protocols.errors import (
     ConfigError,
     ProtocolError,
@@ -38,6 +39,7 @@ from protocols.sse import SSEComment, SSEDecoder, SSEEvent
 from protocols.wire import StreamAssembler, classify_status
 from protocols.wire.schema import Vendor, project
 
+from .._egress import guarded_transport
 from ._interface import (
     _RETRY_OBSERVERS,
     ProviderStream,
@@ -515,6 +517,7 @@ class HTTPProvider(StreamingProvider):
         on_retry: Callable[[RetryEvent], object] | None = None,
         max_event_size: int = 16 * 1024 * 1024,
         rng: random.Random | None = None,
+        egress: EgressPolicy | None = None,
     ) -> None:
         if not isinstance(getattr(type(self), "wire", None), WireFormat):
             raise TypeError(f"{type(self).__name__} must set `wire` to its WireFormat")
@@ -541,6 +544,16 @@ class HTTPProvider(StreamingProvider):
         self.on_retry = on_retry
         self.max_event_size = max_event_size
         self.rng = rng if rng is not None else random.Random()
+        self.egress = egress
+        if egress is not None:
+            if client is not None:
+                raise ConfigError(
+                    f"{self.name}: egress= guards the provider's own client; a client passed in "
+                    "is guarded by whoever made it"
+                )
+            refused = egress.check_url(self.url)
+            if refused is not None:
+                raise ConfigError(f"{self.name}: {refused}")
         self._owns_client = client is None
         self.client = client if client is not None else self._make_client()
 
@@ -548,13 +561,24 @@ class HTTPProvider(StreamingProvider):
         return f"<{type(self).__name__} model={self.model!r} base_url={self.base_url!r}>"
 
     def _make_client(self) -> httpx.AsyncClient:
-        return httpx.AsyncClient(
-            timeout=httpx.Timeout(
-                connect=min(self.timeouts.connect, 1e9), read=None, write=60.0, pool=60.0
-            ),
-            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
-            follow_redirects=False,
+        limits = httpx.Limits(max_connections=100, max_keepalive_connections=20)
+        timeout = httpx.Timeout(
+            connect=min(self.timeouts.connect, 1e9), read=None, write=60.0, pool=60.0
         )
+        if self.egress is not None:
+            name = self.name
+
+            def refuse(refusal: Refusal) -> ProviderError:
+                # Not retried: the same connection would be refused again.
+                return ProviderError(f"{name}: {refusal}", code="egress", retryable=False)
+
+            return httpx.AsyncClient(
+                timeout=timeout,
+                transport=guarded_transport(self.egress, refuse, limits=limits),
+                follow_redirects=False,
+                trust_env=False,
+            )
+        return httpx.AsyncClient(timeout=timeout, limits=limits, follow_redirects=False)
 
     @property
     def url(self) -> str:
