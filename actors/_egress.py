@@ -23,7 +23,38 @@ import trio
 
 from protocols.egress import EgressPolicy, Refusal
 
-__all__ = ["GuardedBackend", "guarded_transport"]
+__all__ = ["GuardedBackend", "guarded_transport", "judged_addresses", "open_judged_tcp"]
+
+
+async def judged_addresses(
+    policy: EgressPolicy, host: str, port: int, refuse: Callable[[Refusal], BaseException]
+) -> list[str]:
+    """The addresses ``host`` resolves to, once the policy has allowed the host and every one
+    of them; raises what ``refuse`` makes of a refusal, ``OSError`` when the lookup fails."""
+    refused = policy.check_host(host, port)
+    if refused is not None:
+        raise refuse(refused)
+    answers = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    addresses = list(dict.fromkeys(str(answer[4][0]) for answer in answers))
+    refused = policy.check_addresses(host, port, addresses)
+    if refused is not None:
+        raise refuse(refused)
+    return addresses
+
+
+async def open_judged_tcp(
+    policy: EgressPolicy, host: str, port: int, refuse: Callable[[Refusal], BaseException]
+) -> trio.SocketStream:
+    """A TCP connection to ``host`` made to one of its judged addresses (see
+    :func:`judged_addresses`), never through a second lookup."""
+    failure: OSError | None = None
+    for address in await judged_addresses(policy, host, port, refuse):
+        try:
+            return await trio.open_tcp_stream(address, port)
+        except OSError as error:
+            failure = error
+    assert failure is not None
+    raise failure
 
 
 class GuardedBackend(httpcore.AsyncNetworkBackend):
@@ -43,18 +74,11 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        refused = self._policy.check_host(host, port)
-        if refused is not None:
-            raise self._refuse(refused)
         try:
             with trio.fail_after(timeout if timeout is not None else float("inf")):
-                answers = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+                addresses = await judged_addresses(self._policy, host, port, self._refuse)
         except (OSError, trio.TooSlowError) as error:
             raise httpcore.ConnectError(f"looking up {host!r}: {error}") from None
-        addresses = list(dict.fromkeys(str(answer[4][0]) for answer in answers))
-        refused = self._policy.check_addresses(host, port, addresses)
-        if refused is not None:
-            raise self._refuse(refused)
         failure: Exception | None = None
         for address in addresses:  # (each one judged above; no second lookup)
             try:

@@ -20,6 +20,7 @@ import attrs
 import trio
 import trio_websocket
 
+from protocols.egress import EgressPolicy, Refusal
 from protocols.errors import ConfigError, ProtocolError, ProviderError
 from protocols.messages import (
     Delta,
@@ -47,6 +48,7 @@ from protocols.relay import (
 )
 from protocols.relay import Delta as DeltaFrame
 
+from .._egress import open_judged_tcp
 from ..providers import ProviderStream, StreamingProvider, TextStream
 
 __all__ = ["RelayApprover", "RelayProvider"]
@@ -65,6 +67,10 @@ _GONE = object()
 
 #: The relay's refusals of a websocket handshake, by HTTP status.
 _REFUSED = {401: "unauthorized", 403: "forbidden_origin", 503: "shutdown"}
+
+
+def _egress_refused(refusal: Refusal) -> ProviderError:
+    return ProviderError(f"relay: {refusal}", code="egress", retryable=False)
 
 
 @attrs.frozen
@@ -148,9 +154,14 @@ class RelayProvider(StreamingProvider):
         reconnects: int = 3,
         backoff: tuple[float, float] = (0.25, 4.0),
         max_frame: int = 16 * DEFAULT_MAX_FRAME,
+        egress: EgressPolicy | None = None,
     ) -> None:
         if not url.startswith(("ws://", "wss://")):
             raise ConfigError(f"a relay url starts with ws:// or wss://, not {url[:20]!r}")
+        if egress is not None:
+            refused = egress.check_url(url)
+            if refused is not None:
+                raise ConfigError(f"relay: {refused}")
         if not isinstance(token, str) or not token:
             raise ConfigError("token must be the relay's bearer token (a non-empty string)")
         if not connect_timeout > 0:
@@ -167,6 +178,7 @@ class RelayProvider(StreamingProvider):
                 "backoff must be (initial, maximum) seconds with 0 <= initial <= maximum"
             )
         self.url = url
+        self.egress = egress
         self._token = token
         self.approve = approve
         self.connect_timeout = connect_timeout
@@ -284,7 +296,16 @@ class RelayProvider(StreamingProvider):
         port = parts.port or (443 if secure else 80)
         resource = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
         stream: trio.SocketStream | trio.SSLStream[trio.SocketStream]
-        if secure:
+        if self.egress is not None:
+            # Judged, and connected to a judged address; TLS still names the host.
+            tcp = await open_judged_tcp(self.egress, host, port, _egress_refused)
+            if secure:
+                stream = trio.SSLStream(
+                    tcp, ssl.create_default_context(), server_hostname=host, https_compatible=True
+                )
+            else:
+                stream = tcp
+        elif secure:
             context = ssl.create_default_context()
             stream = await trio.open_ssl_over_tcp_stream(
                 host, port, ssl_context=context, https_compatible=True

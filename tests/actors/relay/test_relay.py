@@ -35,6 +35,7 @@ from actors.relay import RelayLimits, RelayProvider, RelayServer, RelayToken, se
 from actors.testing import FaultProviderServer, Simulator
 from protocols.authority import NO_APPROVER_REASON, Authority, Rule
 from protocols.codec import to_json
+from protocols.egress import EgressPolicy
 from protocols.errors import ConfigError, ProviderError
 from protocols.messages import (
     Delta,
@@ -467,6 +468,32 @@ async def test_a_provider_outside_its_block_refuses_to_connect(
         with pytest.raises(ConfigError):
             await drain(provider, "hello")
     assert up.calls == 0
+
+
+async def test_the_relay_client_connects_only_where_its_egress_policy_allows(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    up = Upstream()
+    app = server(up)
+    async with running(app) as url:
+        # Judged when made: a loopback relay with no network allowed.
+        with pytest.raises(ConfigError, match=r"relay: egress to 127\.0\.0\.1:\d+ .*loopback"):
+            relay(url, egress=EgressPolicy())
+        # Judged at the connection: "localhost" passes by name, its answer is not allowed --
+        # refused before any connection, and not retried.
+        named = url.replace("127.0.0.1", "localhost")
+        async with relay(named, egress=EgressPolicy(private=["10.0.0.0/8"])) as provider:
+            with pytest.raises(ProviderError) as refused:
+                await drain(provider, "hello")
+        assert refused.value.code == "egress"
+        assert not refused.value.retryable
+        assert "relay: egress to localhost:" in refused.value.message
+        assert app.statistics().connections == 0
+        # Its network allowed: connected to the judged address, answered.
+        async with relay(url, egress=EgressPolicy(private=["127.0.0.0/8"])) as provider:
+            _, result = await drain(provider, "hello")
+        assert result.content
+    assert up.calls == 1
 
 
 # -- refusals over the websocket: none of them enters the upstream ------------------------------
