@@ -3,7 +3,11 @@ answers, the allow-list's grammar, and bad configuration."""
 
 from __future__ import annotations
 
+import ipaddress
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from protocols.egress import EgressPolicy, Refusal, address_class
 from protocols.errors import ValidationError
@@ -126,3 +130,51 @@ def test_the_allow_list_names_hosts_subdomains_and_ports() -> None:
 def test_a_bad_policy_is_refused_when_made(options: dict[str, object]) -> None:
     with pytest.raises(ValidationError, match="EgressPolicy"):
         EgressPolicy(**options)  # type: ignore[arg-type]
+
+
+# -- properties: one verdict whatever the spelling --------------------------------------------
+
+ipv4s = st.integers(min_value=0, max_value=2**32 - 1).map(ipaddress.IPv4Address)
+
+
+@given(ipv4s)
+def test_an_ipv4_address_gets_one_verdict_in_every_ipv6_spelling(
+    address: ipaddress.IPv4Address,
+) -> None:
+    # Found wanting in Python 3.11 itself: ::ffff:127.0.0.1 is not "loopback" to ipaddress.
+    policy = EgressPolicy()
+    plain = policy.check_addresses("h", 443, [str(address)])
+    mapped = policy.check_addresses("h", 443, [f"::ffff:{address}"])
+    assert (plain is None) == (mapped is None), (address, plain, mapped)
+    if int(address) > 1:  # :: and ::1 are IPv6's own unspecified and loopback
+        compatible = policy.check_addresses("h", 443, [f"::{address}"])
+        assert (plain is None) == (compatible is None), (address, plain, compatible)
+
+
+@given(
+    st.sampled_from(
+        [
+            "127.0.0.0/8",
+            "10.0.0.0/8",
+            "172.16.0.0/12",
+            "192.168.0.0/16",
+            "100.64.0.0/10",
+            "169.254.0.0/16",
+            "224.0.0.0/4",
+            "240.0.0.0/4",
+        ]
+    ),
+    st.integers(min_value=0, max_value=2**32 - 1),
+    st.lists(st.integers(min_value=0, max_value=2**32 - 1).map(ipaddress.IPv4Address), max_size=3),
+)
+def test_one_non_public_answer_refuses_a_name_whatever_else_it_resolves_to(
+    network: str, offset: int, others: list[ipaddress.IPv4Address]
+) -> None:
+    block = ipaddress.IPv4Network(network)
+    inside = block.network_address + offset % block.num_addresses
+    answers = [str(a) for a in others] + [str(inside)]
+    refused = EgressPolicy().check_addresses("name.example", 443, answers)
+    assert refused is not None
+    # ... unless that network is allowed, and every other answer is public or allowed too.
+    allowed = EgressPolicy(private=[network]).check_addresses("name.example", 443, [str(inside)])
+    assert allowed is None
