@@ -54,11 +54,6 @@ def _rollback(conn: Any) -> None:
         conn.execute("ROLLBACK")
 
 
-def _executemany(conn: Any, sql: str, rows: Sequence[Sequence[object]]) -> None:
-    with conn.cursor() as cursor:
-        cursor.executemany(sql, rows)
-
-
 def _serialize(conn: Any, key: str) -> None:
     conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))
 
@@ -163,7 +158,6 @@ def dialect() -> Dialect:
             (" SKIP_LOCKED", " FOR UPDATE SKIP LOCKED"),
             ("?", "%s"),
         ),
-        executemany=_executemany,
         serialize=_serialize,
         broken=_broken,
         conflict=_conflict,

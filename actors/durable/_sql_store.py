@@ -89,7 +89,6 @@ class Dialect:
     translate: Callable[[Exception, str], StoreError]
     rollback: Callable[[Any], None]
     words: tuple[tuple[str, str], ...]
-    executemany: Callable[[Any, str, Sequence[Sequence[object]]], None]
     #: Make concurrent admissions of one key wait for each other (a no-op on SQLite).
     serialize: Callable[[Any, str], None] = lambda conn, key: None
     #: Whether a connection was lost (it is replaced before the next call).
@@ -115,6 +114,9 @@ class Dialect:
 _PAGE = 64
 #: Decoded records kept to check writes against (by id, with their revision).
 _CACHED = 4096
+#: Journal entries a single INSERT carries (three parameters each: far below both databases'
+#: limits on parameters).
+_INSERT_ROWS = 500
 #: How many times one write of a group commit is run when it conflicts with another
 #: transaction (a deadlock), before its caller gets the (retryable) error.
 _TRIES = 4
@@ -532,11 +534,17 @@ class Jobs:
             check_successor(stored, then.record)
             self._store(then.record, announce=noticeable(stored, then.record))
         seq = int(row[4])
-        self.dialect.executemany(
-            conn,
-            self.dialect.sql(f"INSERT INTO {JOURNAL} (job, seq, entry) VALUES (?, ?, ?)"),
-            [(id, seq + offset, text) for offset, text in enumerate(texts, start=1)],
-        )
+        # One multi-row INSERT a chunk: one round trip, and no driver pipeline (psycopg's
+        # executemany pipelines, and a pipeline cut by a lost connection logs on its own).
+        rows = [(id, seq + offset, text) for offset, text in enumerate(texts, start=1)]
+        for start in range(0, len(rows), _INSERT_ROWS):
+            chunk = rows[start : start + _INSERT_ROWS]
+            self._x(
+                conn,
+                f"INSERT INTO {JOURNAL} (job, seq, entry) VALUES "
+                + ", ".join("(?, ?, ?)" for _ in chunk),
+                [value for row_ in chunk for value in row_],
+            )
 
     def purge(self, id: str, now: float) -> Tombstone | Conflict | None:
         conn = self.conn

@@ -14,8 +14,6 @@ import contextlib
 import logging
 import os
 import sqlite3
-from collections.abc import Sequence
-from typing import Any
 
 import trio
 
@@ -41,10 +39,6 @@ def _rollback(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
 
 
-def _executemany(conn: Any, sql: str, rows: Sequence[Sequence[object]]) -> None:
-    conn.executemany(sql, rows)
-
-
 #: SQLite: one write lock for the database (``BEGIN IMMEDIATE``), so no row locks.
 SQLITE = Dialect(
     name="sqlite",
@@ -59,7 +53,6 @@ SQLITE = Dialect(
         (" FOR_SHARE", ""),
         (" SKIP_LOCKED", ""),
     ),
-    executemany=_executemany,
 )
 
 
