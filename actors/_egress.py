@@ -14,8 +14,8 @@ host and port are known and its socket is made, so the check cannot be skipped b
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
 
 import httpcore
 import httpx
@@ -24,6 +24,8 @@ import trio
 from protocols.egress import EgressPolicy, Refusal
 
 __all__ = ["GuardedBackend", "guarded_transport", "judged_addresses", "open_judged_tcp"]
+
+_S = TypeVar("_S")
 
 
 async def judged_addresses(
@@ -42,19 +44,32 @@ async def judged_addresses(
     return addresses
 
 
+async def _first(
+    addresses: list[str], connect: Callable[[str], Awaitable[_S]], failing: type[Exception]
+) -> _S:
+    """The first connection ``connect`` makes to one of ``addresses``, in order (each one
+    judged already: no second lookup); the last ``failing`` error when none can be made."""
+    failure: Exception | None = None
+    for address in addresses:
+        try:
+            return await connect(address)
+        except failing as error:
+            failure = error
+    assert failure is not None  # (judged_addresses never gives none)
+    raise failure
+
+
 async def open_judged_tcp(
     policy: EgressPolicy, host: str, port: int, refuse: Callable[[Refusal], BaseException]
 ) -> trio.SocketStream:
     """A TCP connection to ``host`` made to one of its judged addresses (see
     :func:`judged_addresses`), never through a second lookup."""
-    failure: OSError | None = None
-    for address in await judged_addresses(policy, host, port, refuse):
-        try:
-            return await trio.open_tcp_stream(address, port)
-        except OSError as error:
-            failure = error
-    assert failure is not None
-    raise failure
+    addresses = await judged_addresses(policy, host, port, refuse)
+
+    async def connect(address: str) -> trio.SocketStream:
+        return await trio.open_tcp_stream(address, port)
+
+    return await _first(addresses, connect, OSError)
 
 
 class GuardedBackend(httpcore.AsyncNetworkBackend):
@@ -79,16 +94,13 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
                 addresses = await judged_addresses(self._policy, host, port, self._refuse)
         except (OSError, trio.TooSlowError) as error:
             raise httpcore.ConnectError(f"looking up {host!r}: {error}") from None
-        failure: Exception | None = None
-        for address in addresses:  # (each one judged above; no second lookup)
-            try:
-                return await self._inner.connect_tcp(
-                    address, port, timeout, local_address, socket_options
-                )
-            except httpcore.ConnectError as error:
-                failure = error
-        assert failure is not None
-        raise failure
+        return await _first(
+            addresses,
+            lambda address: self._inner.connect_tcp(
+                address, port, timeout, local_address, socket_options
+            ),
+            httpcore.ConnectError,
+        )
 
     async def connect_unix_socket(
         self,

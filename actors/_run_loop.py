@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 import attrs
 import trio
@@ -52,6 +52,8 @@ from ._run_context import RunStep, _tool_run, context_for
 from .conversation import CompactionError, Conversation, paying
 from .providers import RetryEvent
 from .tools import NOT_EXECUTED, ToolBatch, ToolRegistry
+
+_T = TypeVar("_T")
 
 if TYPE_CHECKING:
     from .agent import Agent, _Request
@@ -610,49 +612,45 @@ class _Run:
         if agent.window is None or self.futile or not conversation.summarizable:
             return False
         head = [m for m in prompt[:1] if m.role is Role.SYSTEM]
-        # The compaction's summarizer calls are the run's too: charged to its budget, and cut
-        # the moment the run is (they run in the conversation's actor, not in this scope).
-        cut = Abort()
-        try:
-            with paying(self.charge_compaction, cut):
-                check = await conversation.fit(agent.window, head=head)
-        except CompactionError as error:
-            self.event("fault", error=error, reason=error.message)
-            if agent.strict:
-                raise
-            self.futile = True  # do not retry a failing summarizer on every turn of this run
+        window = agent.window
+        check = await self.compacting(lambda: conversation.fit(window, head=head))
+        if check is None:
             return False
-        except BaseException:
-            cut.cancel("the run was cut during its compaction")
-            raise
         if check.futile:
-            self.futile = True  # nothing more can fold: let the provider report the overflow
+            self.futile = True  # nothing more can fold: the window guard refuses the prompt
         return check.compacted
 
     async def compact_after_overflow(self, error: ProviderError) -> bool:
         """The provider refused the prompt as over its context window: compact the conversation
-        once (charged to the run as automatic compaction is). True when that changed the
-        history, so that the turn may be sent once more."""
+        once, whatever the estimate says. True when that changed the history, so that the turn
+        may be sent once more."""
         conversation = self.conversation
         if self.futile or not conversation.summarizable:
             return False
         self.event("guard", reason=f"the provider refused the prompt as too long: {error.message}")
-        cut = Abort()
-        try:
-            with paying(self.charge_compaction, cut):
-                section = await conversation.compact()
-        except CompactionError as failure:
-            self.event("fault", error=failure, reason=failure.message)
-            if self.agent.strict:
-                raise
-            self.futile = True
-            return False
-        except BaseException:
-            cut.cancel("the run was cut during its compaction")
-            raise
+        section = await self.compacting(conversation.compact)
         if section is None:
             self.futile = True
         return section is not None
+
+    async def compacting(self, fold: Callable[[], Awaitable[_T]]) -> _T | None:
+        """Run a compaction of the conversation (``fold``) as part of this run: its summarizer
+        calls charged to the run's budget, and cut the moment the run is (they run in the
+        conversation's actor, not in this scope). A summarizer failure emits ``fault`` and gives
+        ``None`` (with this run trying no more), or fails the run when the agent is strict."""
+        cut = Abort()
+        try:
+            with paying(self.charge_compaction, cut):
+                return await fold()
+        except CompactionError as error:
+            self.event("fault", error=error, reason=error.message)
+            if self.agent.strict:
+                raise
+            self.futile = True  # do not retry a failing summarizer on every turn of this run
+            return None
+        except BaseException:
+            cut.cancel("the run was cut during its compaction")
+            raise
 
     def within_window(self, prompt: Sequence[Message]) -> None:
         """The window guard: a prompt estimated at or over the agent's context window is not
@@ -668,7 +666,7 @@ class _Run:
         reason = (
             f"the prompt is estimated at {tokens} tokens, at or over the agent's context window "
             f"of {window}"
-            + ("" if not self.conversation.summarizable else " after compaction")
+            + (" after compaction" if self.conversation.summarizable else "")
             + "; it was not sent"
         )
         self.refused = True

@@ -183,11 +183,20 @@ class StoreJournal:
         with trio.CancelScope(shield=True):
             deadline = trio.current_time() + RETRY_FOR
             pause = 0.05
+
+            async def wait(failed: StoreError) -> None:
+                """Back off before asking again, or give up with ``failed`` past the deadline."""
+                nonlocal pause
+                if trio.current_time() + pause > deadline:
+                    raise failed
+                await trio.sleep(pause)
+                pause = min(pause * 2, 1.0)
+
             while True:
                 try:
                     await self.store.append(self.job, self.holder, batch, then=then)
                 except StoreError as error:
-                    if not error.retryable or trio.current_time() + pause > deadline:
+                    if not error.retryable:
                         raise
                     failed = error
                 else:
@@ -196,12 +205,11 @@ class StoreJournal:
                 # Did it commit before the connection went? The stored journal says: it holds
                 # the batch, or not yet (only this holder appends to it).
                 while True:
-                    await trio.sleep(pause)
-                    pause = min(pause * 2, 1.0)
+                    await wait(failed)
                     try:
                         length = len(await self.store.journal(self.job))
                     except StoreError as error:
-                        if not error.retryable or trio.current_time() + pause > deadline:
+                        if not error.retryable:
                             raise failed from error
                         continue
                     break

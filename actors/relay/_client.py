@@ -297,21 +297,14 @@ class RelayProvider(StreamingProvider):
         resource = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
         stream: trio.SocketStream | trio.SSLStream[trio.SocketStream]
         if self.egress is not None:
-            # Judged, and connected to a judged address; TLS still names the host.
-            tcp = await open_judged_tcp(self.egress, host, port, _egress_refused)
-            if secure:
-                stream = trio.SSLStream(
-                    tcp, ssl.create_default_context(), server_hostname=host, https_compatible=True
-                )
-            else:
-                stream = tcp
-        elif secure:
-            context = ssl.create_default_context()
-            stream = await trio.open_ssl_over_tcp_stream(
-                host, port, ssl_context=context, https_compatible=True
-            )
+            # Judged, and connected to a judged address (TLS still names the host).
+            stream = await open_judged_tcp(self.egress, host, port, _egress_refused)
         else:
             stream = await trio.open_tcp_stream(host, port)
+        if secure:
+            stream = trio.SSLStream(
+                stream, ssl.create_default_context(), server_hostname=host, https_compatible=True
+            )
         # The stream is ours to close: trio-websocket leaves it open when the handshake is
         # refused.
         closing = False
