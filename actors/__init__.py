@@ -50,6 +50,7 @@ from .conversation import summarizer_for as summarizer_for
 from .providers import AnthropicMessages as AnthropicMessages
 from .providers import OllamaChat as OllamaChat
 from .providers import OpenAIChat as OpenAIChat
+from .providers import OpenAIResponses as OpenAIResponses
 from .relay import RelayProvider as RelayProvider
 from .relay import RelayServer as RelayServer
 from .relay import RelayToken as RelayToken
@@ -92,6 +93,7 @@ __all__ = [
     "MemoryConversationStore",
     "OllamaChat",
     "OpenAIChat",
+    "OpenAIResponses",
     "PostgresConversationStore",
     "RelayProvider",
     "RelayServer",

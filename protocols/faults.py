@@ -4,12 +4,19 @@ A plan is a non-empty sequence of steps; request ``n`` (0-based) gets step ``min
 the last step repeats forever. Steps are plain data, validated strictly when built from JSON-like
 mappings (:func:`parse_plan`): the ``kind`` selects the step, unknown keys are refused, defaults
 are filled in.
+
+Steps are described in OpenAI chat-completions terms, the server's default wire. On the Responses
+API wire (:data:`FaultWire` ``"openai-responses"``) each step keeps its meaning in that format's
+shape: an answer starts with ``response.created`` and an output message item, text goes in
+``response.output_text.delta`` events, the finish (with ``[DONE]``) is one ``response.completed``
+event whose response carries the usage (``null`` when a step has none), and the in-stream error is
+an ``error`` event with the code ``server_error``. Error bodies are the same on both wires.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, Final, Literal, TypeAlias
 
 import attrs
 
@@ -17,9 +24,11 @@ from ._json import dumpb
 from .errors import ValidationError
 
 __all__ = [
+    "FAULT_WIRES",
     "BadJson",
     "ConnectionRefused",
     "FaultStep",
+    "FaultWire",
     "HttpError",
     "Pass",
     "Slow",
@@ -30,6 +39,10 @@ __all__ = [
     "done_event",
     "error_event",
     "parse_plan",
+    "responses_completed_event",
+    "responses_error_event",
+    "responses_start_events",
+    "responses_text_event",
     "slow_tokens",
     "text_event",
     "usage_event",
@@ -276,3 +289,65 @@ def error_event(message: str) -> bytes:
 def done_event() -> bytes:
     """The terminal ``[DONE]`` event."""
     return b"data: [DONE]\n\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# The Responses API wire
+
+#: The wire formats a fault server speaks: OpenAI chat completions or OpenAI's Responses API.
+FaultWire: TypeAlias = Literal["openai-chat", "openai-responses"]
+#: Every :data:`FaultWire`, the default first.
+FAULT_WIRES: Final[tuple[FaultWire, ...]] = ("openai-chat", "openai-responses")
+
+_RESPONSE_ID = "resp_fault"
+_MESSAGE_ID = "msg_fault"
+
+
+def _responses_event(name: str, fields: dict[str, Any]) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + dumpb({"type": name, **fields}) + b"\n\n"
+
+
+def _response(status: str, usage: dict[str, Any] | None) -> dict[str, Any]:
+    return {
+        "id": _RESPONSE_ID,
+        "object": "response",
+        "status": status,
+        "error": None,
+        "model": "fault",
+        "output": [],
+        "usage": usage,
+    }
+
+
+def responses_start_events() -> bytes:
+    """The opening of a Responses API stream: ``response.created``, then an assistant message
+    item and its text part being added (output index 0)."""
+    item = {"id": _MESSAGE_ID, "type": "message", "role": "assistant", "content": []}
+    part = {"type": "output_text", "text": "", "annotations": []}
+    return (
+        _responses_event("response.created", {"response": _response("in_progress", None)})
+        + _responses_event("response.output_item.added", {"output_index": 0, "item": item})
+        + _responses_event(
+            "response.content_part.added",
+            {"item_id": _MESSAGE_ID, "output_index": 0, "content_index": 0, "part": part},
+        )
+    )
+
+
+def responses_text_event(text: str) -> bytes:
+    """One ``response.output_text.delta`` event carrying ``text`` (output index 0)."""
+    fields = {"item_id": _MESSAGE_ID, "output_index": 0, "content_index": 0, "delta": text}
+    return _responses_event("response.output_text.delta", fields)
+
+
+def responses_completed_event(*, usage: bool = True) -> bytes:
+    """The terminal ``response.completed`` event; its response reports usage 1/1/2 when
+    ``usage``, else ``"usage": null``."""
+    counts = {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2} if usage else None
+    return _responses_event("response.completed", {"response": _response("completed", counts)})
+
+
+def responses_error_event(message: str) -> bytes:
+    """A Responses API ``error`` event with the code ``server_error`` carrying ``message``."""
+    fields = {"code": "server_error", "message": message, "param": None}
+    return _responses_event("error", fields)

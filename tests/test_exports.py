@@ -90,6 +90,7 @@ ACTORS_API = [
     "MemoryConversationStore",
     "OllamaChat",
     "OpenAIChat",
+    "OpenAIResponses",
     "PostgresConversationStore",
     "RelayProvider",
     "RelayServer",
@@ -212,6 +213,7 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "HTTPProvider",
         "OllamaChat",
         "OpenAIChat",
+        "OpenAIResponses",
         "ProviderConnection",
         "ProviderInterface",
         "ProviderStream",
@@ -228,9 +230,11 @@ def test_subpackage_export_lists_are_pinned() -> None:
     )
     assert sorted(protocols.faults.__all__) == sorted(
         [
+            "FAULT_WIRES",
             "BadJson",
             "ConnectionRefused",
             "FaultStep",
+            "FaultWire",
             "HttpError",
             "Pass",
             "Slow",
@@ -241,6 +245,10 @@ def test_subpackage_export_lists_are_pinned() -> None:
             "done_event",
             "error_event",
             "parse_plan",
+            "responses_completed_event",
+            "responses_error_event",
+            "responses_start_events",
+            "responses_text_event",
             "slow_tokens",
             "text_event",
             "usage_event",

@@ -15,6 +15,7 @@ from ._interface import observe_retries as observe_retries
 from ._vendors import AnthropicMessages as AnthropicMessages
 from ._vendors import OllamaChat as OllamaChat
 from ._vendors import OpenAIChat as OpenAIChat
+from ._vendors import OpenAIResponses as OpenAIResponses
 
 __all__ = [
     "AnthropicMessages",
@@ -22,6 +23,7 @@ __all__ = [
     "HTTPProvider",
     "OllamaChat",
     "OpenAIChat",
+    "OpenAIResponses",
     "ProviderConnection",
     "ProviderInterface",
     "ProviderStream",

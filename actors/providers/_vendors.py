@@ -1,16 +1,16 @@
-"""The three wire formats people run, as HTTP providers: each only names its wire format and
-the defaults of its constructor."""
+"""The wire formats people run, as HTTP providers: each only names its wire format and the
+defaults of its constructor."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
-from protocols.wire import anthropic, ollama, openai_chat
+from protocols.wire import anthropic, ollama, openai_chat, openai_responses
 
 from ._http import HTTPProvider, WireFormat
 
-__all__ = ["AnthropicMessages", "OllamaChat", "OpenAIChat"]
+__all__ = ["AnthropicMessages", "OllamaChat", "OpenAIChat", "OpenAIResponses"]
 
 
 class OpenAIChat(HTTPProvider):
@@ -37,6 +37,40 @@ class OpenAIChat(HTTPProvider):
     ) -> None:
         super().__init__(
             base_url=base_url or os.environ.get("OPENAI_BASE_URL") or openai_chat.DEFAULT_BASE_URL,
+            model=model,
+            api_key=api_key if api_key is not None else os.environ.get("OPENAI_API_KEY"),
+            **kwargs,
+        )
+
+
+class OpenAIResponses(HTTPProvider):
+    """OpenAI's Responses API (``POST {base}/responses``), streamed as SSE.
+
+    Stateless at the vendor: every call sends the whole history with ``"store": false``, never a
+    ``previous_response_id``. Reasoning summaries arrive on the thinking channel; with
+    ``think=True`` the encrypted reasoning items are kept in the result's ``continuation`` and
+    sent back with that assistant message. ``base_url`` (ending in ``/v1``) defaults to
+    ``$OPENAI_BASE_URL`` or OpenAI's; ``api_key`` to ``$OPENAI_API_KEY``. Other arguments: see
+    :class:`HTTPProvider`.
+    """
+
+    name = "openai-responses"
+    wire = WireFormat(
+        path=openai_responses.PATH,
+        framing="sse",
+        schema_vendor="openai",
+        encode_request=openai_responses.encode_request,
+        new_reader=openai_responses.OpenAIResponsesReader,
+        error_details=openai_responses.error_details,
+    )
+
+    def __init__(
+        self, *, model: str, base_url: str | None = None, api_key: str | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(
+            base_url=(
+                base_url or os.environ.get("OPENAI_BASE_URL") or openai_responses.DEFAULT_BASE_URL
+            ),
             model=model,
             api_key=api_key if api_key is not None else os.environ.get("OPENAI_API_KEY"),
             **kwargs,

@@ -1,4 +1,5 @@
-"""``FaultProviderServer``: an OpenAI-compatible streaming endpoint that misbehaves on purpose."""
+"""``FaultProviderServer``: an OpenAI-compatible streaming endpoint that misbehaves on purpose,
+in chat-completions or Responses API shape."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ import h11
 import trio
 
 from protocols.codec import dumpb
+from protocols.errors import ValidationError
 from protocols.faults import (
+    FAULT_WIRES,
     BadJson,
     ConnectionRefused,
     FaultStep,
+    FaultWire,
     HttpError,
     Pass,
     Slow,
@@ -23,6 +27,10 @@ from protocols.faults import (
     done_event,
     error_event,
     parse_plan,
+    responses_completed_event,
+    responses_error_event,
+    responses_start_events,
+    responses_text_event,
     slow_tokens,
     text_event,
     usage_event,
@@ -42,8 +50,35 @@ _SSE_HEADERS = [
 ]
 
 
+class _Frames:
+    """The bytes of each part of an answer on one wire."""
+
+    def __init__(self, wire: FaultWire) -> None:
+        self.responses = wire == "openai-responses"
+
+    def start(self) -> bytes:
+        return responses_start_events() if self.responses else b""
+
+    def text(self, text: str) -> bytes:
+        return responses_text_event(text) if self.responses else text_event(text)
+
+    def end(self, *, usage: bool) -> bytes:
+        """The finish, the usage (when ``usage``) and the terminal record."""
+        if self.responses:
+            return responses_completed_event(usage=usage)
+        return text_event("", "stop") + (usage_event() if usage else b"") + done_event()
+
+    def terminal(self) -> bytes:
+        """The terminal record alone (after a record that is not JSON)."""
+        return responses_completed_event(usage=False) if self.responses else done_event()
+
+    def error(self, message: str) -> bytes:
+        return responses_error_event(message) if self.responses else error_event(message)
+
+
 class FaultProviderServer(LoopbackServer):
-    """A loopback HTTP server speaking OpenAI chat-completions SSE, failing as its plan says.
+    """A loopback HTTP server speaking OpenAI chat-completions SSE (or, with
+    ``wire="openai-responses"``, OpenAI Responses API SSE), failing as its plan says.
 
     Use it as an async context manager::
 
@@ -56,14 +91,22 @@ class FaultProviderServer(LoopbackServer):
     any method and path are accepted and the body is ignored; partial bytes before a cut are sent
     deterministically; leaving the block (or :meth:`aclose`) stops the server and every
     connection handler -- nothing keeps running. Step semantics are those of
-    :mod:`protocols.faults`.
+    :mod:`protocols.faults`, in the shape of ``wire`` (a :data:`~protocols.faults.FaultWire`,
+    ``"openai-chat"`` by default); an unknown wire raises
+    :class:`~protocols.errors.ValidationError`.
     """
 
     kind = "fault server"
 
-    def __init__(self, plan: Sequence[FaultStep | Mapping[str, Any]]) -> None:
+    def __init__(
+        self, plan: Sequence[FaultStep | Mapping[str, Any]], *, wire: FaultWire = "openai-chat"
+    ) -> None:
+        if wire not in FAULT_WIRES:
+            raise ValidationError(f"wire must be one of {', '.join(FAULT_WIRES)}, not {wire!r}")
         super().__init__()
         self.plan = parse_plan(plan)
+        self.wire: FaultWire = wire
+        self._frames = _Frames(wire)
         self._calls = 0
 
     @property
@@ -73,8 +116,10 @@ class FaultProviderServer(LoopbackServer):
 
     @property
     def url(self) -> str:
-        """The full chat-completions URL."""
-        return f"{self.base_url}/chat/completions"
+        """The full endpoint URL of its wire: ``.../v1/chat/completions`` or ``.../v1/responses``
+        (any path is answered the same)."""
+        path = "/responses" if self.wire == "openai-responses" else "/chat/completions"
+        return f"{self.base_url}{path}"
 
     def calls(self) -> int:
         """How many requests (connections) it has received so far."""
@@ -105,19 +150,18 @@ class FaultProviderServer(LoopbackServer):
         async def sse_end() -> None:
             await send(h11.EndOfMessage())
 
+        frames = self._frames
         if isinstance(step, TimeoutBeforeFirstByte):
             await trio.sleep(step.milliseconds / 1000)
             step = Pass("late")
         if isinstance(step, Pass | UsageMissing):
             await sse_start()
-            body = text_event(step.text) + text_event("", "stop")
-            if isinstance(step, Pass):
-                body += usage_event()
-            await send(h11.Data(data=body + done_event()))
+            body = frames.start() + frames.text(step.text)
+            await send(h11.Data(data=body + frames.end(usage=isinstance(step, Pass))))
             await sse_end()
         elif isinstance(step, StreamCut):
             await sse_start()
-            partial = text_event("partial response")[: step.after_bytes]
+            partial = frames.text("partial response")[: step.after_bytes]
             if partial:
                 await send(h11.Data(data=partial))
             # Closing here (the `async with stream` exit) cuts the body mid-chunk.
@@ -127,17 +171,19 @@ class FaultProviderServer(LoopbackServer):
         elif isinstance(step, BadJson):
             await sse_start()
             record = b"data: " + step.record.encode("utf-8", "replace") + b"\n\n"
-            await send(h11.Data(data=record + done_event()))
+            await send(h11.Data(data=record + frames.terminal()))
             await sse_end()
         elif isinstance(step, StreamError):
             await sse_start()
-            body = text_event(step.text) if step.text else b""
-            await send(h11.Data(data=body + error_event(step.message)))
+            body = frames.start() + (frames.text(step.text) if step.text else b"")
+            await send(h11.Data(data=body + frames.error(step.message)))
             await sse_end()
         elif isinstance(step, Slow):
             await sse_start()
+            if frames.responses:
+                await send(h11.Data(data=frames.start()))
             for token in slow_tokens(step.text):
                 await trio.sleep(step.tick)
-                await send(h11.Data(data=text_event(token)))
-            await send(h11.Data(data=text_event("", "stop") + done_event()))
+                await send(h11.Data(data=frames.text(token)))
+            await send(h11.Data(data=frames.end(usage=False)))
             await sse_end()

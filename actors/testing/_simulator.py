@@ -1,4 +1,4 @@
-"""``Simulator``: a local model server speaking three wire formats, for demos and tests."""
+"""``Simulator``: a local model server speaking four wire formats, for demos and tests."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from protocols.simulator import (
     stream_frames,
 )
 
-from ..providers import AnthropicMessages, OllamaChat, OpenAIChat
+from ..providers import AnthropicMessages, OllamaChat, OpenAIChat, OpenAIResponses
 from ._loopback import Exchange, LoopbackServer, Request, RequestTooLarge
 
 __all__ = ["Simulator", "SimulatorStatistics"]
@@ -52,14 +52,15 @@ class SimulatorStatistics:
 
 
 class Simulator(LoopbackServer):
-    """A loopback server that answers like a model, deterministically, in three wire formats.
+    """A loopback server that answers like a model, deterministically, in four wire formats.
 
     It serves ``POST /v1/chat/completions`` (OpenAI-compatible, streamed or not), ``POST
-    /v1/messages`` (Anthropic Messages) and ``POST /api/chat`` (Ollama native), plus ``GET
-    /v1/models``. What it answers is the pure policy of :mod:`protocols.simulator`: it echoes text,
-    counts, adds numbers (calling an advertised ``add`` tool and then answering from its result),
-    calls any advertised tool the prompt names (``call <tool> with {...}``), and thinks first when
-    the request asks for reasoning.
+    /v1/responses`` (OpenAI's Responses API), ``POST /v1/messages`` (Anthropic Messages) and
+    ``POST /api/chat`` (Ollama native), plus ``GET /v1/models``. What it answers is the pure
+    policy of :mod:`protocols.simulator`: it echoes text, counts, adds numbers (calling an
+    advertised ``add`` tool and then answering from its result), calls any advertised tool the
+    prompt names (``call <tool> with {...}``), and thinks first when the request asks for
+    reasoning.
 
     Use it as an async context manager and point a provider at it, or take one ready-made::
 
@@ -137,7 +138,8 @@ class Simulator(LoopbackServer):
 
     @property
     def openai_base_url(self) -> str:
-        """``http://127.0.0.1:<port>/v1``: the base URL for OpenAI-compatible clients."""
+        """``http://127.0.0.1:<port>/v1``: the base URL for OpenAI-compatible clients (chat
+        completions and the Responses API)."""
         return f"{self.origin}/v1"
 
     def openai(self, *, model: str = "simulator", **kwargs: Any) -> OpenAIChat:
@@ -146,6 +148,13 @@ class Simulator(LoopbackServer):
         kwargs.setdefault("base_url", self.openai_base_url)
         kwargs.setdefault("api_key", self._api_key or "")
         return OpenAIChat(model=model, **kwargs)
+
+    def openai_responses(self, *, model: str = "simulator", **kwargs: Any) -> OpenAIResponses:
+        """An :class:`~actors.providers.OpenAIResponses` aimed at this simulator's
+        ``/v1/responses``, with its key (``kwargs`` go to the provider and may override both)."""
+        kwargs.setdefault("base_url", self.openai_base_url)
+        kwargs.setdefault("api_key", self._api_key or "")
+        return OpenAIResponses(model=model, **kwargs)
 
     def anthropic(self, *, model: str = "simulator", **kwargs: Any) -> AnthropicMessages:
         """An :class:`~actors.providers.AnthropicMessages` aimed at this simulator."""

@@ -1,6 +1,7 @@
-"""The simulator's model: a deterministic answering policy and the three wire formats it answers in.
+"""The simulator's model: a deterministic answering policy and the four wire formats it answers in.
 
-Pure functions, no I/O: :func:`parse_request` reads a request body of one of the three wire formats
+Pure functions, no I/O: :func:`parse_request` reads a request body of one of the wire formats
+(OpenAI chat completions, OpenAI's Responses API, Anthropic Messages, Ollama's native chat)
 into a :class:`SimRequest`, :func:`answer` decides what a (very small) model would say to it, and
 :func:`stream_frames` / :func:`response_body` write that answer as the vendor's streamed records or
 its one-shot JSON body. The server in ``actors.testing.Simulator`` only moves these bytes.
@@ -20,13 +21,15 @@ The policy, applied to the last message of the conversation:
 * ``count to N`` answers ``1 2 3 ... N``, one number per delta (``N`` up to :data:`MAX_COUNT_TO`).
 * Anything else is echoed: ``You said: <text>``, one word per delta.
 * When the request asks for reasoning (Anthropic ``thinking``, Ollama ``think``, OpenAI-compatible
-  ``reasoning_effort`` or ``chat_template_kwargs.enable_thinking``), a short thinking text saying
-  what it is about to do comes first: as native reasoning (Anthropic thinking blocks with a
-  signature, Ollama ``message.thinking``, OpenAI ``reasoning_content`` with the ``"field"`` style)
-  or inline ``<think>...</think>`` content (the OpenAI ``"tags"`` style, like llama.cpp serving a
-  reasoning model).
-* A output-token cap (``max_tokens``, ``max_completion_tokens``, Ollama ``num_predict``) smaller
-  than the answer cuts it to that many deltas with finish reason ``length``.
+  ``reasoning_effort`` or ``chat_template_kwargs.enable_thinking``, a Responses API ``reasoning``
+  object), a short thinking text saying what it is about to do comes first: as native reasoning
+  (Anthropic thinking blocks with a signature, Ollama ``message.thinking``, OpenAI
+  ``reasoning_content`` with the ``"field"`` style, a Responses reasoning summary with
+  ``encrypted_content``) or inline ``<think>...</think>`` content (the OpenAI ``"tags"`` style,
+  like llama.cpp serving a reasoning model).
+* A output-token cap (``max_tokens``, ``max_completion_tokens``, ``max_output_tokens``, Ollama
+  ``num_predict``) smaller than the answer cuts it to that many deltas with finish reason
+  ``length`` (a Responses API stream ends with ``response.incomplete``).
 * Usage: prompt tokens estimate the request's text (:func:`~protocols.accounting.estimate_tokens`);
   completion tokens count the deltas plus the estimate of the thinking and call arguments.
 

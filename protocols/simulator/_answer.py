@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
@@ -10,6 +11,7 @@ from typing import Any, Final
 import attrs
 
 from .._json import dumpb, dumps
+from ..accounting import estimate_tokens
 from ..messages import FinishReason, Usage
 from ._request import (
     _ARGUMENT_FRAGMENT,
@@ -61,7 +63,10 @@ def stream_frames(
     it; Anthropic SSE events from ``message_start`` to ``message_stop``; Ollama NDJSON records
     ending in a ``done: true`` record with the counts); every content or thinking delta is its own
     frame, so a server pacing frames paces deltas; tool-call arguments are sent in small fragments
-    (OpenAI and Anthropic) that a client must assemble. ``seq`` makes the ids. ``usage=False``
+    (OpenAI and Anthropic) that a client must assemble. The Responses API stream runs from
+    ``response.created`` to ``response.completed`` (``response.incomplete`` when the output cap
+    cut the answer), with numbered events, reasoning as a summary, and each call as a
+    ``function_call`` item whose arguments come in fragments. ``seq`` makes the ids. ``usage=False``
     leaves every count out (no usage chunk, no ``usage`` objects, no Ollama counts), as some
     servers do (llama-cpp-python ignores ``stream_options``).
     """
@@ -71,6 +76,8 @@ def stream_frames(
         return _openai_frames(request, result, seq, think_style)
     if request.vendor == "anthropic":
         return _anthropic_frames(request, result, seq, usage)
+    if request.vendor == "openai-responses":
+        return _responses_frames(request, result, seq, usage)
     return _ollama_frames(request, result, usage)
 
 
@@ -222,6 +229,147 @@ def _block_delta(index: int, delta: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "content_block_delta", "index": index, "delta": delta}
 
 
+def _responses_usage(result: SimAnswer) -> dict[str, Any]:
+    return {
+        "input_tokens": result.usage.prompt,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": result.usage.completion,
+        "output_tokens_details": {"reasoning_tokens": estimate_tokens(result.thinking)},
+        "total_tokens": result.usage.total,
+    }
+
+
+def _responses_object(
+    request: SimRequest,
+    result: SimAnswer,
+    seq: int,
+    output: list[dict[str, Any]] | None,
+    usage: bool,
+) -> dict[str, Any]:
+    """The response object; ``output=None`` for the in-progress shell of the first events."""
+    status = "in_progress"
+    if output is not None:
+        status = "incomplete" if result.finish is FinishReason.LENGTH else "completed"
+    return {
+        "id": f"resp_sim{seq}",
+        "object": "response",
+        "created_at": 0,
+        "status": status,
+        "error": None,
+        "incomplete_details": ({"reason": "max_output_tokens"} if status == "incomplete" else None),
+        "model": request.model,
+        "output": output or [],
+        "parallel_tool_calls": True,
+        "store": False,
+        "usage": _responses_usage(result) if usage and output is not None else None,
+    }
+
+
+def _responses_items(result: SimAnswer, seq: int) -> list[dict[str, Any]]:
+    """The output items of the whole answer: reasoning, message, calls, in that order."""
+    items: list[dict[str, Any]] = []
+    if result.thinking:
+        items.append(
+            {
+                "id": f"rs_sim{seq}",
+                "type": "reasoning",
+                "summary": [{"type": "summary_text", "text": result.thinking}],
+                "encrypted_content": _signature(result.thinking),
+            }
+        )
+    if result.pieces:
+        items.append(
+            {
+                "id": f"msg_sim{seq}",
+                "type": "message",
+                "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": result.text, "annotations": []}],
+            }
+        )
+    items.extend(
+        {
+            "id": f"fc_sim{seq}_{index}",
+            "type": "function_call",
+            "status": "completed",
+            "call_id": _call_id("openai", seq, index),
+            "name": call.name,
+            "arguments": dumps(call.arguments),
+        }
+        for index, call in enumerate(result.calls)
+    )
+    return items
+
+
+def _responses_frames(
+    request: SimRequest, result: SimAnswer, seq: int, usage: bool
+) -> Iterator[bytes]:
+    numbers = itertools.count()
+
+    def event(name: str, **fields: Any) -> bytes:
+        data = {"type": name, "sequence_number": next(numbers), **fields}
+        return _event(name, data)
+
+    shell = _responses_object(request, result, seq, None, usage)
+    yield event("response.created", response=shell)
+    yield event("response.in_progress", response=shell)
+    items = _responses_items(result, seq)
+    for index, item in enumerate(items):
+        kind, item_id = item["type"], item["id"]
+        where = {"item_id": item_id, "output_index": index}
+        if kind == "reasoning":
+            yield event(
+                "response.output_item.added", output_index=index, item={**item, "summary": []}
+            )
+            part: dict[str, Any] = {"type": "summary_text", "text": ""}
+            yield event(
+                "response.reasoning_summary_part.added", **where, summary_index=0, part=part
+            )
+            for piece in _WORDS.findall(result.thinking):
+                yield event(
+                    "response.reasoning_summary_text.delta", **where, summary_index=0, delta=piece
+                )
+            text = result.thinking
+            yield event("response.reasoning_summary_text.done", **where, summary_index=0, text=text)
+            part = {"type": "summary_text", "text": text}
+            yield event("response.reasoning_summary_part.done", **where, summary_index=0, part=part)
+        elif kind == "message":
+            added = {**item, "status": "in_progress", "content": []}
+            yield event("response.output_item.added", output_index=index, item=added)
+            part = {"type": "output_text", "text": "", "annotations": []}
+            yield event("response.content_part.added", **where, content_index=0, part=part)
+            head = (
+                b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+                b'"sequence_number":'
+            )
+            tail = (
+                b',"item_id":"'
+                + item_id.encode()
+                + b'","output_index":'
+                + str(index).encode()
+                + b',"content_index":0,"logprobs":[],"delta":'
+            )
+            for piece in result.pieces:
+                yield head + str(next(numbers)).encode() + tail + _string(piece) + b"}\n\n"
+            text = result.text
+            yield event(
+                "response.output_text.done", **where, content_index=0, text=text, logprobs=[]
+            )
+            part = {"type": "output_text", "text": text, "annotations": []}
+            yield event("response.content_part.done", **where, content_index=0, part=part)
+        else:
+            added = {**item, "status": "in_progress", "arguments": ""}
+            yield event("response.output_item.added", output_index=index, item=added)
+            for fragment in _fragments(item["arguments"]):
+                yield event("response.function_call_arguments.delta", **where, delta=fragment)
+            yield event(
+                "response.function_call_arguments.done", **where, arguments=item["arguments"]
+            )
+        yield event("response.output_item.done", output_index=index, item=item)
+    final = _responses_object(request, result, seq, items, usage)
+    yield event(f"response.{final['status']}", response=final)
+
+
 def _ollama_frames(request: SimRequest, result: SimAnswer, usage: bool) -> Iterator[bytes]:
     head = (
         b'{"model":'
@@ -286,6 +434,8 @@ def response_body(
 def _response_body(
     request: SimRequest, result: SimAnswer, seq: int, think_style: ThinkStyle
 ) -> dict[str, Any]:
+    if request.vendor == "openai-responses":
+        return _responses_object(request, result, seq, _responses_items(result, seq), True)
     if request.vendor == "openai":
         message: dict[str, Any] = {"role": "assistant"}
         content = result.text
@@ -356,7 +506,8 @@ def _response_body(
 
 
 def error_body(vendor: Vendor, status: int, message: str) -> dict[str, Any]:
-    """A JSON error body in ``vendor``'s shape for an HTTP error ``status`` with ``message``."""
+    """A JSON error body in ``vendor``'s shape for an HTTP error ``status`` with ``message``
+    (both OpenAI formats share one shape)."""
     kind = {
         400: "invalid_request_error",
         401: "authentication_error",

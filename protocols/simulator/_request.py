@@ -12,8 +12,9 @@ from .._json import loads
 from ..errors import ProtocolError, ValidationError
 from ..messages import FinishReason, Usage
 
-#: The wire formats the simulator speaks.
-Vendor: TypeAlias = Literal["openai", "anthropic", "ollama"]
+#: The wire formats the simulator speaks (``"openai"`` is chat completions, ``"openai-responses"``
+#: OpenAI's Responses API).
+Vendor: TypeAlias = Literal["openai", "anthropic", "ollama", "openai-responses"]
 
 #: How reasoning is shown on the OpenAI-compatible format: inline ``<think>`` tags in the content,
 #: or the ``reasoning_content`` field of the deltas.
@@ -24,6 +25,7 @@ ROUTES: Final[Mapping[str, Vendor]] = {
     "/v1/chat/completions": "openai",
     "/v1/messages": "anthropic",
     "/api/chat": "ollama",
+    "/v1/responses": "openai-responses",
 }
 
 #: Content type of a streamed response per wire format.
@@ -31,6 +33,7 @@ MEDIA_TYPES: Final[Mapping[Vendor, str]] = {
     "openai": "text/event-stream",
     "anthropic": "text/event-stream",
     "ollama": "application/x-ndjson",
+    "openai-responses": "text/event-stream",
 }
 
 #: The largest ``N`` honoured by ``count to N`` (bigger requests count to this).
@@ -69,7 +72,7 @@ class SimTurn:
 
 @attrs.frozen
 class SimRequest:
-    """A request body of one of the three wire formats, read into one shape.
+    """A request body of one of the wire formats, read into one shape.
 
     ``tools`` lists the advertised tool names in order; ``tool_choice`` is ``None`` (auto),
     ``"none"``, ``"required"`` or a tool name; ``max_tokens`` is the output cap, if any.
@@ -110,7 +113,8 @@ def parse_request(vendor: Vendor, body: bytes | str) -> SimRequest:
     """Read a request body of ``vendor``'s format.
 
     Guarantees: the body is parsed as strict JSON; a body that is not an object, lacks a non-empty
-    ``model`` or a ``messages`` list, or has a field of the wrong type raises
+    ``model`` or a ``messages`` list (for the Responses API: an ``input`` string or list), or has
+    a field of the wrong type raises
     :class:`~protocols.errors.ValidationError` naming the field (the server answers it with a 400).
     Content the policy does not read (images, unknown block types) is ignored, as a text-only
     model would.
@@ -124,6 +128,8 @@ def parse_request(vendor: Vendor, body: bytes | str) -> SimRequest:
     model = data.get("model")
     if not isinstance(model, str) or not model:
         raise ValidationError("'model' must be a non-empty string")
+    if vendor == "openai-responses":
+        return _parse_responses(data, model)
     messages = data.get("messages")
     if not isinstance(messages, list):
         raise ValidationError("'messages' must be a list")
@@ -349,4 +355,85 @@ def _parse_ollama(data: dict[str, Any], model: str, messages: list[Any]) -> SimR
         include_usage=True,
         tool_choice=None,
         max_tokens=cap,
+    )
+
+
+def _responses_text(content: Any, where: str) -> str:
+    """Text of a Responses message's content: a string, or its text parts joined."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if not isinstance(content, list):
+        raise ValidationError(f"{where} must be a string or a list of parts")
+    texts = []
+    for index, item in enumerate(content):
+        part = _object(item, f"{where}[{index}]")
+        kind = part.get("type")
+        if kind in ("input_text", "output_text", "text"):
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise ValidationError(f"{where}[{index}].text must be a string")
+            texts.append(text)
+    return "".join(texts)
+
+
+def _parse_responses(data: dict[str, Any], model: str) -> SimRequest:
+    turns: list[SimTurn] = []
+    instructions = data.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise ValidationError("'instructions' must be a string")
+    if instructions:
+        turns.append(SimTurn("system", instructions))
+    items = data.get("input")
+    if isinstance(items, str):
+        items = [{"type": "message", "role": "user", "content": items}]
+    if not isinstance(items, list):
+        raise ValidationError("'input' must be a string or a list of items")
+    for index, raw in enumerate(items):
+        where = f"input[{index}]"
+        item = _object(raw, where)
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = _role(item.get("role"), where)
+            turns.append(SimTurn(role, _responses_text(item.get("content"), f"{where}.content")))
+        elif kind == "function_call":
+            name = item.get("name")
+            if not isinstance(name, str) or not name:
+                raise ValidationError(f"{where}.name must be a non-empty string")
+            if not isinstance(item.get("call_id"), str):
+                raise ValidationError(f"{where}.call_id must be a string")
+            call = SimCall(name, _arguments(item.get("arguments"), f"{where}.arguments"))
+            if turns and turns[-1].role == "assistant":
+                last = turns[-1]
+                turns[-1] = attrs.evolve(last, calls=(*last.calls, call))
+            else:
+                turns.append(SimTurn("assistant", "", (call,)))
+        elif kind == "function_call_output":
+            if not isinstance(item.get("call_id"), str):
+                raise ValidationError(f"{where}.call_id must be a string")
+            turns.append(SimTurn("tool", _responses_text(item.get("output"), f"{where}.output")))
+        # reasoning items and other item types carry nothing the policy reads
+    tools = data.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise ValidationError("'tools' must be a list")
+    functions = [
+        tool for tool in tools or () if isinstance(tool, dict) and tool.get("type") == "function"
+    ]
+    choice = data.get("tool_choice")
+    if isinstance(choice, dict):
+        choice = choice.get("name")
+    if choice == "auto":
+        choice = None
+    if choice is not None and not isinstance(choice, str):
+        raise ValidationError("'tool_choice' must be a string or a function choice")
+    reasoning = _optional_object(data, "reasoning")
+    return SimRequest(
+        vendor="openai-responses",
+        model=model,
+        turns=tuple(turns),
+        tools=_tool_names(functions, nested=False),
+        stream=_stream_flag(data, default=False),
+        think=reasoning is not None and reasoning.get("effort") not in ("none", "minimal"),
+        include_usage=True,
+        tool_choice=choice,
+        max_tokens=_optional_int(data, "max_output_tokens", ""),
     )

@@ -58,7 +58,7 @@ from protocols.simulator import (
     response_body,
     stream_frames,
 )
-from protocols.wire import anthropic, ollama, openai_chat
+from protocols.wire import anthropic, ollama, openai_chat, openai_responses
 
 # ---------------------------------------------------------------------------------------------
 # Constants agree with the client side
@@ -69,7 +69,8 @@ def test_routes_are_the_client_endpoints() -> None:
     assert ROUTES["/v1" + openai_chat.PATH] == "openai"
     assert ROUTES[anthropic.PATH] == "anthropic"
     assert ROUTES[ollama.PATH] == "ollama"
-    assert set(ROUTES.values()) == set(VENDORS)
+    assert ROUTES["/v1" + openai_responses.PATH] == "openai-responses"
+    assert set(ROUTES.values()) == {*VENDORS, "openai-responses"}
 
 
 def test_media_types_match_the_framing() -> None:
@@ -77,6 +78,7 @@ def test_media_types_match_the_framing() -> None:
         "openai": "text/event-stream",
         "anthropic": "text/event-stream",
         "ollama": "application/x-ndjson",
+        "openai-responses": "text/event-stream",
     }
 
 
