@@ -244,7 +244,36 @@ def build_parser() -> argparse.ArgumentParser:
     _endpoint_options(relay, 0.02, think=False)  # thinking is each client's option
     _debug_option(relay)
     _durable_commands(commands)
+    _mcp_command(commands)
     return parser
+
+
+def _mcp_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    mcp = commands.add_parser(
+        "mcp",
+        help="serve an agent or a tool registry as MCP tools (stdio or streamable HTTP)",
+        description=(
+            "Serve --app as MCP tools: an Agent is one tool taking a prompt, a ToolRegistry "
+            "is its tools. Over stdio by default (for a client that starts this command); "
+            "--http serves streamable HTTP on --host (127.0.0.1) and --port instead. A "
+            "client's cancellation cuts the agent's run, which commits its partial. Needs "
+            "pip install 'trio-agents[mcp]'."
+        ),
+    )
+    mcp.add_argument(
+        "--app",
+        required=True,
+        metavar="MODULE:ATTR",
+        help="an Agent, a ToolRegistry or a list of tools, or a function (given the runtime, "
+        "or nothing; may be async) returning one",
+    )
+    mcp.add_argument("--http", action="store_true", help="serve streamable HTTP, not stdio")
+    mcp.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    mcp.add_argument(
+        "--port", type=_count(0, 65535), default=8000, help="port (default: %(default)s; 0: any)"
+    )
+    mcp.add_argument("--path", default="/mcp", help="the endpoint's path (default: %(default)s)")
+    _debug_option(mcp)
 
 
 _STORE_HELP = (
@@ -536,6 +565,17 @@ def _run(args: argparse.Namespace, endpoint: Endpoint | None) -> int:
         from . import _jobs  # noqa: PLC0415
 
         return _jobs.store_main(args.action, args, sys.stdout)
+    if args.command == "mcp":
+        from . import _mcp  # noqa: PLC0415 - the mcp SDK loads only when this command runs
+
+        return _mcp.mcp_main(
+            app=args.app,
+            http=args.http,
+            host=args.host,
+            port=args.port,
+            path=args.path,
+            out=sys.stdout,
+        )
     if args.command == "chat":
         from . import _chat  # noqa: PLC0415 - rich loads only when a command runs
 

@@ -1,0 +1,715 @@
+"""``MCPConnection``: the tools of an MCP server, in a tool registry, through a supervised session.
+
+One actor owns each session: the SDK's client (its anyio task group, its streams, its request
+ids) is opened, used and closed by that actor's task and the tasks it starts, so no cancel
+scope is ever left from another task. A session that dies (its process exits, its HTTP server
+goes away, a ping goes unanswered) fails the actor; a supervisor of its own starts a new one
+after a backoff, which lists the tools again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import sys
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, TextIO
+
+import attrs
+import trio
+
+from protocols.egress import EgressPolicy, Refusal
+from protocols.errors import ConfigError, ProviderError
+from protocols.mcp import MAX_RESULT_CHARS, Listing, read_listing, read_result
+from protocols.messages import ToolCall, ToolDefinition, ToolFailure, ToolResult
+from protocols.toolschema import validate_arguments
+
+from .._core._actor import Actor, ActorRef
+from .._core._supervisor import Backoff, ChildSpec, Restart, Supervisor
+from .._egress import _first, judged_addresses
+from ..tools import ToolRegistry
+
+if TYPE_CHECKING:
+    import httpcore2
+    import httpx2
+
+    from .._core._runtime import Runtime
+
+__all__ = ["MCPConnection", "MCPStatistics", "MCPTool", "StdioServer", "StreamableHTTPServer"]
+
+log = logging.getLogger("actors.mcp")
+
+#: The most characters of a server's error message a model is shown.
+_MESSAGE_LIMIT = 500
+
+
+def _sdk() -> Any:
+    try:
+        import mcp  # noqa: PLC0415 - an optional extra, loaded when a session starts
+    except ImportError:
+        raise ConfigError("MCP needs the mcp package: pip install 'trio-agents[mcp]'") from None
+    return mcp
+
+
+def _hidden(values: Mapping[str, str] | None) -> str:
+    return "None" if values is None else "{" + ", ".join(f"{k!r}: '***'" for k in values) + "}"
+
+
+def _frozen_map(value: Mapping[str, str] | None) -> dict[str, str] | None:
+    return None if value is None else dict(value)
+
+
+@attrs.frozen
+class StdioServer:
+    """An MCP server run as a subprocess, spoken to over its stdin and stdout.
+
+    ``env`` replaces the SDK's default environment for it (a few safe variables such as
+    ``PATH``) when given; its values never appear in a ``repr``. The server's stderr goes to
+    ``stderr`` (this process's by default)."""
+
+    command: str
+    args: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    env: dict[str, str] | None = attrs.field(default=None, converter=_frozen_map, repr=_hidden)
+    cwd: str | None = None
+    stderr: TextIO | None = attrs.field(default=None, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.command, str) or not self.command:
+            raise ConfigError("StdioServer needs a command to run")
+
+    def describe(self) -> str:
+        """The command line, for messages (without the environment)."""
+        return " ".join([self.command, *self.args])
+
+
+@attrs.frozen
+class StreamableHTTPServer:
+    """An MCP server at ``url``, spoken to over streamable HTTP.
+
+    ``headers`` (an ``Authorization`` one, say) go with every request and never appear in a
+    ``repr`` or an error. ``egress`` judges every connection, redirects included, as it does a
+    provider's (see the providers guide); a refusal fails the session's start with an error
+    naming the host."""
+
+    url: str
+    headers: dict[str, str] | None = attrs.field(default=None, converter=_frozen_map, repr=_hidden)
+    egress: EgressPolicy | None = None
+    timeout: float = 30.0
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.url, str) or not self.url.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"an MCP server URL must start with http:// or https://: {self.url!r}"
+            )
+        if self.egress is not None:
+            refused = self.egress.check_url(self.url)
+            if refused is not None:
+                raise ConfigError(str(refused))
+
+    def describe(self) -> str:
+        """The URL, without any query (which could hold a key)."""
+        return self.url.split("?", 1)[0]
+
+
+MCPServerSpec = StdioServer | StreamableHTTPServer
+
+
+@attrs.frozen
+class MCPStatistics:
+    """A snapshot of a connection."""
+
+    #: Whether a session is up now (false while it restarts).
+    connected: bool
+    #: How many times a new session was up after one died.
+    restarts: int
+    #: The local names of the server's tools now in the registry.
+    tools: tuple[str, ...]
+    #: Tools the server listed that were left out, each with why.
+    skipped: tuple[str, ...]
+    #: Calls sent to the server, and those whose session died under them.
+    calls: int
+    lost: int
+
+
+class _SessionLost(Exception):
+    """The session died: its actor fails, and its supervisor starts another one."""
+
+
+class _Live:
+    """One session while it is up: the SDK client and the nursery its calls run in."""
+
+    def __init__(self, client: Any, nursery: trio.Nursery, down: Callable[[], None]) -> None:
+        self.client = client
+        self.nursery = nursery
+        self.lost = trio.Event()
+        self.reason = ""
+        self._down = down
+
+    def lose(self, reason: str) -> None:
+        if not self.lost.is_set():
+            self.reason = reason
+            self.lost.set()
+            self._down()
+
+
+class MCPTool:
+    """One tool of an MCP server, as the registry sees it (a
+    :class:`~actors.tools.CallableTool`)."""
+
+    def __init__(self, connection: MCPConnection, definition: ToolDefinition, remote: str) -> None:
+        self._connection = connection
+        self._definition = definition
+        self.remote = remote
+
+    @property
+    def definition(self) -> ToolDefinition:
+        """The tool as the server listed it, under its local name."""
+        return self._definition
+
+    async def call(self, call: ToolCall) -> ToolResult:
+        """Validate ``call``'s arguments against the tool's schema, send it, and give back
+        the server's answer as a result; every failure is a result the model sees."""
+        return await self._connection._call(self, call)
+
+    def __repr__(self) -> str:
+        return f"<MCPTool {self._definition.name!r} of {self._connection.name!r}>"
+
+
+class _SessionActor(Actor[None, None]):
+    """Owns one session (one incarnation): opens it, keeps it, and fails when it dies."""
+
+    def __init__(self, connection: MCPConnection) -> None:
+        self._connection = connection
+
+    async def on_start(self) -> None:
+        await self.nursery.start(self._serve)
+
+    async def handle(self, message: None) -> None:
+        return None
+
+    async def _serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        connection = self._connection
+        changed_send, changed = trio.open_memory_channel[None](1)
+
+        async def on_message(message: Any) -> None:
+            if type(message).__name__ == "ToolListChangedNotification":
+                with contextlib.suppress(trio.WouldBlock):  # a re-list is already due
+                    changed_send.send_nowait(None)
+            await trio.lowlevel.checkpoint()
+
+        # The start (the process or the connection, the handshake, the tool list) must be
+        # done within `timeout`; the deadline is lifted once it is.
+        with trio.CancelScope(deadline=trio.current_time() + connection.timeout) as starting:
+            async with connection._open(on_message) as client:
+                await connection._relist(client)
+                starting.deadline = math.inf
+                connection._sessions += 1
+                await self._keep(client, changed, task_status)
+        if starting.cancelled_caught:
+            raise _SessionLost(
+                f"MCP server {connection.name!r} did not answer within {connection.timeout:g} s"
+            )
+
+    async def _keep(
+        self,
+        client: Any,
+        changed: trio.MemoryReceiveChannel[None],
+        task_status: trio.TaskStatus[None],
+    ) -> None:
+        connection = self._connection
+        try:
+            async with trio.open_nursery() as nursery:
+                live = _Live(client, nursery, connection._down)
+                connection._live = live
+                connection._up.set()
+                task_status.started()
+                nursery.start_soon(self._heartbeat, live)
+                nursery.start_soon(self._watch_list, live, changed)
+                await live.lost.wait()
+                raise _SessionLost(f"MCP server {connection.name!r}: {live.reason}")
+        finally:
+            if connection._live is not None and connection._live.client is client:
+                connection._live = None
+                connection._down()
+
+    async def _heartbeat(self, live: _Live) -> None:
+        interval = self._connection.heartbeat
+        if interval is None:
+            return
+        while True:
+            await trio.sleep(interval)
+            try:
+                with trio.fail_after(interval):
+                    await live.client.send_ping()
+            except trio.TooSlowError:
+                live.lose(f"no answer to a ping within {interval:g} s")
+                return
+            except Exception as error:
+                live.lose(f"a ping failed: {_describe(error)}")
+                return
+
+    async def _watch_list(self, live: _Live, changed: trio.MemoryReceiveChannel[None]) -> None:
+        """List the tools again whenever the server says they changed: through a
+        ``subscriptions/listen`` stream (MCP 2026-07-28), else through the
+        ``notifications/tools/list_changed`` the message handler hears (earlier versions)."""
+        from mcp.client.subscriptions import ListenNotSupportedError  # noqa: PLC0415
+
+        try:
+            async with live.client.listen(tools_list_changed=True) as subscription:
+                async for _ in subscription:
+                    await self._relist_or_lose(live)
+        except ListenNotSupportedError:
+            pass  # a handshake-era server: its notifications come to the message handler
+        except Exception as error:
+            if _connection_closed(error) or type(error).__name__ == "SubscriptionLost":
+                live.lose(f"its change notifications stopped: {_describe(error)}")
+                return
+            log.debug("MCP server %r: no subscriptions/listen (%s)", self._connection.name, error)
+        async for _ in changed:
+            await self._relist_or_lose(live)
+
+    async def _relist_or_lose(self, live: _Live) -> None:
+        try:
+            await self._connection._relist(live.client)
+        except Exception as error:
+            live.lose(f"listing its tools failed: {_describe(error)}")
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, BaseExceptionGroup):
+        return "; ".join(_describe(inner) for inner in error.exceptions)
+    text = str(error).strip() or type(error).__name__
+    return text[:_MESSAGE_LIMIT]
+
+
+def _connection_closed(error: BaseException) -> bool:
+    code = getattr(error, "code", None)
+    # MCP's CONNECTION_CLOSED error code (the SDK raises it for calls on a dead transport).
+    return type(error).__name__ == "MCPError" and code == -32000
+
+
+class MCPConnection:
+    """An MCP server's tools in a :class:`~actors.tools.ToolRegistry`, over a session kept up
+    by a supervised actor.
+
+    Guarantees:
+
+    * :meth:`start` returns once the first session is up and its tools are registered (under
+      ``prefix`` + their names; tools whose names clash with the registry's other tools are
+      left out and named in :meth:`statistics`). It raises if the server cannot be started or
+      reached, or refuses the handshake.
+    * A call's arguments are checked against the tool's input schema first: a call that does
+      not fit is answered with the problems and never sent.
+    * The agent's authority decides each call before it is sent, as for any tool.
+    * A call whose run is cut (a cancel, a deadline, a budget) is cancelled on the server too:
+      MCP's cancellation notification is sent.
+    * When the session dies, every call in flight is answered with an error saying the
+      server went away and the call's outcome is unknown; calls made while it is down are
+      answered at once that it is not connected (never sent, never waiting for ever). A new
+      session is started after a backoff, for as long as the connection is open, and lists
+      the tools again: the registry follows.
+    * ``notifications/tools/list_changed`` makes the session list the tools again and the
+      registry follow: new tools added, changed ones replaced, gone ones removed.
+    * :meth:`aclose` stops the session (ending a stdio server's process) and removes the
+      tools from the registry.
+    """
+
+    def __init__(
+        self,
+        server: MCPServerSpec,
+        registry: ToolRegistry,
+        *,
+        name: str,
+        prefix: str,
+        heartbeat: float | None,
+        timeout: float,
+        max_result_chars: int,
+    ) -> None:
+        self.server = server
+        self.timeout = timeout
+        self.registry = registry
+        self.name = name
+        self.prefix = prefix
+        self.heartbeat = heartbeat
+        self.max_result_chars = max_result_chars
+        self._live: _Live | None = None
+        self._up = trio.Event()  # set while a session is up; a new one after each loss
+        self._tools: dict[str, MCPTool] = {}
+        self._skipped: tuple[str, ...] = ()
+        self._ref: ActorRef[Any, Any] | None = None
+        self._session: ActorRef[Any, Any] | None = None
+        self._sessions = 0
+        self._calls = 0
+        self._lost = 0
+        self._closed = False
+        # The egress guard's last refusal: the SDK answers a failed request with an error of its
+        # own, and this is what the error really was.
+        self.refusal: Refusal | None = None
+
+    @classmethod
+    async def start(
+        cls,
+        runtime: Runtime,
+        server: MCPServerSpec,
+        *,
+        tools: ToolRegistry,
+        name: str | None = None,
+        prefix: str = "",
+        backoff: Backoff | None = None,
+        heartbeat: float | None = 15.0,
+        timeout: float = 30.0,  # noqa: ASYNC109 - each session's start, not start()'s
+        max_result_chars: int = MAX_RESULT_CHARS,
+    ) -> MCPConnection:
+        """Start a session with ``server`` under ``runtime`` and put its tools into ``tools``.
+
+        ``backoff`` spaces the restarts of a dead session (default: 0.5 s doubling to 30 s);
+        ``heartbeat`` is how often an idle session is pinged to find out it died (``None``:
+        never; a dead session is then noticed at its next call); ``timeout`` bounds each
+        session's start (the process or the connection, the handshake and the tool list).
+        """
+        if not isinstance(server, StdioServer | StreamableHTTPServer):
+            raise ConfigError(
+                "an MCP server is a StdioServer or a StreamableHTTPServer, "
+                f"not {type(server).__name__}"
+            )
+        if heartbeat is not None and not (heartbeat > 0 and math.isfinite(heartbeat)):
+            raise ConfigError(f"heartbeat must be a number of seconds > 0, not {heartbeat!r}")
+        if not (timeout > 0 and math.isfinite(timeout)):
+            raise ConfigError(f"timeout must be a number of seconds > 0, not {timeout!r}")
+        if isinstance(max_result_chars, bool) or not isinstance(max_result_chars, int):
+            raise ConfigError("max_result_chars must be an integer >= 1")
+        if max_result_chars < 1:
+            raise ConfigError("max_result_chars must be an integer >= 1")
+        if prefix and not all(c.isalnum() or c in "_-" for c in prefix):
+            raise ConfigError(f"a tool-name prefix holds letters, digits, _ and - only: {prefix!r}")
+        _sdk()
+        label = name or f"mcp-{_label(server)}"
+        connection = cls(
+            server,
+            tools,
+            name=label,
+            prefix=prefix,
+            heartbeat=heartbeat,
+            timeout=timeout,
+            max_result_chars=max_result_chars,
+        )
+
+        def session() -> _SessionActor:
+            return _SessionActor(connection)
+
+        session.__name__ = f"{label}-session"
+        spec = ChildSpec(session, name=f"{label}-session", restart=Restart.PERMANENT, shutdown=5.0)
+
+        def supervisor() -> Supervisor:
+            # The session restarts for as long as the connection is open: the backoff bounds
+            # how often, so the intensity limit is never what stops it.
+            return Supervisor(
+                [spec],
+                max_restarts=sys.maxsize,
+                period=1.0,
+                backoff=backoff or Backoff(initial=0.5, maximum=30.0, reset_after=60.0),
+            )
+
+        supervisor.__name__ = label
+        try:
+            connection._ref = await runtime.spawn(
+                supervisor, name=name, restart=Restart.TRANSIENT, shutdown=10.0
+            )
+        except Exception as error:
+            connection._unregister()
+            why = str(connection.refusal) if connection.refusal is not None else _describe(error)
+            raise ConfigError(
+                f"MCP server {label!r} ({server.describe()}) could not be started: {why}"
+            ) from None
+        return connection
+
+    @asynccontextmanager
+    async def _open(self, on_message: Callable[[Any], Any]) -> AsyncIterator[Any]:
+        """The SDK client of one session, entered and left in the calling task."""
+        mcp = _sdk()
+        server = self.server
+        if isinstance(server, StdioServer):
+            from mcp.client.stdio import stdio_client  # noqa: PLC0415
+
+            params = mcp.StdioServerParameters(
+                command=server.command, args=list(server.args), env=server.env, cwd=server.cwd
+            )
+            transport = stdio_client(params, errlog=server.stderr or sys.stderr)
+            async with mcp.Client(transport, message_handler=on_message, cache=None) as client:
+                yield client
+            return
+        from mcp.client.streamable_http import streamable_http_client  # noqa: PLC0415
+
+        async with _http_client(server, self) as http:
+            transport = streamable_http_client(server.url, http_client=http)
+            async with mcp.Client(transport, message_handler=on_message, cache=None) as client:
+                yield client
+
+    async def _relist(self, client: Any) -> None:
+        """List the server's tools (every page) and make the registry match."""
+        entries: list[dict[str, Any]] = []
+        cursor: str | None = None
+        for _ in range(1000):  # a server whose pages never end cannot hold a session for ever
+            page = await client.list_tools(cursor=cursor)
+            entries.extend(
+                tool.model_dump(by_alias=True, mode="json", exclude_none=True)
+                for tool in page.tools
+            )
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        taken = [name for name in _names(self.registry) if name not in self._tools]
+        listing = read_listing(entries, prefix=self.prefix, taken=taken)
+        self._install(listing)
+
+    def _install(self, listing: Listing) -> None:
+        if self._closed:
+            return
+        fresh = {
+            name: MCPTool(self, definition, listing.remote[name])
+            for name, definition in listing.tools.items()
+        }
+        gone = [name for name in self._tools if name not in fresh]
+        if gone:
+            self.registry.remove(*gone)
+        for tool in fresh.values():
+            self.registry.add(tool, replace=True)
+        self._tools = fresh
+        self._skipped = listing.skipped
+        for reason in listing.skipped:
+            log.warning("MCP server %r: tool left out: %s", self.name, reason)
+
+    def _unregister(self) -> None:
+        if self._tools:
+            self.registry.remove(
+                *[n for n in self._tools if self.registry.get(n) is self._tools[n]]
+            )
+        self._tools = {}
+
+    async def _call(self, tool: MCPTool, call: ToolCall) -> ToolResult:
+        problems = validate_arguments(dict(tool.definition.parameters), call.arguments)
+        if problems:
+            return ToolFailure(
+                id=call.id,
+                name=call.name,
+                error="invalid arguments, the call was not sent: " + "; ".join(problems),
+            )
+        live = self._live
+        if live is None or live.lost.is_set():
+            return self._not_connected(call)
+        outcome: list[Any] = []
+        finished = trio.Event()
+        cancel = trio.CancelScope()
+
+        async def attempt() -> None:
+            try:
+                with cancel:
+                    outcome.append(await live.client.call_tool(tool.remote, dict(call.arguments)))
+            except Exception as error:
+                outcome.append(error)
+            finally:
+                finished.set()
+
+        try:
+            live.nursery.start_soon(attempt)
+        except RuntimeError:  # the session's nursery is closing: it is going down
+            return self._not_connected(call)
+        self._calls += 1
+        try:
+            await finished.wait()
+        finally:
+            if not finished.is_set():
+                cancel.cancel()  # the caller was cut: the SDK tells the server to stop
+        if not outcome:
+            return self._went_away(call, live.reason or "the session ended")
+        answer = outcome[0]
+        if isinstance(answer, Exception):
+            if type(answer).__name__ == "MCPError" and not _connection_closed(answer):
+                return ToolFailure(
+                    id=call.id,
+                    name=call.name,
+                    error=f"the MCP server refused the call: {_describe(answer)}",
+                )
+            live.lose(_describe(answer))
+            return self._went_away(call, _describe(answer))
+        return read_result(
+            call.id,
+            call.name,
+            answer.model_dump(by_alias=True, mode="json", exclude_none=True),
+            limit=self.max_result_chars,
+        )
+
+    def _not_connected(self, call: ToolCall) -> ToolFailure:
+        return ToolFailure(
+            id=call.id,
+            name=call.name,
+            error=(
+                f"the MCP server {self.name!r} is not connected (it is being restarted); "
+                "the call was not sent: try again later"
+            ),
+        )
+
+    def _went_away(self, call: ToolCall, reason: str) -> ToolFailure:
+        self._lost += 1
+        return ToolFailure(
+            id=call.id,
+            name=call.name,
+            error=(
+                f"the MCP server {self.name!r} went away during the call ({reason}); whether "
+                "the call had an effect is unknown. The server is being restarted."
+            ),
+        )
+
+    def _down(self) -> None:
+        if self._up.is_set():
+            self._up = trio.Event()
+
+    async def wait_connected(self) -> None:
+        """Return once a session is up (at once if one is): after a server died, once it is
+        back and its tools are listed again. Bounded only by the caller's scope."""
+        while True:
+            up = self._up
+            await up.wait()
+            live = self._live
+            if live is not None and not live.lost.is_set():
+                return
+            self._down()
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        """The local names of the server's tools now in the registry."""
+        return tuple(self._tools)
+
+    def statistics(self) -> MCPStatistics:
+        """A snapshot (see :class:`MCPStatistics`)."""
+        live = self._live
+        return MCPStatistics(
+            connected=live is not None and not live.lost.is_set(),
+            restarts=max(0, self._sessions - 1),
+            tools=tuple(self._tools),
+            skipped=self._skipped,
+            calls=self._calls,
+            lost=self._lost,
+        )
+
+    async def aclose(self) -> None:
+        """Stop the session (and its restarts) and take the server's tools out of the
+        registry. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._ref is not None:
+                await self._ref.stop()
+        finally:
+            self._live = None
+            self._unregister()
+
+    async def __aenter__(self) -> MCPConnection:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"<MCPConnection {self.name!r} {self.server.describe()!r} tools={len(self._tools)}>"
+
+
+def _label(server: MCPServerSpec) -> str:
+    if isinstance(server, StdioServer):
+        stem = server.command.replace("\\", "/").rsplit("/", 1)[-1]
+        return "".join(c if c.isalnum() else "-" for c in stem) or "stdio"
+    host = server.url.split("://", 1)[-1].split("/", 1)[0].rsplit("@", 1)[-1]
+    return "".join(c if c.isalnum() else "-" for c in host) or "http"
+
+
+def _names(registry: ToolRegistry) -> Iterable[str]:
+    return (tool.definition.name for tool in registry.tools())
+
+
+@asynccontextmanager
+async def _http_client(
+    server: StreamableHTTPServer, connection: MCPConnection
+) -> AsyncIterator[httpx2.AsyncClient]:
+    """The SDK's HTTP client for ``server``: its timeouts, the server's headers, no proxies
+    from the environment, and every connection judged by the server's egress policy."""
+    import httpx2  # noqa: PLC0415 - the mcp SDK's HTTP client
+
+    timeout = httpx2.Timeout(server.timeout, read=max(server.timeout, 300.0))
+    transport = httpx2.AsyncHTTPTransport(trust_env=False)
+    if server.egress is not None:
+        _guard(transport, server.egress, connection)
+    async with httpx2.AsyncClient(
+        transport=transport,
+        headers=server.headers or {},
+        timeout=timeout,
+        trust_env=False,
+        follow_redirects=False,
+    ) as client:
+        yield client
+
+
+def _guard(
+    transport: httpx2.AsyncHTTPTransport, policy: EgressPolicy, connection: MCPConnection
+) -> None:
+    import httpcore2  # noqa: PLC0415
+    import httpx2  # noqa: PLC0415
+
+    def refuse(refusal: Refusal) -> BaseException:
+        connection.refusal = refusal
+        log.warning("MCP server %r: %s", connection.name, refusal)
+        return ProviderError(
+            f"MCP server {connection.name!r}: {refusal}",
+            code="egress",
+            retryable=False,
+        )
+
+    class GuardedBackend(httpcore2.AsyncNetworkBackend):
+        """The same guard as the providers' (actors._egress), on httpcore2's interface: the
+        mcp SDK speaks HTTP through httpx2."""
+
+        def __init__(self) -> None:
+            self._inner = httpcore2.AnyIOBackend()
+
+        async def connect_tcp(
+            self,
+            host: str,
+            port: int,
+            timeout: float | None = None,  # noqa: ASYNC109 - httpcore2's interface
+            local_address: str | None = None,
+            socket_options: Iterable[Any] | None = None,
+        ) -> httpcore2.AsyncNetworkStream:
+            try:
+                with trio.fail_after(timeout if timeout is not None else math.inf):
+                    addresses = await judged_addresses(policy, host, port, refuse)
+            except (OSError, trio.TooSlowError) as error:
+                raise httpcore2.ConnectError(f"looking up {host!r}: {error}") from None
+            return await _first(
+                addresses,
+                lambda address: self._inner.connect_tcp(
+                    address, port, timeout, local_address, socket_options
+                ),
+                httpcore2.ConnectError,
+            )
+
+        async def connect_unix_socket(
+            self,
+            path: str,
+            timeout: float | None = None,  # noqa: ASYNC109 - httpcore2's interface
+            socket_options: Iterable[Any] | None = None,
+        ) -> httpcore2.AsyncNetworkStream:
+            raise refuse(Refusal(path, None, "a Unix socket (the policy judges TCP only)"))
+
+        async def sleep(self, seconds: float) -> None:
+            await self._inner.sleep(seconds)
+
+    limits = httpx2.Limits()
+    transport._pool = httpcore2.AsyncConnectionPool(
+        ssl_context=httpx2.create_ssl_context(trust_env=False),
+        max_connections=limits.max_connections,
+        max_keepalive_connections=limits.max_keepalive_connections,
+        keepalive_expiry=limits.keepalive_expiry,
+        network_backend=GuardedBackend(),
+    )

@@ -1,0 +1,196 @@
+"""An agent, or a tool registry, served as MCP tools over stdio or streamable HTTP."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from protocols.errors import AgentsError, ConfigError
+from protocols.mcp import local_name, write_result
+from protocols.messages import ToolCall, ToolFailure, ToolResult
+
+from ..agent import Agent
+from ..tools import CallableTool, ToolRegistry
+from ._client import _sdk
+
+if TYPE_CHECKING:
+    from .._core._runtime import Runtime
+
+__all__ = ["PROMPT_SCHEMA", "mcp_server", "resolve_app", "serve_http", "serve_stdio"]
+
+log = logging.getLogger("actors.mcp")
+
+#: The input schema of an agent served as a tool: one prompt.
+PROMPT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"prompt": {"type": "string", "description": "What to ask the agent."}},
+    "required": ["prompt"],
+    "additionalProperties": False,
+}
+
+
+def _agent_tool_name(agent: Agent, name: str | None) -> str:
+    chosen = name if name is not None else agent.name
+    local = local_name(chosen)
+    if local is None:
+        raise ConfigError(f"cannot serve the agent as an MCP tool named {chosen!r}")
+    return local
+
+
+def mcp_server(
+    target: Agent | ToolRegistry | Iterable[CallableTool],
+    *,
+    name: str = "trio-agents",
+    tool_name: str | None = None,
+    description: str | None = None,
+) -> Any:
+    """An MCP server (the SDK's low-level ``Server``) whose tools are ``target``'s.
+
+    * An :class:`~actors.Agent` is one tool, named ``tool_name`` or after the agent, taking
+      ``{"prompt": str}``; a call is one run of the agent, answered with the run's text (and
+      ``isError`` when the run fails). A client's cancellation cuts the run, which commits its
+      partial as any cut run does.
+    * A :class:`~actors.tools.ToolRegistry` (or tools) is served tool for tool, with the
+      definitions the registry gives models; a call goes through the registry's ``execute``
+      (arguments validated, failures answered as ``isError`` results, never raised).
+    """
+    _sdk()
+    from mcp import types  # noqa: PLC0415
+    from mcp.server.lowlevel import Server  # noqa: PLC0415
+
+    if isinstance(target, Agent):
+        agent = target
+        exposed = _agent_tool_name(agent, tool_name)
+        info = description or (
+            f"Ask the agent {agent.name!r}; it answers in text (it may use its own tools)."
+        )
+
+        async def list_agent(ctx: Any, params: Any) -> Any:
+            tool = types.Tool(name=exposed, description=info, input_schema=PROMPT_SCHEMA)
+            return types.ListToolsResult(tools=[tool])
+
+        async def call_agent(ctx: Any, params: Any) -> Any:
+            if params.name != exposed:
+                return _error(types, f"unknown tool {params.name!r}; this server has {exposed!r}")
+            prompt = (params.arguments or {}).get("prompt")
+            if not isinstance(prompt, str) or not prompt.strip():
+                return _error(types, "the argument 'prompt' must be a non-empty string")
+            try:
+                result = await agent.generate(prompt)
+            except AgentsError as error:
+                return _error(types, f"the run failed: {error}")
+            answer = types.CallToolResult(
+                content=[types.TextContent(type="text", text=result.content)],
+                structured_content={
+                    "content": result.content,
+                    "stop": result.stop.value,
+                    "turns": result.turns,
+                },
+            )
+            return answer
+
+        return Server(name, on_list_tools=list_agent, on_call_tool=call_agent)
+
+    registry = target if isinstance(target, ToolRegistry) else ToolRegistry(target)
+    if tool_name is not None or description is not None:
+        raise ConfigError("tool_name and description apply to an agent, not to a tool registry")
+
+    async def list_registry(ctx: Any, params: Any) -> Any:
+        tools = [
+            types.Tool(
+                name=definition.name,
+                description=definition.description or None,
+                input_schema=definition.parameters,
+            )
+            for definition in registry.definitions()
+        ]
+        return types.ListToolsResult(tools=tools)
+
+    async def call_registry(ctx: Any, params: Any) -> Any:
+        call_id = f"mcp-{getattr(ctx, 'request_id', None) or 'call'}"
+        result: ToolResult
+        try:
+            call = ToolCall(id=call_id, name=params.name, arguments=params.arguments or {})
+        except AgentsError as error:
+            result = ToolFailure(id=call_id, name=params.name or "unknown", error=str(error))
+        else:
+            (result,) = await registry.execute([call])
+        return types.CallToolResult.model_validate(write_result(result))
+
+    return Server(name, on_list_tools=list_registry, on_call_tool=call_registry)
+
+
+def _error(types: Any, text: str) -> Any:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+
+
+async def serve_stdio(server: Any) -> None:
+    """Serve ``server`` (see :func:`mcp_server`) over this process's stdin and stdout until
+    the client closes stdin."""
+    from mcp.server.stdio import stdio_server  # noqa: PLC0415
+
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+async def serve_http(
+    server: Any,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    path: str = "/mcp",
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``server`` over streamable HTTP at ``http://host:port/path`` until cancelled;
+    reports the URL it listens on through ``task_status`` (``nursery.start`` returns it).
+
+    Binds to 127.0.0.1 unless told otherwise; on a loopback address, requests whose ``Host``
+    or ``Origin`` is not a loopback one are refused (DNS-rebinding protection)."""
+    import hypercorn.config  # noqa: PLC0415
+    import hypercorn.trio  # noqa: PLC0415
+
+    if not path.startswith("/"):
+        raise ConfigError(f"the MCP path must start with '/': {path!r}")
+    app = server.streamable_http_app(streamable_http_path=path, host=host)
+    config = hypercorn.config.Config()
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.accesslog = None
+    config.errorlog = log
+    async with trio.open_nursery() as nursery:
+        binds: list[str] = await nursery.start(_serve, app, config)
+        task_status.started(binds[0].rstrip("/") + path)
+
+
+async def _serve(app: Any, config: Any, task_status: trio.TaskStatus[list[str]]) -> None:
+    import hypercorn.trio  # noqa: PLC0415
+
+    await hypercorn.trio.serve(app, config, task_status=task_status)
+
+
+async def resolve_app(app: Any, runtime: Runtime) -> Agent | ToolRegistry:
+    """What ``--app`` names, made ready to serve: an Agent, a ToolRegistry (or a list of
+    tools), or a function -- taking the runtime, or nothing; sync or async -- returning one."""
+    value = app
+    if callable(value) and not isinstance(value, Agent | ToolRegistry | CallableTool):
+        name = getattr(value, "__qualname__", type(value).__name__)
+        try:
+            wants_runtime = len(inspect.signature(value).parameters) >= 1
+            value = value(runtime) if wants_runtime else value()
+            if inspect.isawaitable(value):
+                value = await value
+        except (TypeError, ValueError, AgentsError) as error:
+            raise ConfigError(
+                f"--app: calling {name} failed: {type(error).__name__}: {error}"
+            ) from error
+    if isinstance(value, list | tuple) and all(isinstance(v, CallableTool) for v in value):
+        value = ToolRegistry(value)
+    if not isinstance(value, Agent | ToolRegistry):
+        raise ConfigError(
+            "--app must name an Agent, a ToolRegistry or a list of tools, or a function (taking "
+            f"the runtime, or nothing) that returns one; it gave {type(value).__name__}"
+        )
+    return value

@@ -1,0 +1,194 @@
+"""MCP tools in our data model, sans-IO: listings read into tool definitions, results into tool
+results, and our results written back as MCP's.
+
+Everything here works on the JSON shapes the Model Context Protocol puts on the wire (plain
+dicts, with its camelCase keys), so it is tested without an SDK, an event loop or a server. The
+runtime half (:mod:`actors.mcp`) turns the SDK's objects into these dicts.
+
+What a model sees of an MCP result is text or JSON: a tool message carries no images in our data
+model, so an image (or audio, or a binary resource) is named in the text by its media type and
+size rather than sent as base64 the model would have to read as tokens.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+
+from .errors import ValidationError
+from .messages import ToolDefinition, ToolFailure, ToolResult, ToolSuccess
+
+__all__ = [
+    "MAX_RESULT_CHARS",
+    "MAX_TOOLS",
+    "Listing",
+    "content_text",
+    "local_name",
+    "read_listing",
+    "read_result",
+    "write_result",
+]
+
+#: The most characters of one MCP result a model is given (the rest is cut, and the cut said).
+MAX_RESULT_CHARS: Final = 100_000
+
+#: The most tools taken from one server (the rest are left out, and that said).
+MAX_TOOLS: Final = 1000
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_NAME_LIMIT: Final = 64
+
+
+def local_name(remote: str, prefix: str = "") -> str | None:
+    """The name a model calls the MCP tool ``remote`` by: ``prefix`` then ``remote`` with every
+    character a tool name may not hold (anything but letters, digits, ``_`` and ``-``) made
+    ``_``; ``None`` when that is empty or longer than 64 characters (such a tool is left out)."""
+    name = prefix + _UNSAFE.sub("_", remote)
+    if not remote or len(name) > _NAME_LIMIT:
+        return None
+    return name
+
+
+@attrs.frozen
+class Listing:
+    """A server's tool list read into definitions: ``tools`` maps each local name to its
+    definition and ``remote`` to the server's own name for it; ``skipped`` says, one line per
+    tool, why a tool was left out."""
+
+    tools: dict[str, ToolDefinition]
+    remote: dict[str, str]
+    skipped: tuple[str, ...]
+
+
+def read_listing(
+    tools: Iterable[Mapping[str, Any]], *, prefix: str = "", taken: Iterable[str] = ()
+) -> Listing:
+    """Read the ``tools`` of ``tools/list`` answers (each ``{"name", "description",
+    "inputSchema", ...}``) into definitions named by :func:`local_name`.
+
+    Guarantees: never raises for what a server sends. A tool is left out -- and the reason
+    recorded in ``skipped`` -- when its name cannot be made a tool name, when it would take a
+    name in ``taken`` (tools not from this server) or one an earlier tool of the list took,
+    or when its input schema is not a valid object schema, and every tool after the first
+    :data:`MAX_TOOLS` kept. Unknown fields are ignored.
+    """
+    blocked = set(taken)
+    definitions: dict[str, ToolDefinition] = {}
+    remote: dict[str, str] = {}
+    skipped: list[str] = []
+    for entry in tools:
+        if len(definitions) >= MAX_TOOLS:
+            skipped.append(f"{entry.get('name')!r}: the server lists more than {MAX_TOOLS} tools")
+            continue
+        raw_name = entry.get("name")
+        if not isinstance(raw_name, str):
+            skipped.append(f"{raw_name!r}: the tool's name is not a string")
+            continue
+        name = local_name(raw_name, prefix)
+        if name is None:
+            skipped.append(f"{raw_name!r}: not a usable tool name (empty or too long)")
+            continue
+        if name in blocked:
+            skipped.append(f"{raw_name!r}: its name {name!r} is taken by another tool")
+            continue
+        if name in definitions:
+            skipped.append(f"{raw_name!r}: its name {name!r} is taken by {remote[name]!r}")
+            continue
+        description = entry.get("description")
+        schema = entry.get("inputSchema")
+        if schema is None:
+            schema = {"type": "object"}
+        try:
+            definition = ToolDefinition(
+                name=name,
+                description=description if isinstance(description, str) else "",
+                parameters=schema,
+            )
+        except (ValidationError, TypeError, ValueError) as error:
+            skipped.append(f"{raw_name!r}: its input schema is not usable: {error}")
+            continue
+        definitions[name] = definition
+        remote[name] = raw_name
+    return Listing(definitions, remote, tuple(skipped))
+
+
+def _size(data: object) -> str:
+    if not isinstance(data, str):
+        return "unknown size"
+    # The decoded size of base64 text: three bytes per four characters, less the padding.
+    return f"{len(data) * 3 // 4 - len(data) + len(data.rstrip('='))} bytes"
+
+
+def _part_text(part: Mapping[str, Any]) -> str:
+    kind = part.get("type")
+    if kind == "text":
+        text = part.get("text")
+        return text if isinstance(text, str) else ""
+    if kind in ("image", "audio"):
+        media = part.get("mimeType") or "unknown type"
+        return f"[{kind}: {media}, {_size(part.get('data'))}, not shown]"
+    if kind == "resource_link":
+        return f"[resource: {part.get('uri')}]"
+    if kind == "resource":
+        resource = part.get("resource")
+        if isinstance(resource, Mapping):
+            text = resource.get("text")
+            if isinstance(text, str):
+                return text
+            media = resource.get("mimeType") or "unknown type"
+            blob = resource.get("blob")
+            return f"[resource {resource.get('uri')}: {media}, {_size(blob)}, not shown]"
+    return f"[{kind} content, not shown]"
+
+
+def content_text(content: Sequence[Mapping[str, Any]], *, limit: int = MAX_RESULT_CHARS) -> str:
+    """The text of MCP ``content`` parts, one part per paragraph: text as is, an embedded text
+    resource's text, and for an image, audio or binary resource a bracketed note of its media
+    type and size. Cut at ``limit`` characters, with the cut said at the end."""
+    text = "\n\n".join(_part_text(part) for part in content if isinstance(part, Mapping))
+    if len(text) > limit:
+        text = text[:limit] + f"\n[... cut: the result had {len(text)} characters]"
+    return text
+
+
+def read_result(
+    call_id: str, name: str, result: Mapping[str, Any], *, limit: int = MAX_RESULT_CHARS
+) -> ToolResult:
+    """The result a model sees of one MCP ``tools/call`` answer (``{"content", "isError",
+    "structuredContent"}``) to the call ``call_id`` of tool ``name``.
+
+    Guarantees: an ``isError`` answer is a :class:`~protocols.messages.ToolFailure` whose error
+    is the answer's text (never empty); otherwise a :class:`~protocols.messages.ToolSuccess`
+    whose value is the content's text (:func:`content_text`) -- what the server wrote for a
+    model, of which the protocol makes ``structuredContent`` the machine-readable twin -- or,
+    when the content holds no text at all, the ``structuredContent`` itself (any JSON value).
+    Never raises for what a server sends.
+    """
+    raw_content = result.get("content")
+    content = raw_content if isinstance(raw_content, list) else []
+    text = content_text(content, limit=limit)
+    if result.get("isError") is True:
+        return ToolFailure(id=call_id, name=name, error=text or f"{name} failed (no message)")
+    structured = result.get("structuredContent")
+    if structured is not None and not text.strip():
+        try:
+            return ToolSuccess(id=call_id, name=name, value=structured)
+        except (ValidationError, TypeError, ValueError):
+            pass  # not strict JSON: the (empty) text is all the model gets
+    return ToolSuccess(id=call_id, name=name, value=text)
+
+
+def write_result(result: ToolResult) -> dict[str, Any]:
+    """One of our tool results as the answer of an MCP ``tools/call``: its rendered text as one
+    text part, ``isError`` for a failure, and a success's value as ``structuredContent`` when
+    it is a JSON object."""
+    answer: dict[str, Any] = {
+        "content": [{"type": "text", "text": result.render()}],
+        "isError": not result.ok,
+    }
+    if isinstance(result, ToolSuccess) and isinstance(result.value, dict):
+        answer["structuredContent"] = result.value
+    return answer

@@ -1,0 +1,235 @@
+"""Our MCP server driven by the SDK's own client: in process, over streamable HTTP on loopback
+and over stdio through ``trio-agents mcp --app``. Real clock: these wait on sockets and
+subprocesses; every wait is bounded by ``fail_after``."""
+
+from __future__ import annotations
+
+import functools
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import trio
+
+from actors import Agent, ToolRegistry, open_runtime, tool
+from actors.mcp import PROMPT_SCHEMA, mcp_server, serve_http
+from actors.testing import Reply, ScriptedProvider, Simulator
+from actors.tools import INTERRUPTED
+from protocols.errors import ConfigError
+from protocols.messages import Role, ToolCall
+
+mcp = pytest.importorskip("mcp")
+
+WITHIN = 60
+
+
+@tool
+async def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+async def test_a_registry_served_tool_for_tool() -> None:
+    with trio.fail_after(WITHIN):
+        async with mcp.Client(mcp_server(ToolRegistry([add]))) as client:
+            listing = await client.list_tools()
+            (served,) = listing.tools
+            assert served.name == "add"
+            assert served.description == "Add two integers."
+            assert served.input_schema["required"] == ["a", "b"]
+            answer = await client.call_tool("add", {"a": 19, "b": 23})
+            assert not answer.is_error
+            assert answer.content[0].text == "42"
+            wrong = await client.call_tool("add", {"a": "x", "b": 1})
+            assert wrong.is_error
+            assert "$.a" in wrong.content[0].text
+            unknown = await client.call_tool("nope", {})
+            assert unknown.is_error
+            assert "nope" in unknown.content[0].text
+
+
+async def test_an_agent_served_over_http_answers_a_prompt() -> None:
+    with trio.fail_after(WITHIN):
+        async with Simulator() as simulator, open_runtime() as runtime:
+            provider = simulator.openai()
+            agent = await Agent.start(runtime, provider, tools=[add], name="calculator")
+            async with trio.open_nursery() as nursery:
+                url = await nursery.start(functools.partial(serve_http, mcp_server(agent)))
+                assert url.startswith("http://127.0.0.1:")
+                async with mcp.Client(url) as client:
+                    (served,) = (await client.list_tools()).tools
+                    assert served.name == "calculator"
+                    assert served.input_schema == PROMPT_SCHEMA
+                    answer = await client.call_tool("calculator", {"prompt": "What is 19 + 23?"})
+                    assert not answer.is_error
+                    assert answer.content[0].text == "The answer is 42."
+                    assert answer.structured_content["stop"] == "complete"
+                    empty = await client.call_tool("calculator", {"prompt": "  "})
+                    assert empty.is_error
+                nursery.cancel_scope.cancel()
+            await provider.aclose()
+
+
+async def test_a_client_cancel_cuts_the_run_which_commits_its_partial() -> None:
+    started = trio.Event()
+
+    @tool
+    async def block() -> str:
+        """Never finishes."""
+        started.set()
+        await trio.sleep_forever()
+        return "unreachable"
+
+    provider = ScriptedProvider(
+        Reply(text="Let me check.", calls=[ToolCall(id="c1", name="block")]), "never asked"
+    )
+    with trio.fail_after(WITHIN):
+        async with open_runtime() as runtime:
+            agent = await Agent.start(runtime, provider, tools=[block], name="checker")
+            async with trio.open_nursery() as nursery:
+                url = await nursery.start(functools.partial(serve_http, mcp_server(agent)))
+                async with mcp.Client(url) as client:
+                    with trio.CancelScope() as scope:
+                        async with trio.open_nursery() as calls:
+                            calls.start_soon(
+                                functools.partial(client.call_tool, "checker", {"prompt": "check"})
+                            )
+                            await started.wait()
+                            scope.cancel()
+                    # The cancellation crossed the wire and cut the run: it committed the
+                    # assistant's text and call, and the call's answer, marked interrupted.
+                    await agent.aclose()  # waits for the run, which ends only if it was cut
+                    user, assistant, answer = await agent.conversation.messages()
+                    assert user.role is Role.USER
+                    assert assistant.content == "Let me check."
+                    assert [c.name for c in assistant.calls] == ["block"]
+                    assert answer.role is Role.TOOL
+                    assert answer.content == INTERRUPTED
+                nursery.cancel_scope.cancel()
+    assert len(provider.calls) == 1  # the run never went on to a second turn
+
+
+def test_settings_that_cannot_apply_are_refused() -> None:
+    with pytest.raises(ConfigError, match="agent"):
+        mcp_server(ToolRegistry([add]), tool_name="x")
+
+
+async def test_trio_agents_mcp_over_stdio(tmp_path: pathlib.Path) -> None:
+    app = tmp_path / "served.py"
+    app.write_text(
+        textwrap.dedent(
+            '''
+            from actors import ToolRegistry, tool
+
+            @tool
+            def shout(text: str) -> str:
+                """Upper-case the text."""
+                return text.upper()
+
+            registry = ToolRegistry([shout])
+            '''
+        )
+    )
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.pathsep.join(sys.path)}
+    params = mcp.StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "actors", "mcp", "--app", "served:registry"],
+        env=env,
+        cwd=str(tmp_path),
+    )
+    with trio.fail_after(WITHIN):
+        async with mcp.Client(params) as client:
+            (served,) = (await client.list_tools()).tools
+            assert served.name == "shout"
+            answer = await client.call_tool("shout", {"text": "quiet"})
+            assert answer.content[0].text == "QUIET"
+
+
+async def test_trio_agents_mcp_with_a_bad_app_says_why(tmp_path: pathlib.Path) -> None:
+    async def command(app: str) -> subprocess.CompletedProcess[bytes]:
+        return await trio.run_process(
+            [sys.executable, "-m", "actors", "mcp", "--app", app],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            cwd=str(tmp_path),
+        )
+
+    result = await command("no_such_module:thing")
+    assert result.returncode == 1
+    assert b"cannot import 'no_such_module'" in result.stderr
+    assert result.stdout == b""
+    wrong = await command("json:dumps")
+    assert wrong.returncode == 1
+    assert wrong.stderr.decode().splitlines() == [
+        "trio-agents mcp: --app: calling dumps failed: TypeError: Object of type Runtime is not "
+        "JSON serializable"
+    ]
+
+
+def test_the_public_names_are_pinned() -> None:
+    import actors.mcp
+    import protocols.mcp
+
+    assert sorted(actors.mcp.__all__) == sorted(
+        [
+            "PROMPT_SCHEMA",
+            "MCPConnection",
+            "MCPStatistics",
+            "MCPTool",
+            "StdioServer",
+            "StreamableHTTPServer",
+            "mcp_server",
+            "serve_http",
+            "serve_stdio",
+        ]
+    )
+    assert sorted(protocols.mcp.__all__) == sorted(
+        [
+            "MAX_RESULT_CHARS",
+            "MAX_TOOLS",
+            "Listing",
+            "content_text",
+            "local_name",
+            "read_listing",
+            "read_result",
+            "write_result",
+        ]
+    )
+
+
+def test_without_the_sdk_the_error_says_what_to_install() -> None:
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["mcp"] = None  # as if the package were not installed
+        import trio
+        from actors import ToolRegistry, open_runtime
+        from actors.mcp import MCPConnection, StdioServer, mcp_server
+        from protocols.errors import ConfigError
+
+        async def main():
+            async with open_runtime() as runtime:
+                try:
+                    await MCPConnection.start(runtime, StdioServer("x"), tools=ToolRegistry())
+                except ConfigError as error:
+                    print(error)
+            try:
+                mcp_server(ToolRegistry())
+            except ConfigError as error:
+                print(error)
+
+        trio.run(main)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert (
+        done.stdout.splitlines()
+        == ["MCP needs the mcp package: pip install 'trio-agents[mcp]'"] * 2
+    )

@@ -1,0 +1,152 @@
+"""MCP shapes read into our data model and written back: no SDK, no event loop."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocols.mcp import (
+    MAX_TOOLS,
+    content_text,
+    local_name,
+    read_listing,
+    read_result,
+    write_result,
+)
+from protocols.messages import ToolFailure, ToolSuccess
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+#: Schema checks take their time on a loaded machine: no per-example deadline.
+SETTINGS = settings(max_examples=100, deadline=None)
+
+
+def test_local_names() -> None:
+    assert local_name("add") == "add"
+    assert local_name("files.read/all") == "files_read_all"
+    assert local_name("read", "fs_") == "fs_read"
+    assert local_name("") is None
+    assert local_name("x" * 65) is None
+    assert local_name("x" * 61, "fs_") == "fs_" + "x" * 61
+
+
+def test_a_listing_keeps_good_tools_and_says_why_it_left_others_out() -> None:
+    listing = read_listing(
+        [
+            {"name": "add", "description": "Add.", "inputSchema": {"type": "object"}, "x": 1},
+            {"name": "a.b", "inputSchema": {"type": "object", "properties": {}}},
+            {"name": "a_b", "inputSchema": {"type": "object"}},  # clashes once sanitized
+            {"name": "mine", "inputSchema": {"type": "object"}},  # taken by another tool
+            {"name": "broken", "inputSchema": {"type": "array"}},
+            {"name": 7},
+            {"name": "bare"},  # no schema: takes no arguments
+        ],
+        taken=["mine"],
+    )
+    assert list(listing.tools) == ["add", "a_b", "bare"]
+    assert listing.remote == {"add": "add", "a_b": "a.b", "bare": "bare"}
+    assert listing.tools["add"].description == "Add."
+    assert listing.tools["bare"].parameters == {"type": "object"}
+    reasons = "\n".join(listing.skipped)
+    assert len(listing.skipped) == 4
+    assert "'a_b': its name 'a_b' is taken by 'a.b'" in reasons
+    assert "'mine'" in reasons
+    assert "'broken'" in reasons
+    assert "7" in reasons
+
+
+def test_a_listing_keeps_at_most_max_tools() -> None:
+    listing = read_listing({"name": f"t{n}"} for n in range(MAX_TOOLS + 2))
+    assert len(listing.tools) == MAX_TOOLS
+    assert len(listing.skipped) == 2
+    assert "more than 1000 tools" in listing.skipped[0]
+
+
+@SETTINGS
+@given(st.lists(st.dictionaries(st.sampled_from(["name", "description", "inputSchema"]), JSON)))
+def test_a_listing_never_raises(tools: list[dict[str, Any]]) -> None:
+    listing = read_listing(tools)
+    assert len(listing.tools) + len(listing.skipped) == len(tools)
+
+
+def test_results_map_onto_tool_results() -> None:
+    text = read_result("c1", "t", {"content": [{"type": "text", "text": "hello"}]})
+    assert text == ToolSuccess(id="c1", name="t", value="hello")
+
+    # By the protocol the text and the structured content say the same: the text is kept.
+    both = read_result(
+        "c1", "t", {"content": [{"type": "text", "text": "n is 1"}], "structuredContent": {"n": 1}}
+    )
+    assert both.value == "n is 1"
+    structured = read_result("c1", "t", {"content": [], "structuredContent": {"n": 1}})
+    assert structured.value == {"n": 1}
+
+    mixed = read_result(
+        "c1",
+        "t",
+        {
+            "content": [
+                {"type": "text", "text": "a dot"},
+                {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
+                {"type": "resource", "resource": {"uri": "file:///a", "text": "inside"}},
+                {"type": "resource", "resource": {"uri": "file:///b", "blob": "AAAA"}},
+                {"type": "resource_link", "uri": "file:///c", "name": "c"},
+            ],
+            "structuredContent": {"dots": 1},
+        },
+    )
+    assert isinstance(mixed, ToolSuccess)
+    assert mixed.value == (
+        "a dot\n\n[image: image/png, 8 bytes, not shown]\n\ninside\n\n"
+        "[resource file:///b: unknown type, 3 bytes, not shown]\n\n[resource: file:///c]"
+    )
+
+    failed = read_result("c1", "t", {"content": [{"type": "text", "text": "no"}], "isError": True})
+    assert failed == ToolFailure(id="c1", name="t", error="no")
+    silent = read_result("c1", "t", {"content": [], "isError": True})
+    assert isinstance(silent, ToolFailure)
+    assert silent.error == "t failed (no message)"
+
+
+def test_long_results_are_cut_and_say_so() -> None:
+    result = read_result("c", "t", {"content": [{"type": "text", "text": "x" * 50}]}, limit=10)
+    assert result.value == "x" * 10 + "\n[... cut: the result had 50 characters]"
+
+
+@SETTINGS
+@given(JSON)
+def test_any_answer_reads_into_a_result(answer: Any) -> None:
+    result = read_result("c", "t", answer if isinstance(answer, dict) else {"content": answer})
+    assert result.id == "c"
+    assert isinstance(result.render(), str)
+
+
+def test_our_results_written_as_mcp_answers() -> None:
+    assert write_result(ToolSuccess(id="c", name="t", value="hi")) == {
+        "content": [{"type": "text", "text": "hi"}],
+        "isError": False,
+    }
+    assert write_result(ToolSuccess(id="c", name="t", value={"n": 1})) == {
+        "content": [{"type": "text", "text": '{"n":1}'}],
+        "isError": False,
+        "structuredContent": {"n": 1},
+    }
+    assert write_result(ToolFailure(id="c", name="t", error="bad")) == {
+        "content": [{"type": "text", "text": "bad"}],
+        "isError": True,
+    }
+
+
+def test_content_text_skips_what_is_not_a_part() -> None:
+    assert content_text([{"type": "text", "text": "a"}, "junk", {"type": "video"}]) == (  # type: ignore[list-item]
+        "a\n\n[video content, not shown]"
+    )
