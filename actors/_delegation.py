@@ -30,6 +30,7 @@ from protocols.messages import (
 )
 from protocols.toolschema import validate_arguments
 
+from . import _tracing
 from ._run_context import RunStep, _tool_run
 from .agent import Agent, CycleError, RunOptions, _chain, _Request, _State
 from .conversation import Conversation
@@ -189,8 +190,10 @@ def _spent(run: _Run | None, result: AgentResult | None) -> Usage | None:
 
 
 def _child_request(child: Agent, parent: _Run | None, call: ToolCall, text: str) -> _Request:
+    """The request of a run delegated to ``child`` by ``call``: traced as a child of the
+    context current here -- the call's ``execute_tool`` span, when the parent is traced."""
     if parent is None:
-        return _Request(child, (Message.user(text),), RunOptions(), None)
+        return child._traced(_Request(child, (Message.user(text),), RunOptions(), None))
     step = RunStep(parent.run_id, call.id, child.name)
 
     def forward(chunk: Chunk) -> None:
@@ -199,7 +202,7 @@ def _child_request(child: Agent, parent: _Run | None, call: ToolCall, text: str)
     def forward_event(event: AgentEvent) -> None:
         parent.relay(attrs.evolve(event, path=(step, *event.path)))
 
-    return _Request(
+    request = _Request(
         child,
         (Message.user(text),),
         RunOptions(abort=(parent.token,)),  # the parent's abort is the child's too
@@ -212,6 +215,7 @@ def _child_request(child: Agent, parent: _Run | None, call: ToolCall, text: str)
         deadline=parent.deadline(),
         meters=(parent.meter,) if parent.meter is not None else (),
     )
+    return child._traced(request)
 
 
 class HandoffTool:
@@ -266,6 +270,9 @@ class HandoffTool:
         if target.closed:
             return ToolFailure(call.id, call.name, f"refused: agent {target.name!r} is closed")
         run.handoff = target
+        if run.trace is not None:
+            # The handed-to run's span is a child of this call's execute_tool span.
+            run.handed_from = _tracing.current_context()
         run.event("handoff", call=call, agent=target.name)
         return ToolSuccess(call.id, call.name, f"handed to {target.name}; it answers from here")
 

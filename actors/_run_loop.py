@@ -56,6 +56,9 @@ from .tools import NOT_EXECUTED, ToolBatch, ToolRegistry
 _T = TypeVar("_T")
 
 if TYPE_CHECKING:
+    from opentelemetry.context import Context
+
+    from ._tracing import RunTrace
     from .agent import Agent, _Request
     from .providers import ProviderStream
 
@@ -360,6 +363,10 @@ class _Run:
         self.pace: Callable[[Any], Awaitable[None]] | None = agent._option(request.options, "pace")
         self.journal: RunJournal | None = request.journal
         self.checkpoints = CheckpointPolicy() if request.journal is not None else None
+        # The run's spans (None: not traced), and the context of the tool call that handed
+        # the run on (a handoff), the parent of the handed-to run's span.
+        self.trace: RunTrace | None = request.trace
+        self.handed_from: Context | None = None
 
     def emit(self, chunk: Chunk) -> None:
         request = self.request
@@ -806,37 +813,47 @@ class _Run:
         journal, checkpoints = self.journal, self.checkpoints
         if journal is not None and not again:
             await journal.request(self.turns_made)
-        self.stream = stream = self.agent.provider.stream(
-            prompt, tools=definitions, options=options
-        )
-        async with stream:
-            run_id = self.run_id
-            async for delta in stream:
-                if checkpoints is not None and checkpoints.delta():
-                    assert journal is not None
-                    partial = stream.partial
-                    await journal.checkpoint(self.turns_made, partial.content, partial.thinking)
-                if meter is not None and meter.spent:
-                    # Spent by another run drawing on the same budget (a team's, a parent's)
-                    # before this delta: it is neither shown nor charged.
-                    self.budget_tripped = True
-                    assert self.scope is not None
-                    self.scope.cancel()
-                    await trio.lowlevel.checkpoint()
-                self.emit(Chunk(delta.channel, delta.text, run_id=run_id))
-                if (
-                    delta.channel == "content"
-                    and meter is not None
-                    and meter.charge_content(delta.text)
-                ):
-                    self.budget_tripped = True
-                    assert self.scope is not None
-                    self.scope.cancel()
-                    # Stop at this delta: the cancel is delivered here, not at the stream's
-                    # next network read (which may be many buffered deltas later).
-                    await trio.lowlevel.checkpoint()
+        provider = self.agent.provider
+        trace = self.trace
+        # The call's span, current while the provider streams (a relay client sends it on).
+        chat = trace.chat(provider, options, self.turns_made) if trace is not None else None
+        try:
+            self.stream = stream = provider.stream(prompt, tools=definitions, options=options)
+            async with stream:
+                run_id = self.run_id
+                async for delta in stream:
+                    if checkpoints is not None and checkpoints.delta():
+                        assert journal is not None
+                        partial = stream.partial
+                        await journal.checkpoint(self.turns_made, partial.content, partial.thinking)
+                    if meter is not None and meter.spent:
+                        # Spent by another run drawing on the same budget (a team's, a parent's)
+                        # before this delta: it is neither shown nor charged.
+                        self.budget_tripped = True
+                        assert self.scope is not None
+                        self.scope.cancel()
+                        await trio.lowlevel.checkpoint()
+                    self.emit(Chunk(delta.channel, delta.text, run_id=run_id))
+                    if (
+                        delta.channel == "content"
+                        and meter is not None
+                        and meter.charge_content(delta.text)
+                    ):
+                        self.budget_tripped = True
+                        assert self.scope is not None
+                        self.scope.cancel()
+                        # Stop at this delta: the cancel is delivered here, not at the stream's
+                        # next network read (which may be many buffered deltas later).
+                        await trio.lowlevel.checkpoint()
+            result: ProviderResult = stream.result
+        except BaseException as error:
+            if chat is not None:
+                cut = self.stream
+                chat.failed(error, cut.partial if cut is not None else None)
+            raise
+        if chat is not None:
+            chat.done(result)
         self.stream = None
-        result: ProviderResult = stream.result
         self.settle_usage(result)
         return result
 

@@ -60,6 +60,7 @@ from protocols.messages import (
 )
 from protocols.workspace import Workspace, WorkspaceManager
 
+from . import _tracing
 from ._core._abort import Abort
 from ._core._actor import Actor, ActorRef, ActorStopped
 from ._core._supervisor import Restart
@@ -85,6 +86,9 @@ from .providers import observe_retries
 from .tools import Approver, CallableTool, ToolRegistry
 
 if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Tracer, TracerProvider
+
     from ._core._runtime import Runtime
     from .providers import ProviderInterface
 
@@ -303,6 +307,11 @@ class _Request:
     #: A journaled run's journal (actors.durable), and where a continued one stands.
     journal: RunJournal | None = None
     resume: Resume | None = None
+    #: Tracing (actors._tracing): the tracer of the run (None: not traced), the OpenTelemetry
+    #: context current where the run was requested (its span's parent), and the run's spans.
+    tracer: Tracer | None = None
+    parent: Context | None = None
+    trace: _tracing.RunTrace | None = None
 
     def bind(self, *, queued: bool) -> None:
         """Check the chain of runs the calling task is inside of and watch the tokens.
@@ -594,6 +603,7 @@ class Agent:
         error: ErrorHandler | None = None,
         window: int | None = None,
         strict: bool = False,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         """Prefer :meth:`start`, which also starts the agent's actor: an agent built here has
         none, and its runs raise until it has."""
@@ -636,6 +646,20 @@ class Agent:
         self._listeners: list[Callable[[AgentEvent], None]] = list(on)
         self._error_handler = error
         self._runs = 0
+        # The tracer of tracer_provider= (None: the global provider's, looked up per run).
+        self._tracer: Tracer | None = _tracing.tracer_for(tracer_provider)
+
+    def _traced(self, request: _Request, parent: Context | None = None) -> _Request:
+        """Mark ``request`` traced when this agent traces (its own tracer provider, else a
+        configured global one): its span's parent is ``parent``, or else the OpenTelemetry
+        context current now -- where the run is requested, not where it will execute."""
+        tracer = self._tracer if self._tracer is not None else _tracing.global_tracer()
+        if tracer is not None:
+            context = parent if parent is not None else _tracing.current_context()
+            if not _tracing.idle(tracer, context):
+                request.tracer = tracer
+                request.parent = context
+        return request
 
     def subscribe(self, listener: Callable[[AgentEvent], None]) -> Callable[[], None]:
         """Call ``listener`` with every event from now on; returns a function that
@@ -694,6 +718,7 @@ class Agent:
         strict: bool = False,
         on: Iterable[Callable[[AgentEvent], None]] = (),
         error: ErrorHandler | None = None,
+        tracer_provider: TracerProvider | None = None,
     ) -> Agent:
         """Start an agent under ``runtime``'s root supervisor and return it.
 
@@ -712,6 +737,10 @@ class Agent:
         window in tokens: compact the conversation automatically to stay inside it),
         ``strict`` (a failed automatic compaction raises instead of emitting ``fault``),
         ``on`` (event listeners) and ``error`` (their error handler).
+
+        ``tracer_provider``: an OpenTelemetry ``TracerProvider`` its runs are traced with (see
+        ``docs/tracing.md``); by default the global one, if one is configured -- otherwise its
+        runs do no tracing work at all.
         """
         defaults = RunOptions(
             limit=limit,
@@ -745,6 +774,7 @@ class Agent:
                 error=error,
                 window=window,
                 strict=strict,
+                tracer_provider=tracer_provider,
             )
             self._runtime = runtime
             self._owns_conversation = owned
@@ -881,7 +911,7 @@ class Agent:
         :meth:`generate`."""
         run_options = RunOptions(**options)
         send, receive = trio.open_memory_channel[Any](float("inf"))
-        request = _Request(self, _input_messages(input), run_options, send)
+        request = self._traced(_Request(self, _input_messages(input), run_options, send))
         return AgentRun(self, request, receive, if_busy)
 
     async def generate(
@@ -899,7 +929,7 @@ class Agent:
         ``"interrupt"`` cuts the run in progress (its partial is committed as for any cancel)
         and goes next, ahead of ordinary waiting runs; ``"reject"`` raises :class:`AgentBusy`
         at once."""
-        request = _Request(self, _input_messages(input), RunOptions(**options), None)
+        request = self._traced(_Request(self, _input_messages(input), RunOptions(**options), None))
         return await self._wait(request, if_busy)
 
     async def _wait(self, request: _Request, if_busy: BusyPolicy = "queue") -> AgentResult:
@@ -943,10 +973,23 @@ class Agent:
         self.status = AgentStatus.RUNNING
         self._runs += 1
         number = self._runs
+        trace: _tracing.RunTrace | None = None
+        if request.tracer is not None:
+            conversation = request.conversation or self.conversation
+            trace = request.trace = _tracing.RunTrace(
+                request.tracer,
+                request.parent,
+                agent=self.name,
+                provider=self.provider,
+                conversation=conversation.id,
+                run_id=request.run_id,
+            )
         chain = _chain.set(request.chain)
         try:
             result = await self._run(request, number)
         except Exception as error:
+            if trace is not None:
+                trace.fail(error)
             self.status = AgentStatus.ERROR
             self._statistics["errors"] += 1
             request.error = error
@@ -955,6 +998,8 @@ class Agent:
         except BaseException as error:
             run = request.run
             self.status = AgentStatus.DONE  # it ended, partially
+            if trace is not None:
+                trace.cut(run.cut_reason() if run is not None else StopReason.CANCELLED)
             if run is not None and not isinstance(error, Exception):
                 # (Cancelled, or a group of them out of a tool batch's nursery.)
                 # Cut from outside -- with the run it was delegated from, or its agent stopping:
@@ -970,6 +1015,8 @@ class Agent:
                 )
             raise
         else:
+            if trace is not None:
+                trace.finish(result)
             self.status = AgentStatus.DONE
             self._statistics["runs"] += 1
             request.result = result
@@ -985,6 +1032,8 @@ class Agent:
                 )
                 self._event(request, finish)
         finally:
+            if trace is not None:
+                trace.end()  # whatever happened, the run's span ends with it (once)
             _chain.reset(chain)
             request.state = _State.DONE
             request.finished.set()
@@ -1098,6 +1147,9 @@ class Agent:
             deadline=run.deadline(),
             meters=(run.meter,) if run.meter is not None else (),
         )
+        if run.trace is not None:
+            # A child of the span of the handoff's tool call (else of this run's span).
+            target._traced(request, run.handed_from or run.trace.context)
         try:
             result = await target._execute_here(request)
         finally:

@@ -409,13 +409,24 @@ class ToolRegistry:
                     runnable.append((index, call, target))
             runnable.sort(key=lambda item: item[0])  # start in call order
 
+        # The calling run's spans, when it is traced: each call gets its execute_tool span.
+        caller = _tool_run.get()
+        trace = caller.trace if caller is not None else None
+
         async def call_one(index: int, call: ToolCall, target: CallableTool) -> None:
             state.started.add(index)
             reset = _raised.set(lambda _call, error: state.errors.__setitem__(index, error))
+            span = trace.tool(call) if trace is not None else None
             try:
                 state.results[index] = await target.call(call)
+            except BaseException:
+                if span is not None:
+                    span.interrupted()
+                raise
             finally:
                 _raised.reset(reset)
+            if span is not None:
+                span.done(state.results[index], state.errors.get(index))
 
         if len(runnable) == 1:
             # One call: no task to start and no limit to wait for, the same guarantees.

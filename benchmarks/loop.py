@@ -24,6 +24,20 @@ run's answer is checked: a wrong one is an error, not a number. Scenarios:
   in a subprocess (this file with ``--pydantic-ai-worker``) that warms up, times several
   rounds and prints their times per run as JSON. Without pydantic-ai installed (it is in the
   ``bench`` and ``test`` extras) the scenario is reported unavailable and its ratio left out.
+* ``tracing``: the ``run`` scenario's agent runs (not the floor) in three modes, batch by
+  batch (a fresh agent each), the modes in every order in turn, with a collection before each
+  batch: ``off`` -- ``opentelemetry-api`` taken as absent (the runtime's cached lookup says so:
+  what an install without the ``tracing`` extra runs); ``unconfigured`` -- the API imported and
+  no tracer provider set (the default: one cached check per run, no span work); ``noop`` --
+  every agent given ``tracer_provider=NoOpTracerProvider()`` (what a disabled SDK,
+  ``OTEL_SDK_DISABLED=true``, hands out), run with no span current: nothing to record and
+  nothing to carry, so each run makes one check and no span; ``sampled_out`` -- the SDK's
+  ``TracerProvider(sampler=ALWAYS_OFF)``, run inside a current span: every run starts and
+  ends its ``invoke_agent`` span (not recorded), and its model and tool calls carry the
+  context on without spans of their own. Reported as ratios to ``off`` (target for ``noop``:
+  at most 1.03; ``sampled_out`` has none: it is the price of the instrumentation itself).
+  Without ``opentelemetry-api`` the scenario is reported unavailable; without the SDK (in
+  the ``test`` extra) ``sampled_out`` is left out.
 * ``memory``: bytes per idle agent (an ``Agent`` with its own ``Conversation`` actor and the
   ``add`` tool, sharing one provider), from ``tracemalloc`` snapshots taken before and after
   starting 10,000 (``--quick``: 1,000) with nothing else running -- as
@@ -58,17 +72,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import argparse
 import gc
+import itertools
 import json
 import statistics
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import httpx
 import trio
 from trio.testing import wait_all_tasks_blocked
 
-from actors import Actor, Agent, Runtime, open_runtime, tool
+from actors import Actor, Agent, Runtime, _tracing, open_runtime, tool
 from actors.providers import OpenAIChat, ProviderConnection, ProviderStream, StreamingProvider
 from actors.testing import Simulator
 from benchmarks._common import ReadyStream, print_report
@@ -178,10 +194,12 @@ async def time_floor(provider: StreamingProvider, runs: int) -> float:
     return total
 
 
-async def time_agent(runtime: Runtime, provider: StreamingProvider, runs: int) -> float:
+async def time_agent(
+    runtime: Runtime, provider: StreamingProvider, runs: int, tracer_provider: Any = None
+) -> float:
     """The seconds of ``runs`` runs through ``Agent.generate`` on one fresh agent (started
     untimed; each run timed on its own)."""
-    agent = await Agent.start(runtime, provider, tools=[add])
+    agent = await Agent.start(runtime, provider, tools=[add], tracer_provider=tracer_provider)
     total = 0.0
     for _ in range(runs):
         start = time.perf_counter()
@@ -217,6 +235,74 @@ async def bench_runs(agents: int, rounds: int) -> dict[str, float]:
         for name, seconds in (await one_round()).items():
             samples[name].append(seconds)
     return {name: statistics.median(values) for name, values in samples.items()}
+
+
+# -- tracing ---------------------------------------------------------------------------------------
+
+#: Agents (histories) per timed round and timed rounds (quick, full) of the tracing scenario.
+TRACING_AGENTS_PER_ROUND = (12, 24)
+TRACING_ROUNDS = (7, 21)
+
+
+async def bench_tracing(agents: int, rounds: int) -> dict[str, float] | str:
+    """The median seconds per agent run with tracing off (the API taken as absent), with the API
+    and no provider configured, with a no-op tracer provider, and (with the SDK installed)
+    sampled out inside a current span; or why it is unavailable."""
+    try:
+        from opentelemetry.trace import NoOpTracerProvider
+    except ImportError as error:
+        return f"opentelemetry-api is not installed ({error}); pip install 'trio-agents[tracing]'"
+    tracer_providers: dict[str, Any] = {"off": None, "unconfigured": None}
+    tracer_providers["noop"] = NoOpTracerProvider()
+    caller: Any = None
+    try:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
+    except ImportError:
+        pass
+    else:
+        tracer_providers["sampled_out"] = TracerProvider(sampler=ALWAYS_OFF)
+        # The runs are requested inside a recorded span, as a traced service's would be.
+        caller = TracerProvider(sampler=ALWAYS_ON).get_tracer("benchmark")
+    provider = Replay()
+    modes = tuple(tracer_providers)
+    orders = list(itertools.permutations(modes))
+    runs = agents * RUNS_PER_AGENT
+
+    def set_mode(mode: str) -> None:
+        _tracing._reset()
+        if mode == "off":
+            _tracing._lookup.api = None  # what the lookup caches when the import fails
+        elif _tracing.global_tracer() is not None:
+            raise SystemExit("tracing: a global tracer provider is configured")
+
+    async def timed(runtime: Runtime, mode: str) -> float:
+        if mode != "sampled_out":
+            return await time_agent(runtime, provider, RUNS_PER_AGENT, tracer_providers[mode])
+        with caller.start_as_current_span("caller"):
+            return await time_agent(runtime, provider, RUNS_PER_AGENT, tracer_providers[mode])
+
+    async def one_round() -> dict[str, float]:
+        totals = dict.fromkeys(modes, 0.0)
+        async with open_runtime() as runtime:
+            for batch in range(agents):
+                # A fresh agent per mode, the modes in every order in turn, a collection before
+                # each: no mode always follows another (and pays for the garbage it left).
+                for mode in orders[batch % len(orders)]:
+                    set_mode(mode)
+                    gc.collect()
+                    totals[mode] += await timed(runtime, mode)
+        return {mode: total / runs for mode, total in totals.items()}
+
+    try:
+        await one_round()  # warm up
+        samples: dict[str, list[float]] = {mode: [] for mode in modes}
+        for _ in range(rounds):
+            for mode, seconds in (await one_round()).items():
+                samples[mode].append(seconds)
+    finally:
+        _tracing._reset()
+    return {mode: statistics.median(values) for mode, values in samples.items()}
 
 
 # -- pydantic-ai -----------------------------------------------------------------------------------
@@ -461,6 +547,7 @@ async def run(quick: bool) -> tuple[dict[str, float], dict[str, float], list[str
     """Run every scenario; return the metrics, the ratios and the lines to print."""
     mode = 0 if quick else 1
     runs = await bench_runs(AGENTS_PER_ROUND[mode], RUN_ROUNDS[mode])
+    tracing = await bench_tracing(TRACING_AGENTS_PER_ROUND[mode], TRACING_ROUNDS[mode])
     pydantic = await pydantic_ai(PYDANTIC_AGENTS_PER_ROUND[mode], PYDANTIC_ROUNDS[mode])
     memory = await bench_memory(MEMORY_AGENTS[mode])
     n_concurrent = CONCURRENT_AGENTS[mode]
@@ -500,6 +587,31 @@ async def run(quick: bool) -> tuple[dict[str, float], dict[str, float], list[str
         f"run: {metrics['runs_per_s']:,.0f} runs/s (floor {metrics['floor_runs_per_s']:,.0f} "
         "runs/s)",
     ]
+    if isinstance(tracing, str):
+        lines.append(f"tracing overhead: unavailable: {tracing}")
+    else:
+        metrics["tracing_off_run_us"] = tracing["off"] * us
+        metrics["tracing_unconfigured_run_us"] = tracing["unconfigured"] * us
+        metrics["tracing_noop_run_us"] = tracing["noop"] * us
+        ratios["run_time_tracing_unconfigured_vs_off"] = tracing["unconfigured"] / tracing["off"]
+        ratios["run_time_tracing_noop_vs_off"] = tracing["noop"] / tracing["off"]
+        lines.append(
+            f"tracing overhead per run: no-op tracer provider "
+            f"{ratios['run_time_tracing_noop_vs_off']:.3f}x (target <= 1.03), opentelemetry "
+            f"installed but unconfigured {ratios['run_time_tracing_unconfigured_vs_off']:.3f}x, "
+            f"vs off ({metrics['tracing_off_run_us']:.0f} us; "
+            f"{metrics['tracing_noop_run_us']:.0f} us and "
+            f"{metrics['tracing_unconfigured_run_us']:.0f} us)"
+        )
+        if "sampled_out" in tracing:
+            metrics["tracing_sampled_out_run_us"] = tracing["sampled_out"] * us
+            ratios["run_time_tracing_sampled_out_vs_off"] = tracing["sampled_out"] / tracing["off"]
+            lines.append(
+                "tracing overhead per run, sampled out inside a current span (the "
+                "instrumentation's own price, no target): "
+                f"{ratios['run_time_tracing_sampled_out_vs_off']:.3f}x "
+                f"({metrics['tracing_sampled_out_run_us']:.0f} us)"
+            )
     if isinstance(pydantic, str):
         lines.append(f"vs pydantic-ai: unavailable: {pydantic}")
     else:

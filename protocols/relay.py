@@ -11,7 +11,9 @@ Client to server:
 * ``hello`` -- ``version`` (:data:`PROTOCOL_VERSION`) and ``token`` (the bearer token); the
   first frame of a connection, and only there.
 * ``stream`` -- ``id`` (the client's request id, unique among its open requests),
-  ``messages``, ``tools``, ``options``: one provider call.
+  ``messages``, ``tools``, ``options``: one provider call; optionally ``trace``, the caller's
+  W3C trace context (``traceparent``, ``tracestate``) for the server's span of the call
+  (absent: the connection's handshake headers say it, or nothing does).
 * ``cancel`` -- ``id``: stop that request; the server answers ``abort`` with the partial.
 * ``approve`` -- ``id``, ``call`` (a tool-call id), ``decision`` (``allow`` or ``deny``),
   ``reason``: the answer to an ``approval``.
@@ -64,6 +66,7 @@ __all__ = [
     "MAX_REQUEST_ID",
     "NDJSON_CONTENT_TYPE",
     "PROTOCOL_VERSION",
+    "TRACE_KEYS",
     "Abort",
     "AbortFrame",
     "Approval",
@@ -203,6 +206,27 @@ def _tools(value: Iterable[ToolDefinition]) -> tuple[ToolDefinition, ...]:
 
 _OPTIONS: Final = _instance_of(ProviderOptions, optional=True)
 
+#: The keys a ``stream`` frame's ``trace`` may hold (W3C Trace Context), and their longest
+#: values (a ``traceparent`` is 55 characters; a ``tracestate`` at most 32 entries of 256).
+TRACE_KEYS: Final[Mapping[str, int]] = {"traceparent": 256, "tracestate": 8192}
+
+
+def _trace(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise ValidationError("StreamFrame.trace must be an object of strings")
+    for key, text in value.items():
+        limit = TRACE_KEYS.get(key) if isinstance(key, str) else None
+        if limit is None:
+            raise ValidationError(
+                f"StreamFrame.trace may hold only {', '.join(TRACE_KEYS)}, not {loggable(key, 40)}"
+            )
+        if not isinstance(text, str) or len(text) > limit:
+            raise ValidationError(
+                f"StreamFrame.trace.{key} must be a string of at most {limit} characters"
+            )
+
 
 # -- client to server ---------------------------------------------------------------------------
 
@@ -220,12 +244,14 @@ class HelloFrame:
 
 @attrs.frozen
 class StreamFrame:
-    """One provider call, under the client's request ``id``."""
+    """One provider call, under the client's request ``id``; ``trace``: the caller's W3C trace
+    context (``traceparent``, ``tracestate``), or ``None`` (then the field is not sent)."""
 
     id: str = attrs.field(validator=_request_id)
     messages: tuple[Message, ...] = attrs.field(converter=_messages)
     tools: tuple[ToolDefinition, ...] = attrs.field(default=(), converter=_tools)
     options: ProviderOptions | None = attrs.field(default=None, validator=_OPTIONS)
+    trace: dict[str, str] | None = attrs.field(default=None, validator=_trace)
 
     def __attrs_post_init__(self) -> None:
         if not self.messages:

@@ -26,6 +26,8 @@ from ._supervisor import (
 )
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
     from protocols.accounting import TeamBudget, TokenBudget
     from protocols.authority import Authority
     from protocols.context import Instructions, Scope
@@ -128,6 +130,7 @@ class Runtime:
         strict: bool = False,
         on: Iterable[Callable[[AgentEvent], None]] = (),
         error: ErrorHandler | None = None,
+        tracer_provider: TracerProvider | None = None,
     ) -> Agent:
         """Start an :class:`~actors.agent.Agent` on ``provider`` under this runtime: the same
         as :meth:`Agent.start <actors.agent.Agent.start>`, whose parameters these are."""
@@ -159,6 +162,7 @@ class Runtime:
             strict=strict,
             on=on,
             error=error,
+            tracer_provider=tracer_provider,
         )
 
     async def start(self, spec: ChildSpec) -> ActorRef[Any, Any]:

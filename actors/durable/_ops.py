@@ -23,6 +23,7 @@ from protocols.jobs import (
     cancel,
 )
 
+from .. import _tracing
 from ._store import RunStore
 
 __all__ = [
@@ -44,7 +45,9 @@ async def submit_job(
     clock: Callable[[], float] = time.time,
 ) -> tuple[JobRecord, bool]:
     """Admit ``job`` durably; returns its record and whether it is new (``False``: the key's
-    existing job)."""
+    existing job). The OpenTelemetry trace context current here, if any, is recorded in the
+    job's metadata (see ``docs/tracing.md``)."""
+    job = _tracing.stamp_job(job)
     admitted = await store.admit(job, now=clock(), key=key, priority=Priority(priority))
     return admitted.record, admitted.created
 

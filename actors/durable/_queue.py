@@ -16,7 +16,7 @@ import math
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -44,6 +44,7 @@ from protocols.jobs import (
 )
 from protocols.messages import AgentResult, Message, Role, StopReason, new_id
 
+from .. import _tracing
 from .._core._abort import Abort
 from .._core._runtime import Runtime
 from .._run_loop import Resume
@@ -53,6 +54,9 @@ from ._journal import StoreJournal
 from ._ops import answer_job, cancel_job, existing_job, purge_job
 from ._registry import AgentRegistry, AgentSpec
 from ._store import RunStore
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 __all__ = ["JobError", "JobQueue", "open_job_queue"]
 
@@ -111,6 +115,7 @@ class JobQueue:
         clock: Callable[[], float],
         backoff: Callable[[int], float],
         approval_timeout: float | None = None,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -126,6 +131,7 @@ class JobQueue:
         self._clock = clock
         self._backoff = backoff
         self.approval_timeout = approval_timeout
+        self.tracer_provider = tracer_provider
         self._running: dict[str, _Running] = {}
         self._wake = trio.Event()
         self._finished: dict[str, trio.Event] = {}
@@ -157,7 +163,9 @@ class JobQueue:
         """Admit ``job`` and return its id -- only once it is durable. With ``key``, the
         job admitted under that key before (if any) is returned instead: submitting twice is
         safe. Raises :class:`~actors.store.StoreError` ``code="purged"`` for the key of a purged
-        job."""
+        job. The OpenTelemetry trace context current here, if any, is recorded in the job's
+        metadata (see ``docs/tracing.md``): the worker's run is traced as its child."""
+        job = _tracing.stamp_job(job)
         admitted = await self.store.admit(
             job, now=self._clock(), key=key, priority=Priority(priority)
         )
@@ -557,6 +565,14 @@ class JobQueue:
                 journal=journal,
                 resume=resume,
             )
+            # Traced as a child of the context the job was enqueued in (in whichever process),
+            # never of this worker's task.
+            source = job.metadata.get(_tracing.TRACE_METADATA_KEY)
+            agent._traced(
+                request,
+                _tracing.extract(source if isinstance(source, dict) else None)
+                or _tracing.root_context(),
+            )
             error: BaseException | None = None
             result: AgentResult | None = None
             with trio.move_on_after(
@@ -618,6 +634,8 @@ class JobQueue:
             options["timeout"] = job.timeout
         if job.budget is not None:
             options["budget"] = job.budget
+        if self.tracer_provider is not None:
+            options.setdefault("tracer_provider", self.tracer_provider)  # a spec's own wins
         return await Agent.start(
             self.runtime,
             spec.provider,
@@ -808,6 +826,7 @@ async def open_job_queue(
     approval_timeout: float | None = None,
     clock: Callable[[], float] = time.time,
     rng: random.Random | None = None,
+    tracer_provider: TracerProvider | None = None,
 ) -> AsyncIterator[JobQueue]:
     """Run a worker of the job queue on ``store`` for the ``async with`` block.
 
@@ -820,7 +839,10 @@ async def open_job_queue(
     jobs; ``approval_timeout`` (seconds) how long a job waits for an approval before it is
     denied (``None``: as long as it takes). Leaving the block stops taking jobs and cuts the
     running ones as a crash would -- what they streamed is journaled, the calls they had in
-    flight are left open -- and another worker continues them once their leases expire."""
+    flight are left open -- and another worker continues them once their leases expire.
+    ``tracer_provider``: the OpenTelemetry provider the jobs' runs are traced with (default: the
+    global one, if configured); each attempt's ``invoke_agent`` span is a child of the trace
+    context the job was enqueued in."""
     for name, value, low in (("concurrency", concurrency, 1), ("retries", retries, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValidationError(f"{name} must be an integer >= {low}, not {value!r}")
@@ -845,6 +867,7 @@ async def open_job_queue(
         clock=clock,
         backoff=_backoff(rng or random.Random()),
         approval_timeout=approval_timeout,
+        tracer_provider=tracer_provider,
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(queue._watch)

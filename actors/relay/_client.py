@@ -8,6 +8,7 @@ opened again (with backoff) for the next request.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import random
@@ -48,6 +49,7 @@ from protocols.relay import (
 )
 from protocols.relay import Delta as DeltaFrame
 
+from .. import _tracing
 from .._egress import open_judged_tcp
 from ..providers import ProviderStream, StreamingProvider, TextStream
 
@@ -139,6 +141,10 @@ class RelayProvider(StreamingProvider):
       back in the result's ``denied``.
     * A frame from the server over ``max_frame`` bytes (default 16 MiB: a ``result`` repeats
       the whole answer) is refused; what is sent is bounded by the limit the server announces.
+    * With OpenTelemetry tracing active, the trace context current when a request is made (the
+      agent's ``chat`` span) travels with it: in its ``stream`` frame's ``trace``, and in the
+      ``traceparent`` header of the websocket handshake the request opens (see
+      ``docs/tracing.md``). Without it, neither is sent.
     """
 
     name = "relay"
@@ -227,12 +233,17 @@ class RelayProvider(StreamingProvider):
         options: ProviderOptions | None = None,
     ) -> ProviderStream:
         """Stream one completion through the relay (see :class:`ProviderStream`)."""
-        frame = StreamFrame(f"r{next(self._ids)}", messages, tools or (), options)
+        # The caller's trace context, taken now: where the request is made.
+        frame = StreamFrame(
+            f"r{next(self._ids)}", messages, tools or (), options, _tracing.carrier() or None
+        )
         return _RelayStream(self, frame)
 
     # -- the connection ------------------------------------------------------------------------
 
-    async def _connect(self) -> _Connection:
+    async def _connect(self, trace: dict[str, str] | None = None) -> _Connection:
+        """The open connection, or a new one (whose handshake carries ``trace``, the W3C trace
+        context of the request that opens it)."""
         async with self._connecting:
             connection = self._connection
             if connection is not None and not connection.closed:
@@ -246,7 +257,7 @@ class RelayProvider(StreamingProvider):
                 if attempt:
                     await trio.sleep(self._backoff.delay(attempt - 1))
                 try:
-                    connection = await self._open()
+                    connection = await self._open(trace)
                 except ProviderError as error:
                     if not error.retryable:
                         raise
@@ -257,14 +268,16 @@ class RelayProvider(StreamingProvider):
             assert last is not None
             raise last
 
-    async def _open(self) -> _Connection:
+    async def _open(self, trace: dict[str, str] | None = None) -> _Connection:
         assert self._nursery is not None
         try:
             with trio.fail_after(self.connect_timeout):
                 # Started as a task of the provider's nursery, so that what goes wrong before
                 # the connection is ready (a refused handshake included) is raised here, to the
                 # request, and never into that nursery.
-                connection: _Connection = await self._nursery.start(self._run)
+                connection: _Connection = await self._nursery.start(
+                    functools.partial(self._run, trace=trace)
+                )
         except trio.TooSlowError:
             raise ProviderError(
                 "the relay did not answer in time", code="timeout", retryable=True
@@ -287,9 +300,11 @@ class RelayProvider(StreamingProvider):
             ) from None
         return connection
 
-    async def _run(self, task_status: trio.TaskStatus[_Connection]) -> None:
-        """Open the websocket and say hello; once the relay is ready, route its frames until the
-        connection closes."""
+    async def _run(
+        self, task_status: trio.TaskStatus[_Connection], *, trace: dict[str, str] | None = None
+    ) -> None:
+        """Open the websocket (``trace`` in its handshake headers) and say hello; once the
+        relay is ready, route its frames until the connection closes."""
         parts = urllib.parse.urlsplit(self.url)
         secure = parts.scheme == "wss"
         host = parts.hostname or ""
@@ -317,6 +332,12 @@ class RelayProvider(StreamingProvider):
                         stream,
                         parts.netloc,
                         resource,
+                        extra_headers=[
+                            (key.encode("ascii"), value.encode("ascii"))
+                            for key, value in (trace or {}).items()
+                            if value.isascii()
+                        ]
+                        or None,
                         max_message_size=self.max_frame,
                         message_queue_size=REQUEST_BUFFER,
                         receive_buffer_size=65536,  # a read per burst of frames, not per 4 KiB
@@ -436,7 +457,7 @@ class _RelayStream(TextStream):
         provider = self._provider
         text = encode_frame(self._frame)
         for attempt in range(provider._backoff.attempts + 1):
-            connection = await provider._connect()
+            connection = await provider._connect(self._frame.trace)
             if len(text.encode("utf-8", "surrogatepass")) > connection.ready.max_frame:
                 # The server would refuse it by closing the whole connection (and every other
                 # request on it), and a resend would meet the same refusal.

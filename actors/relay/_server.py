@@ -15,6 +15,7 @@ import contextlib
 import hmac
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 import trio
@@ -52,6 +53,7 @@ from protocols.relay import (
     loggable,
 )
 
+from .. import _tracing
 from ..providers import ProviderInterface
 from ._admission import (
     RelayLimits,
@@ -79,6 +81,9 @@ from ._asgi import (
     _ws_deny,
 )
 from ._session import _cancel_on_disconnect, _coalesced, _Connection, _Failed, _stack
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 __all__ = ["RelayLimits", "RelayServer", "RelayStatistics", "RelayToken"]
 
@@ -123,6 +128,11 @@ class RelayServer:
     ``authority`` (optional) decides the tool calls in each result: a denied call is named in
     the ``result`` frame's ``denied``; an "ask" is put to the client as an ``approval`` frame
     (no answer within ``approval_timeout``, or over plain HTTP: denied).
+
+    ``tracer_provider`` (optional; default: the global one, if configured): each relayed call
+    is an OpenTelemetry span ``chat {model}`` (SERVER), a child of the trace context the client
+    sent -- its ``stream`` frame's ``trace``, else its websocket handshake's or HTTP request's
+    ``traceparent`` header (see ``docs/tracing.md``).
     """
 
     def __init__(
@@ -135,6 +145,7 @@ class RelayServer:
         limits: RelayLimits = RelayLimits(),  # noqa: B008 - frozen: one shared value is safe
         authority: Authority | None = None,
         page: bool = True,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         holders: list[tuple[bytes, _TokenState]] = []
         for item in tokens:
@@ -150,6 +161,7 @@ class RelayServer:
         self.limits = limits
         self.authority = authority
         self.page = page
+        self._tracer = _tracing.tracer_for(tracer_provider)
         self.origins = None if origins is None else frozenset(o.rstrip("/") for o in origins)
         self.allowed_hosts = tuple(allowed_hosts)
         try:  # checked now: a malformed host or origin is a configuration error
@@ -376,7 +388,7 @@ class RelayServer:
             nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
             nursery.start_soon(out.sender)
             try:
-                result = await self._http_respond(request, out, streamed)
+                result = await self._http_respond(request, out, streamed, _trace_headers(headers))
             finally:
                 out.close()
                 # The request is over (answered, failed, cut, or its client left): its slot is
@@ -387,7 +399,11 @@ class RelayServer:
             nursery.cancel_scope.cancel()
 
     async def _http_respond(
-        self, request: HttpRequest, out: _HttpOut, streamed: list[DeltaFrame]
+        self,
+        request: HttpRequest,
+        out: _HttpOut,
+        streamed: list[DeltaFrame],
+        trace: Mapping[str, str] | None = None,
     ) -> ProviderResult | None:
         started = False
 
@@ -428,6 +444,7 @@ class RelayServer:
                     emit=line,
                     ask=None,
                     streamed=streamed,
+                    trace=trace,
                 )
             except _Gone:
                 # The client stopped reading for send_timeout: cut. Its upstream stream was
@@ -455,6 +472,51 @@ class RelayServer:
     # -- the shared core -----------------------------------------------------------------------
 
     async def _relay(
+        self,
+        request_id: str,
+        *,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition],
+        options: ProviderOptions | None,
+        emit: Callable[[ServerFrame], Awaitable[None]],
+        ask: Callable[[ApprovalFrame], Awaitable[ApproveFrame | None]] | None,
+        streamed: list[DeltaFrame],
+        trace: Mapping[str, str] | None = None,
+    ) -> ProviderResult | _Failed:
+        """:meth:`_upstream`, traced when the relay traces: a span per call, a child of
+        ``trace`` (the client's W3C trace context), ended however the call ends."""
+        tracer = self._tracer if self._tracer is not None else _tracing.global_tracer()
+        if tracer is None:
+            return await self._upstream(
+                request_id,
+                messages=messages,
+                tools=tools,
+                options=options,
+                emit=emit,
+                ask=ask,
+                streamed=streamed,
+            )
+        span = _tracing.ServeSpan(tracer, trace, self.provider, request_id, options)
+        try:
+            outcome = await self._upstream(
+                request_id,
+                messages=messages,
+                tools=tools,
+                options=options,
+                emit=emit,
+                ask=ask,
+                streamed=streamed,
+            )
+        except BaseException as error:
+            span.failed(error)
+            raise
+        if isinstance(outcome, _Failed):
+            span.done(None, outcome.code)
+        else:
+            span.done(outcome, None)
+        return outcome
+
+    async def _upstream(
         self,
         request_id: str,
         *,
@@ -543,7 +605,7 @@ class RelayServer:
                 await _ws_deny(scope, send, 401)
                 return
         await send({"type": "websocket.accept"})
-        connection = _Connection(self, receive, send)
+        connection = _Connection(self, receive, send, _trace_headers(headers))
         self._statistics.connections += 1
         try:
             async with trio.open_nursery() as nursery:
@@ -556,3 +618,10 @@ class RelayServer:
                     connection.outbox.close()
         finally:
             self._statistics.connections -= 1
+
+
+def _trace_headers(headers: Mapping[str, str]) -> dict[str, str] | None:
+    """The W3C trace context a request's headers carry (``traceparent``, ``tracestate``)."""
+    if "traceparent" not in headers:
+        return None
+    return {key: headers[key] for key in _tracing.CARRIER_KEYS if key in headers}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import traceback
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -65,8 +65,17 @@ def _stack(error: BaseException) -> str:
 class _Connection:
     """One websocket: reads frames, runs a task per open request, serialises sends."""
 
-    def __init__(self, server: RelayServer, receive: Receive, send: Send) -> None:
+    def __init__(
+        self,
+        server: RelayServer,
+        receive: Receive,
+        send: Send,
+        trace: Mapping[str, str] | None = None,
+    ) -> None:
         self.server = server
+        #: The trace context of the websocket's handshake headers: the parent of the spans of
+        #: requests whose frame carries none.
+        self.trace = trace
         self.limits = server.limits
         self._receive = receive
         self._send = send
@@ -289,6 +298,7 @@ class _Connection:
                     emit=self.send,
                     ask=self._ask,
                     streamed=streamed,
+                    trace=frame.trace if frame.trace is not None else self.trace,
                 )
                 if isinstance(outcome, ProviderResult):
                     result = outcome

@@ -670,6 +670,7 @@ OPTIONS = [
     "strict",
     "on",
     "error",
+    "tracer_provider",
 ]
 
 

@@ -118,6 +118,7 @@ async def test_stdio_tools_enter_the_registry_and_answer(tmp_path: pathlib.Path)
                 "fail",
                 "dotted_name",
                 "grow",
+                "traceparent",
             }
             add = registry.get("add")
             assert add is not None
@@ -428,3 +429,28 @@ async def test_kills_and_cancels_at_random_never_lose_or_hang_a_call(
             await connection.wait_connected()
             assert (await call(registry, "add", a=1, b=1)).value == "2"
             await connection.aclose()
+
+
+async def test_an_mcp_call_carries_its_tool_span_to_the_server(tmp_path: pathlib.Path) -> None:
+    """The call runs in the session's task, yet the request the server gets carries the trace
+    context of the tool call's own span (the SDK puts it in the request's _meta)."""
+    sdk_trace = pytest.importorskip("opentelemetry.sdk.trace")
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    tracer_provider = sdk_trace.TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider = ScriptedProvider(Reply(calls=[ToolCall(id="c1", name="traceparent")]), "done")
+    with trio.fail_after(WITHIN):
+        async with open_runtime() as runtime:
+            registry = ToolRegistry()
+            async with await MCPConnection.start(runtime, stdio(tmp_path), tools=registry):
+                agent = await Agent.start(
+                    runtime, provider, tools=registry, tracer_provider=tracer_provider
+                )
+                result = await agent.generate("which trace?")
+    received = result.messages[2].content
+    (tool_span,) = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
+    context = tool_span.context
+    assert received.split("-")[1:3] == [f"{context.trace_id:032x}", f"{context.span_id:016x}"]
