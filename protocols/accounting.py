@@ -111,8 +111,10 @@ class Usage:
     """Token usage of one or more provider calls.
 
     ``total`` defaults to ``prompt + completion`` and may not be smaller; ``cached`` is the part of
-    ``prompt`` served from a prompt cache (``None`` when not reported) and may not exceed it.
-    ``a + b`` sums every field (``cached`` stays ``None`` only when both are ``None``).
+    ``prompt`` served from a prompt cache (``None`` when not reported) and may not exceed it;
+    ``reasoning`` is the part of ``completion`` a reasoning model spent thinking (``None`` when
+    not reported) and may not exceed it. ``a + b`` sums every field (``cached`` and
+    ``reasoning`` each stay ``None`` only when both are ``None``).
     """
 
     prompt: int = attrs.field(default=0, validator=_count)
@@ -121,6 +123,7 @@ class Usage:
         default=attrs.Factory(_default_total, takes_self=True), validator=_count
     )
     cached: int | None = attrs.field(default=None)
+    reasoning: int | None = attrs.field(default=None)
 
     def __attrs_post_init__(self) -> None:
         if self.total < self.prompt + self.completion:
@@ -134,6 +137,13 @@ class Usage:
                 raise ValidationError(
                     f"Usage.cached ({self.cached}) exceeds Usage.prompt ({self.prompt})"
                 )
+        if self.reasoning is not None:
+            _count(self, attrs.fields(Usage).reasoning, self.reasoning)
+            if self.reasoning > self.completion:
+                raise ValidationError(
+                    f"Usage.reasoning ({self.reasoning}) exceeds Usage.completion "
+                    f"({self.completion})"
+                )
 
     def __add__(self, other: Usage) -> Usage:
         if not isinstance(other, Usage):
@@ -141,11 +151,15 @@ class Usage:
         cached = None
         if self.cached is not None or other.cached is not None:
             cached = (self.cached or 0) + (other.cached or 0)
+        reasoning = None
+        if self.reasoning is not None or other.reasoning is not None:
+            reasoning = (self.reasoning or 0) + (other.reasoning or 0)
         return Usage(
             prompt=self.prompt + other.prompt,
             completion=self.completion + other.completion,
             total=self.total + other.total,
             cached=cached,
+            reasoning=reasoning,
         )
 
     @classmethod
@@ -156,19 +170,21 @@ class Usage:
         completion: object = None,
         total: object = None,
         cached: object = None,
+        reasoning: object = None,
     ) -> Usage:
         """Build a valid :class:`Usage` from whatever numbers a provider reported.
 
         Guarantees: never raises. Each count goes through
         :func:`sanitize_count`; a missing or too-small ``total`` becomes
-        ``prompt + completion``; ``cached`` stays ``None`` when not reported and is clamped to
-        ``prompt`` otherwise.
+        ``prompt + completion``; ``cached`` and ``reasoning`` stay ``None`` when not reported
+        and are clamped to ``prompt`` and ``completion`` otherwise.
         """
         p = sanitize_count(prompt)
         c = sanitize_count(completion)
         t = max(sanitize_count(total), p + c)
         k = None if cached is None else min(sanitize_count(cached), p)
-        return cls(prompt=p, completion=c, total=t, cached=k)
+        r = None if reasoning is None else min(sanitize_count(reasoning), c)
+        return cls(prompt=p, completion=c, total=t, cached=k, reasoning=r)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -263,6 +279,7 @@ class BudgetMeter:
             completion=own.completion + completion,
             total=own.total + total,
             cached=own.cached,
+            reasoning=own.reasoning,
         )
 
     def _count(self) -> int:

@@ -240,6 +240,11 @@ def test_usage_total_defaults_to_the_parts_and_may_exceed_them() -> None:
             Usage(prompt=bad)  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match=re.escape("Usage.cached must be an int >= 0")):
         Usage(prompt=3, cached=-1)
+    assert Usage(3, 4, reasoning=4).reasoning == 4
+    with pytest.raises(ValidationError, match=r"reasoning \(5\) exceeds Usage.completion \(4\)"):
+        Usage(3, 4, reasoning=5)
+    with pytest.raises(ValidationError, match=re.escape("Usage.reasoning must be an int >= 0")):
+        Usage(completion=3, reasoning=-1)
 
 
 counts = st.integers(min_value=0, max_value=10**9)
@@ -250,7 +255,8 @@ def usages(draw: st.DrawFn) -> Usage:
     prompt, completion = draw(counts), draw(counts)
     total = prompt + completion + draw(st.integers(0, 1000))
     cached = draw(st.none() | st.integers(0, prompt))
-    return Usage(prompt, completion, total, cached)
+    reasoning = draw(st.none() | st.integers(0, completion))
+    return Usage(prompt, completion, total, cached, reasoning)
 
 
 @given(usages(), usages(), usages())
@@ -266,6 +272,10 @@ def test_usage_addition_is_associative_with_a_zero(a: Usage, b: Usage, c: Usage)
         assert summed.cached is None
     else:
         assert summed.cached == (a.cached or 0) + (b.cached or 0)
+    if a.reasoning is None and b.reasoning is None:
+        assert summed.reasoning is None
+    else:
+        assert summed.reasoning == (a.reasoning or 0) + (b.reasoning or 0)
 
 
 def test_usage_addition_rejects_other_types() -> None:
@@ -286,6 +296,8 @@ def test_usage_addition_rejects_other_types() -> None:
         ({"prompt": True, "completion": [3]}, Usage(0, 0, 0)),
         ({"prompt": 10, "cached": 50}, Usage(10, 0, 10, cached=10)),
         ({"prompt": 10, "cached": None}, Usage(10, 0, 10, cached=None)),
+        ({"completion": 5, "reasoning": 9}, Usage(0, 5, 5, reasoning=5)),
+        ({"completion": 5, "reasoning": "3"}, Usage(0, 5, 5, reasoning=3)),
         ({"prompt": 1e300}, Usage(2**53 - 1, 0, 2**53 - 1)),
     ],
 )
@@ -295,7 +307,7 @@ def test_usage_sanitize(reported: dict[str, object], expected: Usage) -> None:
 
 @given(
     st.dictionaries(
-        st.sampled_from(["prompt", "completion", "total", "cached"]),
+        st.sampled_from(["prompt", "completion", "total", "cached", "reasoning"]),
         st.none()
         | st.booleans()
         | st.integers()
@@ -308,6 +320,7 @@ def test_usage_sanitize_never_raises(reported: dict[str, object]) -> None:
     usage = Usage.sanitize(**reported)
     assert usage.total >= usage.prompt + usage.completion
     assert usage.cached is None or usage.cached <= usage.prompt
+    assert usage.reasoning is None or usage.reasoning <= usage.completion
 
 
 # -- Provider boundary ---------------------------------------------------------------------------
