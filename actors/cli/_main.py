@@ -273,6 +273,12 @@ def _mcp_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--port", type=_count(0, 65535), default=8000, help="port (default: %(default)s; 0: any)"
     )
     mcp.add_argument("--path", default="/mcp", help="the endpoint's path (default: %(default)s)")
+    mcp.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="with --http: the bearer token every request must carry (at least 16 characters; "
+        "needed to serve beyond this machine); default: $TRIO_AGENTS_MCP_TOKEN",
+    )
     _debug_option(mcp)
 
 
@@ -574,6 +580,7 @@ def _run(args: argparse.Namespace, endpoint: Endpoint | None) -> int:
             host=args.host,
             port=args.port,
             path=args.path,
+            token=args.token,
             out=sys.stdout,
         )
     if args.command == "chat":

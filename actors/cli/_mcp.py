@@ -4,6 +4,7 @@ client that starts this process) or streamable HTTP."""
 from __future__ import annotations
 
 import functools
+import os
 import signal
 import sys
 from typing import Any, TextIO
@@ -15,13 +16,19 @@ from ._jobs import load_app
 __all__ = ["mcp_main"]
 
 
-def mcp_main(*, app: str, http: bool, host: str, port: int, path: str, out: TextIO) -> int:
+def mcp_main(
+    *, app: str, http: bool, host: str, port: int, path: str, token: str | None, out: TextIO
+) -> int:
     """Serve ``app`` until the client closes stdin (stdio) or SIGINT/SIGTERM (HTTP); 0."""
     target = load_app(app)
-    return trio.run(_main, target, (http, host, port, path), out)
+    if token is None:
+        token = os.environ.get("TRIO_AGENTS_MCP_TOKEN") or None
+    return trio.run(_main, target, (http, host, port, path), token, out)
 
 
-async def _main(target: Any, where: tuple[bool, str, int, str], out: TextIO) -> int:
+async def _main(
+    target: Any, where: tuple[bool, str, int, str], token: str | None, out: TextIO
+) -> int:
     http, host, port, path = where
     from actors import open_runtime  # noqa: PLC0415
     from actors.mcp import mcp_server, serve_http, serve_stdio  # noqa: PLC0415
@@ -38,7 +45,9 @@ async def _main(target: Any, where: tuple[bool, str, int, str], out: TextIO) -> 
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
                 url = await nursery.start(
-                    functools.partial(serve_http, server, host=host, port=port, path=path)
+                    functools.partial(
+                        serve_http, server, host=host, port=port, path=path, token=token
+                    )
                 )
                 print(f"trio-agents mcp: serving at {url}; Ctrl-C to stop", file=out, flush=True)
                 async for _ in signals:

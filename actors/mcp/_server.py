@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 import inspect
 import logging
 from collections.abc import Iterable
@@ -12,6 +13,7 @@ import trio
 from protocols.errors import AgentsError, ConfigError
 from protocols.mcp import local_name, write_result
 from protocols.messages import ToolCall, ToolFailure, ToolResult
+from protocols.relay import is_loopback
 
 from ..agent import Agent
 from ..tools import CallableTool, ToolRegistry
@@ -41,23 +43,33 @@ def _agent_tool_name(agent: Agent, name: str | None) -> str:
     return local
 
 
+#: The longest prompt an agent served as a tool takes, by default (in characters).
+MAX_PROMPT_CHARS = 1_000_000
+
+
 def mcp_server(
     target: Agent | ToolRegistry | Iterable[CallableTool],
     *,
     name: str = "trio-agents",
     tool_name: str | None = None,
     description: str | None = None,
+    max_prompt_chars: int = MAX_PROMPT_CHARS,
 ) -> Any:
     """An MCP server (the SDK's low-level ``Server``) whose tools are ``target``'s.
 
     * An :class:`~actors.Agent` is one tool, named ``tool_name`` or after the agent, taking
-      ``{"prompt": str}``; a call is one run of the agent, answered with the run's text (and
-      ``isError`` when the run fails). A client's cancellation cuts the run, which commits its
+      ``{"prompt": str}`` (at most ``max_prompt_chars`` characters); a call is one run of the
+      agent, answered with the run's text (and ``isError`` when the run fails or the prompt
+      is refused). A client's cancellation cuts the run, which commits its
       partial as any cut run does.
     * A :class:`~actors.tools.ToolRegistry` (or tools) is served tool for tool, with the
       definitions the registry gives models; a call goes through the registry's ``execute``
       (arguments validated, failures answered as ``isError`` results, never raised).
     """
+    if isinstance(max_prompt_chars, bool) or not isinstance(max_prompt_chars, int):
+        raise ConfigError("max_prompt_chars must be an integer >= 1")
+    if max_prompt_chars < 1:
+        raise ConfigError("max_prompt_chars must be an integer >= 1")
     _sdk()
     from mcp import types  # noqa: PLC0415
     from mcp.server.lowlevel import Server  # noqa: PLC0415
@@ -79,6 +91,12 @@ def mcp_server(
             prompt = (params.arguments or {}).get("prompt")
             if not isinstance(prompt, str) or not prompt.strip():
                 return _error(types, "the argument 'prompt' must be a non-empty string")
+            if len(prompt) > max_prompt_chars:
+                return _error(
+                    types,
+                    f"the prompt has {len(prompt)} characters; this server takes at most "
+                    f"{max_prompt_chars}",
+                )
             try:
                 result = await agent.generate(prompt)
             except AgentsError as error:
@@ -143,19 +161,32 @@ async def serve_http(
     host: str = "127.0.0.1",
     port: int = 0,
     path: str = "/mcp",
+    token: str | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``server`` over streamable HTTP at ``http://host:port/path`` until cancelled;
     reports the URL it listens on through ``task_status`` (``nursery.start`` returns it).
 
     Binds to 127.0.0.1 unless told otherwise; on a loopback address, requests whose ``Host``
-    or ``Origin`` is not a loopback one are refused (DNS-rebinding protection)."""
+    or ``Origin`` is not a loopback one are refused (DNS-rebinding protection). With ``token``,
+    every request must carry ``Authorization: Bearer <token>`` (compared in constant time) or
+    is answered 401; serving beyond this machine (a host that is not a loopback one) without a
+    token is refused with a :class:`~protocols.errors.ConfigError`: the tools would be anyone's.
+    """
     import hypercorn.config  # noqa: PLC0415
-    import hypercorn.trio  # noqa: PLC0415
 
     if not path.startswith("/"):
         raise ConfigError(f"the MCP path must start with '/': {path!r}")
+    if token is not None and len(token) < MIN_TOKEN_CHARS:
+        raise ConfigError(f"an MCP server's token must have at least {MIN_TOKEN_CHARS} characters")
+    if token is None and not is_loopback(host):
+        raise ConfigError(
+            f"serving MCP on {host}, beyond this machine, needs a token (token=, or --token): "
+            "without one its tools would be anyone's"
+        )
     app = server.streamable_http_app(streamable_http_path=path, host=host)
+    if token is not None:
+        app = _BearerGate(app, token)
     config = hypercorn.config.Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None
@@ -163,6 +194,36 @@ async def serve_http(
     async with trio.open_nursery() as nursery:
         binds: list[str] = await nursery.start(_serve, app, config)
         task_status.started(binds[0].rstrip("/") + path)
+
+
+#: The fewest characters a bearer token of an MCP server may have.
+MIN_TOKEN_CHARS = 16
+
+
+class _BearerGate:
+    """ASGI middleware: HTTP requests without ``Authorization: Bearer <token>`` get a 401."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self._app = app
+        self._expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") == "http":
+            offered = dict(scope.get("headers") or ()).get(b"authorization", b"")
+            if not hmac.compare_digest(offered, self._expected):
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"text/plain; charset=utf-8"),
+                            (b"www-authenticate", b"Bearer"),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": b"a bearer token is needed\n"})
+                return
+        await self._app(scope, receive, send)
 
 
 async def _serve(app: Any, config: Any, task_status: trio.TaskStatus[list[str]]) -> None:

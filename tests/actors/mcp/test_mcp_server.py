@@ -11,11 +11,18 @@ import subprocess
 import sys
 import textwrap
 
+import httpx
 import pytest
 import trio
 
 from actors import Agent, ToolRegistry, open_runtime, tool
-from actors.mcp import PROMPT_SCHEMA, mcp_server, serve_http
+from actors.mcp import (
+    PROMPT_SCHEMA,
+    MCPConnection,
+    StreamableHTTPServer,
+    mcp_server,
+    serve_http,
+)
 from actors.testing import Reply, ScriptedProvider, Simulator
 from actors.tools import INTERRUPTED
 from protocols.errors import ConfigError
@@ -233,3 +240,49 @@ def test_without_the_sdk_the_error_says_what_to_install() -> None:
         done.stdout.splitlines()
         == ["MCP needs the mcp package: pip install 'trio-agents[mcp]'"] * 2
     )
+
+
+async def test_a_token_gates_every_request_and_is_needed_beyond_loopback() -> None:
+    token = "a-long-enough-test-token"
+    server = mcp_server(ToolRegistry([add]))
+    with pytest.raises(ConfigError, match="needs a token"):
+        await serve_http(server, host="0.0.0.0")
+    with pytest.raises(ConfigError, match="at least 16"):
+        await serve_http(server, token="short")
+    with trio.fail_after(WITHIN):
+        async with trio.open_nursery() as nursery:
+            url = await nursery.start(functools.partial(serve_http, server, token=token))
+            async with httpx.AsyncClient() as http:
+                refused = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+                assert refused.status_code == 401
+                wrong = await http.post(
+                    url,
+                    json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                    headers={"Authorization": "Bearer not-the-token-at-all"},
+                )
+                assert wrong.status_code == 401
+            async with open_runtime() as runtime:
+                registry = ToolRegistry()
+                remote = StreamableHTTPServer(url, headers={"Authorization": f"Bearer {token}"})
+                async with await MCPConnection.start(runtime, remote, tools=registry):
+                    (answer,) = await registry.execute(
+                        [ToolCall(id="c1", name="add", arguments={"a": 2, "b": 40})]
+                    )
+                    assert answer.render() == "42"
+                with pytest.raises(ConfigError, match="could not be started"):
+                    await MCPConnection.start(runtime, StreamableHTTPServer(url), tools=registry)
+            nursery.cancel_scope.cancel()
+
+
+async def test_an_overlong_prompt_is_refused() -> None:
+    provider = ScriptedProvider("never asked")
+    with trio.fail_after(WITHIN):
+        async with open_runtime() as runtime:
+            agent = await Agent.start(runtime, provider, name="short")
+            async with mcp.Client(mcp_server(agent, max_prompt_chars=10)) as client:
+                answer = await client.call_tool("short", {"prompt": "x" * 11})
+                assert answer.is_error
+                assert "at most 10" in answer.content[0].text
+    assert provider.calls == []
+    with pytest.raises(ConfigError, match="max_prompt_chars"):
+        mcp_server(ToolRegistry([add]), max_prompt_chars=0)
