@@ -12,6 +12,7 @@ Routes (all others: 404; a known path with the wrong method: 405 with ``Allow``)
 from __future__ import annotations
 
 import contextlib
+import functools
 import hmac
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -485,28 +486,22 @@ class RelayServer:
     ) -> ProviderResult | _Failed:
         """:meth:`_upstream`, traced when the relay traces: a span per call, a child of
         ``trace`` (the client's W3C trace context), ended however the call ends."""
+        upstream = functools.partial(
+            self._upstream,
+            request_id,
+            messages=messages,
+            tools=tools,
+            options=options,
+            emit=emit,
+            ask=ask,
+            streamed=streamed,
+        )
         tracer = self._tracer if self._tracer is not None else _tracing.global_tracer()
         if tracer is None:
-            return await self._upstream(
-                request_id,
-                messages=messages,
-                tools=tools,
-                options=options,
-                emit=emit,
-                ask=ask,
-                streamed=streamed,
-            )
+            return await upstream()
         span = _tracing.ServeSpan(tracer, trace, self.provider, request_id, options)
         try:
-            outcome = await self._upstream(
-                request_id,
-                messages=messages,
-                tools=tools,
-                options=options,
-                emit=emit,
-                ask=ask,
-                streamed=streamed,
-            )
+            outcome = await upstream()
         except BaseException as error:
             span.failed(error)
             raise
