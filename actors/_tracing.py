@@ -277,6 +277,15 @@ def _usage(attributes: dict[str, Any], usage: Usage | None) -> None:
         attributes["gen_ai.usage.cache_read.input_tokens"] = usage.cached
 
 
+def _response(attributes: dict[str, Any], result: ProviderResult) -> None:
+    """The usage of ``result`` and, when the vendor reported them, its model and id."""
+    _usage(attributes, result.usage)
+    if result.model is not None:
+        attributes["gen_ai.response.model"] = result.model
+    if result.response_id is not None:
+        attributes["gen_ai.response.id"] = result.response_id
+
+
 def _error(span: Span, error: BaseException, api: _Api) -> None:
     """Record ``error`` on ``span``: ``error.type``, status ERROR, and an exception event --
     with its message only for the project's own (redacted) errors."""
@@ -349,11 +358,12 @@ class ChatSpan(_Call):
     __slots__ = ()
 
     def done(self, result: ProviderResult) -> None:
-        """The call finished with ``result``."""
+        """The call finished with ``result`` (its finish reason, usage, and the response's model
+        and id when the provider reported them)."""
         span = self._recording()
         if span is not None:
             attributes: dict[str, Any] = {"gen_ai.response.finish_reasons": (result.finish.value,)}
-            _usage(attributes, result.usage)
+            _response(attributes, result)
             span.set_attributes(attributes)
         self._end()
 
@@ -368,7 +378,7 @@ class ChatSpan(_Call):
                     span.set_attribute("gen_ai.response.finish_reasons", ("cancelled",))
                 if partial is not None:
                     attributes: dict[str, Any] = {}
-                    _usage(attributes, partial.usage)
+                    _response(attributes, partial)
                     span.set_attributes(attributes)
         finally:
             self._end()
@@ -612,7 +622,7 @@ class ServeSpan:
                     attributes: dict[str, Any] = {
                         "gen_ai.response.finish_reasons": (result.finish.value,)
                     }
-                    _usage(attributes, result.usage)
+                    _response(attributes, result)
                     span.set_attributes(attributes)
                 elif failure is not None:
                     span.set_attribute("error.type", failure)

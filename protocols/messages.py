@@ -635,6 +635,21 @@ def trusted_delta(channel: Channel, text: str) -> Delta:
     return delta
 
 
+#: The longest response model name or response id a :class:`ProviderResult` holds (characters).
+_MAX_RESPONSE_NAME = 256
+
+
+def _response_name(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str) or not value or len(value) > _MAX_RESPONSE_NAME:
+        raise _fail(
+            _owner(instance),
+            attribute.name,
+            f"must be None or a non-empty str of at most {_MAX_RESPONSE_NAME} characters",
+        )
+
+
 def _default_finish(result: ProviderResult) -> FinishReason:
     return FinishReason.TOOL_CALLS if result.calls else FinishReason.STOP
 
@@ -647,6 +662,12 @@ class ProviderResult:
     when there are calls and ``stop`` otherwise. Call ids are unique within one result.
     ``continuation`` is vendor data to store on the assistant message (see :class:`Message`).
     ``denied`` names calls the provider side refused, with the text to answer each with.
+    ``model`` and ``response_id`` are what the vendor said answered and how it named the
+    response (OpenAI's ``chatcmpl-...``, Anthropic's ``msg_...``, the Responses API's
+    ``resp_...``; Ollama names no response): ``None`` when it did not say. Each is a non-empty
+    string of at most 256 characters; the wire readers drop a longer or malformed value rather
+    than fail the call (they are telemetry: the ``chat`` span's ``gen_ai.response.model`` and
+    ``gen_ai.response.id``).
     """
 
     content: str = attrs.field(default="", validator=_str)
@@ -663,6 +684,10 @@ class ProviderResult:
     #: Calls the provider side refused (a relay's policy): call id -> the text the model is
     #: answered with. They are never run.
     denied: dict[str, str] = attrs.field(factory=dict, converter=_to_denied)
+    #: The model the vendor reports answered (``None``: not reported).
+    model: str | None = attrs.field(default=None, validator=_response_name)
+    #: The vendor's id of the response (``None``: not reported).
+    response_id: str | None = attrs.field(default=None, validator=_response_name)
 
     def __attrs_post_init__(self) -> None:
         if self.calls:

@@ -23,7 +23,9 @@ Server to client:
 * ``ready`` -- ``version`` and the connection's limits (``max_frame``, ``max_streams``).
 * ``delta`` -- ``id``, ``channel`` (``content`` or ``thinking``), ``text``.
 * ``result`` -- ``id``, ``result`` (the provider result; its ``denied`` maps the tool calls
-  the server's policy refused to the text the model must be answered with).
+  the server's policy refused to the text the model must be answered with). A server never sends
+  the result's ``model`` and ``response_id`` (clients from before those fields refuse them), nor
+  in an ``abort``'s ``partial``; a client accepts them.
 * ``abort`` -- ``id``, ``partial``: the request was cancelled (by the client, or by the
   server's shutdown); what had streamed so far.
 * ``error`` -- ``id`` (absent for the connection), ``code`` (one of :data:`ERROR_MESSAGES`),
@@ -443,8 +445,17 @@ _set = object.__setattr__
 _string: Final[Callable[[str], str]] = json.encoder.encode_basestring
 
 
+#: The result field of the frames that carry a ProviderResult, and the result's fields they
+#: leave out: the upstream's model and response id (a client from before them would refuse the
+#: frame; the server's own span of the call records them).
+_RESULT_FIELDS: Final[Mapping[type, str]] = {ResultFrame: "result", AbortFrame: "partial"}
+_UNSENT: Final = ("model", "response_id")
+
+
 def encode_frame(frame: ClientFrame | ServerFrame) -> str:
-    """The frame as compact JSON text with its ``type`` first (what the other side decodes)."""
+    """The frame as compact JSON text with its ``type`` first (what the other side decodes).
+
+    A result's ``model`` and ``response_id`` are left out (see :data:`_UNSENT`)."""
     if type(frame) is DeltaFrame:
         request, piece = frame.id, frame.text
         if not (_may_hold_surrogates(request) or _may_hold_surrogates(piece)):
@@ -457,6 +468,11 @@ def encode_frame(frame: ClientFrame | ServerFrame) -> str:
         raise ValidationError(f"not a relay frame: {type(frame).__name__}")
     body = to_json(frame)
     assert isinstance(body, dict)
+    field = _RESULT_FIELDS.get(type(frame))
+    if field is not None:
+        result = body[field]
+        for name in _UNSENT:
+            result.pop(name, None)
     return dumps({"type": tag, **body})
 
 

@@ -43,7 +43,8 @@ class Reply:
     each delta (so ``autojump_clock`` tests run instantly). ``calls``, ``usage`` and ``finish``
     go into the result (``finish`` defaults to ``tool_calls`` when there are calls, else
     ``stop``), and so does ``denied`` (calls the provider side refused, as a relay's policy
-    would).
+    would), and ``model`` and ``response_id`` (what a vendor reports answered, and its id of the
+    response; ``None``: not reported).
     """
 
     text: str = ""
@@ -54,6 +55,8 @@ class Reply:
     chunk: int = 0
     delay: float = attrs.field(default=0.0, validator=_non_negative)
     denied: dict[str, str] = attrs.field(factory=dict)
+    model: str | None = None
+    response_id: str | None = None
 
 
 @attrs.frozen
@@ -132,6 +135,8 @@ class _ScriptedStream(TextStream):
                     usage=step.usage,
                     finish=step.finish or default,
                     denied=step.denied,
+                    model=step.model,
+                    response_id=step.response_id,
                 )
             raise StopAsyncIteration
         await trio.sleep(self._delay)

@@ -10,6 +10,13 @@ answer text, a reader may return that text as a plain ``str``: it means exactly
 :class:`StreamAssembler` folds increments in order. It is the hot loop of every streamed
 completion, so it is linear in the stream: text and argument fragments are collected in lists and
 joined once.
+
+The model that answered and the vendor's id of the response travel the same way: a reader puts
+them on the increment of the record that names them, and the assembler keeps the **first**
+acceptable value of each (vendors that repeat them -- OpenAI on every chunk, the Responses API on
+``response.created`` and again on ``response.completed`` -- repeat the same value, and the first
+one is there for a stream cut short too). A value that is not a non-empty string of at most
+256 characters is dropped, never an error: these are telemetry, and no call fails over them.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import attrs
 from .._json import loads
 from ..errors import ProtocolError
 from ..messages import (
+    _MAX_RESPONSE_NAME,
     Delta,
     FinishReason,
     ProviderResult,
@@ -32,7 +40,7 @@ from ..messages import (
 )
 from ..think import ThinkSplitter
 
-__all__ = ["NOTHING", "CallFragment", "Increment", "StreamAssembler"]
+__all__ = ["NOTHING", "CallFragment", "Increment", "StreamAssembler", "response_name"]
 
 
 @attrs.frozen
@@ -65,6 +73,8 @@ class Increment:
       reason, Anthropic ``message_stop``, Ollama ``done: true``). A stream that ends without one
       was truncated.
     - ``continuation``: vendor data for the assistant message (replaces earlier values).
+    - ``model``, ``response_id``: the model the vendor says answered and its id of the response,
+      when this record names them (the assembler keeps the first acceptable value of each).
     """
 
     content: str = ""
@@ -74,6 +84,17 @@ class Increment:
     finish: FinishReason | None = None
     terminal: bool = False
     continuation: dict[str, Any] | None = None
+    model: str | None = None
+    response_id: str | None = None
+
+
+def response_name(value: object) -> str | None:
+    """``value`` when it can be a :class:`~protocols.messages.ProviderResult`'s ``model`` or
+    ``response_id`` (a non-empty ``str`` of at most 256 characters), else ``None``: readers
+    drop what is not, rather than fail a stream over telemetry."""
+    if isinstance(value, str) and 0 < len(value) <= _MAX_RESPONSE_NAME:
+        return value
+    return None
 
 
 #: An increment that contributes nothing (records such as pings).
@@ -103,6 +124,8 @@ class StreamAssembler:
       silently dropped). :meth:`partial` never raises: it is what was produced so far, for a
       stream cut short (calls whose arguments are incomplete are left out).
     * ``terminal`` tells whether the vendor's end-of-stream record has been seen.
+    * ``model`` and ``response_id`` are the first acceptable values the increments named (see
+      :func:`response_name`; a later, different value is ignored); both results carry them.
     """
 
     def __init__(self, *, split: bool = True, mint_id: Callable[[], str] = new_id) -> None:
@@ -115,6 +138,8 @@ class StreamAssembler:
         self.finish: FinishReason | None = None
         self.terminal = False
         self.continuation: dict[str, Any] = {}
+        self.model: str | None = None
+        self.response_id: str | None = None
         self._flushed = False
 
     def add(self, increment: Increment | str) -> list[Delta]:
@@ -155,6 +180,10 @@ class StreamAssembler:
             self.continuation = increment.continuation
         if increment.terminal:
             self.terminal = True
+        if increment.model is not None and self.model is None:
+            self.model = response_name(increment.model)
+        if increment.response_id is not None and self.response_id is None:
+            self.response_id = response_name(increment.response_id)
         return deltas
 
     def flush(self) -> list[Delta]:
@@ -194,6 +223,8 @@ class StreamAssembler:
             usage=self.usage,
             finish=finish,
             continuation=self.continuation,
+            model=self.model,
+            response_id=self.response_id,
         )
 
     def partial(self) -> ProviderResult:
@@ -206,6 +237,8 @@ class StreamAssembler:
             usage=self.usage,
             finish=FinishReason.CANCELLED,
             continuation=self.continuation,
+            model=self.model,
+            response_id=self.response_id,
         )
 
     def _built_calls(self, *, strict: bool) -> tuple[ToolCall, ...]:

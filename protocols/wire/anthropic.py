@@ -42,7 +42,7 @@ from ..messages import (
 )
 from ..sse import SSEEvent
 from ._common import image_media_type
-from ._stream import CallFragment, Increment
+from ._stream import CallFragment, Increment, response_name
 
 __all__ = [
     "API_VERSION",
@@ -421,7 +421,9 @@ class AnthropicReader:
     :meth:`read` maps each event by the ``"type"`` of its JSON data (the SSE event name mirrors it
     and is used only when the data has none):
 
-    * ``message_start``: usage (see below).
+    * ``message_start``: usage (see below), and the message's ``model`` and ``id`` as the
+      increment's ``model`` and ``response_id`` (a value that is not a non-empty string of at
+      most 256 characters is ignored, never an error).
     * ``content_block_start``: a ``tool_use`` block starts a tool call (``CallFragment`` with the
       block index, id and name; its arguments come from the deltas); a ``thinking`` block starts
       being collected; a ``redacted_thinking`` block arrives whole and is kept; a ``text`` block
@@ -475,7 +477,11 @@ class AnthropicReader:
         if kind == "message_start":
             message = _optional_object(record, "message", "message_start")
             usage = _optional_object(message, "usage", "message_start.message")
-            return Increment(usage=self._usage.merge(usage))
+            return Increment(
+                usage=self._usage.merge(usage),
+                model=response_name(message.get("model")),
+                response_id=response_name(message.get("id")),
+            )
         if kind == "message_delta":
             delta = _optional_object(record, "delta", "message_delta")
             finish = _finish(_optional_str(delta, "stop_reason", "message_delta.delta"))
@@ -567,7 +573,8 @@ def read_response(body: Any) -> ProviderResult:
     separator, as the stream reader's deltas are); thinking and redacted thinking blocks go into
     ``continuation`` as :class:`AnthropicReader` stores them; ``tool_use`` blocks become calls
     keeping their ids (a missing id is minted); usage and ``stop_reason`` are mapped as by the
-    stream reader. Other block types are ignored. A body of type ``error`` raises
+    stream reader, and the message's ``model`` and ``id`` are taken as it takes them. Other
+    block types are ignored. A body of type ``error`` raises
     :class:`~protocols.errors.ProviderError`; a body of the wrong shape raises
     :class:`~protocols.errors.ProtocolError`.
     """
@@ -613,6 +620,8 @@ def read_response(body: Any) -> ProviderResult:
         "thinking": "".join(thinking),
         "calls": calls,
         "usage": None if usage is None else _UsageCounts().merge(_object(usage, "usage")),
+        "model": response_name(record.get("model")),
+        "response_id": response_name(record.get("id")),
     }
     if finish is not None:
         fields["finish"] = finish

@@ -44,7 +44,7 @@ from ..messages import (
     Usage,
     new_id,
 )
-from ._stream import CallFragment, Increment, StreamAssembler
+from ._stream import CallFragment, Increment, StreamAssembler, response_name
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -190,16 +190,20 @@ class OllamaReader:
       (``tool_calls`` when the stream made tool calls, since Ollama reports ``stop`` then),
       ``length`` is ``length``, and any other reason (``load``, ``unload``, ...) is ``other``. A
       missing ``done_reason`` leaves the finish to the assembler's default.
+    * The line's ``model`` is the increment's ``model`` on the first line that has an
+      acceptable one (a non-empty string of at most 256 characters; anything else is ignored,
+      never an error), and not again. Ollama names no response: ``response_id`` stays ``None``.
     * Unknown fields are ignored. A line that is not an object, or a known field of the wrong
       type, raises :class:`~protocols.errors.ProtocolError`; an ``error`` line raises
       :class:`~protocols.errors.ProviderError` (``code="provider_error"``) carrying at most 300
       characters of the vendor's message.
     """
 
-    __slots__ = ("_calls",)
+    __slots__ = ("_calls", "_model")
 
     def __init__(self) -> None:
         self._calls = 0
+        self._model: str | None = None  # the model reported, once known
 
     def read(self, record: Any) -> Increment:
         """The increment of one parsed NDJSON value (see the class docstring)."""
@@ -228,9 +232,12 @@ class OllamaReader:
                     )
                 calls = tuple(self._call(raw) for raw in raw_calls)
 
+        model = None
+        if self._model is None:
+            model = self._model = response_name(record.get("model"))
         done = record.get("done")
         if done is None or done is False:
-            return Increment(content=content, thinking=thinking, calls=calls)
+            return Increment(content=content, thinking=thinking, calls=calls, model=model)
         if done is not True:
             raise ProtocolError(f"Ollama 'done' is not true or false (got {_kind(done)})")
         prompt, completion = record.get("prompt_eval_count"), record.get("eval_count")
@@ -246,6 +253,7 @@ class OllamaReader:
             ),
             finish=self._finish(record.get("done_reason")),
             terminal=True,
+            model=model,
         )
 
     def _call(self, raw: Any) -> CallFragment:

@@ -33,7 +33,7 @@ from ..messages import (
 )
 from ..sse import SSEEvent
 from ._common import image_media_type
-from ._stream import NOTHING, CallFragment, Increment, StreamAssembler
+from ._stream import NOTHING, CallFragment, Increment, StreamAssembler, response_name
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -350,12 +350,14 @@ _HITS_TO_RELEARN = 32
 _BLANKS = " \t\n\r"
 
 
-def _plain_content(data: str) -> str | None:
-    """The text of the commonest stream record, or ``None`` when the general reader must judge.
+def _plain_content(data: str) -> tuple[str, dict[str, Any]] | None:
+    """The text of the commonest stream record and the record, or ``None`` when the general
+    reader must judge.
 
     The commonest record is one choice (index 0) whose delta holds non-empty ``content`` and at
     most a ``role``, with no finish reason, usage or error. For every record this accepts, the
-    general path would give ``Increment(content=text)``; strictness is kept by proving, cheaply,
+    general path would give ``Increment(content=text)`` (with the record's model and id while the
+    reader still looks for them); strictness is kept by proving, cheaply,
     that the record has no duplicate keys (see :func:`protocols._json.loads_object_unchecked`):
     with exactly three objects (record, choice, delta) and one array (choices), all keys are
     known, and the colons of the text must equal those keys plus the colons inside the strings
@@ -390,7 +392,7 @@ def _plain_content(data: str) -> str | None:
     colons = data.count(":")
     if colons != keys and colons != keys + _string_colons(record, choice, delta):
         return None
-    return content
+    return content, record
 
 
 def _string_colons(*objects: dict[str, Any]) -> int:
@@ -430,6 +432,10 @@ class OpenAIChatReader:
       ``prompt_tokens_details.cached_tokens`` is the cached part.
     * Only the choice with index 0 is read. Unknown fields, ``null`` fields, missing or empty
       ``choices`` are fine; a record that contributes nothing gives an empty increment.
+    * The record's top-level ``model`` and ``id`` (every chunk repeats them) are reported as
+      ``model`` and ``response_id`` on the increment of the first record that has an acceptable
+      one (see :func:`~protocols.wire._stream.response_name`; anything else is ignored, never an
+      error), and not again: the assembler keeps the first.
 
     Raises :class:`~protocols.errors.ProviderError` for an error record (the vendor's type and
     code, and at most 300 characters of its message), and
@@ -442,11 +448,14 @@ class OpenAIChatReader:
         "_id_of_slot",
         "_last_slot",
         "_learned",
+        "_model",
         "_prefix",
+        "_response_id",
         "_slot_of_id",
         "_slot_of_wire",
         "_slots",
         "_suffix",
+        "_unnamed",
     )
 
     def __init__(self) -> None:
@@ -462,6 +471,11 @@ class OpenAIChatReader:
         self._id_of_slot: dict[int, str] = {}
         self._slot_of_id: dict[str, int] = {}
         self._last_slot: int | None = None
+        # The model and response id reported so far; ``_unnamed`` while either is missing. (A
+        # learned template's records all name what the record it was learned from named.)
+        self._model: str | None = None
+        self._response_id: str | None = None
+        self._unnamed = True
 
     def read(self, event: SSEEvent) -> Increment | str:
         """What ``event`` contributes to the response; see the class docstring. A record that
@@ -474,12 +488,27 @@ class OpenAIChatReader:
                 if content:
                     self._hits += 1
                     return content
-            content = _plain_content(data)
-            if content is not None:
+            plain = _plain_content(data)
+            if plain is not None:
+                content, record = plain
                 if self._learned < _TEMPLATES or self._hits >= _HITS_TO_RELEARN:
                     self._learn(data, content)
+                if self._unnamed:
+                    model, response_id = self._names(record)
+                    if model is not None or response_id is not None:
+                        return Increment(content=content, model=model, response_id=response_id)
                 return content
         return self._read_general(event)
+
+    def _names(self, record: Mapping[str, Any]) -> tuple[str | None, str | None]:
+        """The record's model and id, those not reported yet (``None`` for the others)."""
+        model = response_id = None
+        if self._model is None:
+            model = self._model = response_name(record.get("model"))
+        if self._response_id is None:
+            response_id = self._response_id = response_name(record.get("id"))
+        self._unnamed = self._model is None or self._response_id is None
+        return model, response_id
 
     def _learn(self, data: str, content: str) -> None:
         """Take ``data``, a plain text record with ``content``, as the template of the records
@@ -511,7 +540,8 @@ class OpenAIChatReader:
             return
         prefix, suffix = data[:at], data[scanned[1] :]
         probe = "#" if content != "#" else "%"
-        if _plain_content(f'{prefix}"{probe}"{suffix}') != probe:
+        plain = _plain_content(f'{prefix}"{probe}"{suffix}')
+        if plain is None or plain[0] != probe:
             return
         self._prefix, self._suffix = prefix, suffix
 
@@ -531,9 +561,14 @@ class OpenAIChatReader:
         if details is not None:
             _raise_error(details, "in the stream")
         usage = _usage(record)
+        model = response_id = None
+        if self._unnamed:
+            model, response_id = self._names(record)
         choice = _first_choice(record)
         if choice is None:
-            return NOTHING if usage is None else Increment(usage=usage)
+            if usage is None and model is None and response_id is None:
+                return NOTHING
+            return Increment(usage=usage, model=model, response_id=response_id)
         delta: dict[str, Any] = _field(choice, "delta", dict, "choice") or {}
         content = _text(delta, "content", "delta")
         refusal = _text(delta, "refusal", "delta")
@@ -545,7 +580,7 @@ class OpenAIChatReader:
         if raw_calls:
             calls = tuple(self._fragment(item) for item in raw_calls)
         finish = _finish(choice, "choice")
-        if not (content or thinking or calls or usage or finish):
+        if not (content or thinking or calls or usage or finish or model or response_id):
             return NOTHING
         return Increment(
             content=content,
@@ -554,6 +589,8 @@ class OpenAIChatReader:
             usage=usage,
             finish=finish,
             terminal=finish is not None,
+            model=model,
+            response_id=response_id,
         )
 
     def _fragment(self, item: Any) -> CallFragment:
@@ -615,8 +652,9 @@ def read_response(body: Any, *, split: bool = True) -> ProviderResult:
     native thinking from ``reasoning_content`` or ``reasoning``, tool calls in order with their
     arguments parsed strictly (an empty text is ``{}``; anything that is not a JSON object is
     refused) and ids kept as sent (minted with :func:`~protocols.messages.new_id` when missing),
-    the normalised finish reason (defaulting to ``tool_calls`` when there are calls, else
-    ``stop``) and usage. Only the choice with index 0 is read.
+    the body's ``model`` and ``id`` (as the stream reader takes them), the normalised finish
+    reason (defaulting to ``tool_calls`` when there are calls, else ``stop``) and usage. Only the
+    choice with index 0 is read.
 
     Raises :class:`~protocols.errors.ProviderError` for an error body and
     :class:`~protocols.errors.ProtocolError` for a body of the wrong shape (not an object, no
@@ -663,6 +701,8 @@ def read_response(body: Any, *, split: bool = True) -> ProviderResult:
             usage=_usage(body),
             finish=_finish(choice, "choice"),
             terminal=True,
+            model=response_name(body.get("model")),
+            response_id=response_name(body.get("id")),
         )
     )
     assembler.flush()

@@ -40,7 +40,7 @@ from ..messages import (
 )
 from ..sse import SSEEvent
 from ._common import classify_status, image_media_type
-from ._stream import NOTHING, CallFragment, Increment, StreamAssembler
+from ._stream import NOTHING, CallFragment, Increment, StreamAssembler, response_name
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -499,8 +499,12 @@ class OpenAIResponsesReader:
       is too long) has the code ``context_overflow``, ``rate_limit_exceeded`` is ``rate_limit``
       and ``server_error`` is ``server_error`` (both retryable), anything else
       ``provider_error``.
-    * Every other event type (``response.created``, ``response.in_progress``,
-      ``response.content_part.added``, ``response.output_text.done``, annotations, ...): nothing.
+    * ``response.created``, ``response.in_progress``, ``response.completed`` and
+      ``response.incomplete``: the response's ``model`` and ``id`` as the increment's ``model``
+      and ``response_id``, on the first event that has an acceptable one (a non-empty string of
+      at most 256 characters; anything else is ignored, never an error), and not again.
+    * Every other event type (``response.content_part.added``, ``response.output_text.done``,
+      annotations, ...): nothing.
 
     Usage: ``prompt = input_tokens``, ``completion = output_tokens`` (reasoning tokens included,
     as OpenAI counts them: :class:`~protocols.messages.Usage` has no field of its own for
@@ -511,7 +515,7 @@ class OpenAIResponsesReader:
     field of the wrong shape.
     """
 
-    __slots__ = ("_calls", "_reasoning", "_streamed", "_thinking_part")
+    __slots__ = ("_calls", "_model", "_reasoning", "_response_id", "_streamed", "_thinking_part")
 
     def __init__(self) -> None:
         # output_index of every call started, and of those whose arguments arrived in pieces.
@@ -521,6 +525,9 @@ class OpenAIResponsesReader:
         self._thinking_part: tuple[int, int, int] | None = None
         # Stored reasoning items as (output_index, item), kept in output order.
         self._reasoning: list[tuple[int, dict[str, Any]]] = []
+        # The model and response id reported so far.
+        self._model: str | None = None
+        self._response_id: str | None = None
 
     def read(self, event: SSEEvent) -> Increment | str:
         """What ``event`` contributes to the response; see the class docstring."""
@@ -554,18 +561,45 @@ class OpenAIResponsesReader:
         if kind == "response.completed":
             response = _optional_object(record, "response", kind)
             finish = FinishReason.TOOL_CALLS if self._calls else FinishReason.STOP
-            return Increment(usage=_usage(response), finish=finish, terminal=True)
+            model, response_id = self._names(response)
+            return Increment(
+                usage=_usage(response),
+                finish=finish,
+                terminal=True,
+                model=model,
+                response_id=response_id,
+            )
         if kind == "response.incomplete":
             response = _optional_object(record, "response", kind)
+            model, response_id = self._names(response)
             return Increment(
-                usage=_usage(response), finish=_incomplete_finish(response), terminal=True
+                usage=_usage(response),
+                finish=_incomplete_finish(response),
+                terminal=True,
+                model=model,
+                response_id=response_id,
             )
+        if kind in ("response.created", "response.in_progress"):
+            response = _optional_object(record, "response", kind)
+            model, response_id = self._names(response)
+            if model is None and response_id is None:
+                return NOTHING
+            return Increment(model=model, response_id=response_id)
         if kind == "response.failed":
             raise _failure(_optional_object(record, "response", kind))
         if kind == "error":
             details = _error_fields(record) or (None, None, "")
             raise _provider_error(details, "in the stream")
         return NOTHING
+
+    def _names(self, response: Mapping[str, Any]) -> tuple[str | None, str | None]:
+        """The response's model and id, those not reported yet (``None`` for the others)."""
+        model = response_id = None
+        if self._model is None:
+            model = self._model = response_name(response.get("model"))
+        if self._response_id is None:
+            response_id = self._response_id = response_name(response.get("id"))
+        return model, response_id
 
     def _thinking(self, record: Mapping[str, Any], kind: str) -> Increment:
         text = _str(record, "delta", kind)
@@ -627,7 +661,8 @@ def read_response(body: Any, *, split: bool = True) -> ProviderResult:
     ``function_call`` items as calls in output order with their ``call_id`` (minted when missing)
     and arguments parsed strictly (empty text is ``{}``; anything but a JSON object is refused);
     the finish reason (``incomplete`` as the stream reader maps it, else ``tool_calls`` when there
-    are calls, else ``stop``) and usage.
+    are calls, else ``stop``), usage, and the response's ``model`` and ``id`` (as the stream
+    reader takes them).
 
     Raises :class:`~protocols.errors.ProviderError` for an error body or a ``failed`` response,
     and :class:`~protocols.errors.ProtocolError` for a body of the wrong shape (not an object, a
@@ -682,6 +717,8 @@ def read_response(body: Any, *, split: bool = True) -> ProviderResult:
             finish=finish,
             terminal=True,
             continuation={NAMESPACE: {"reasoning": kept}} if kept else None,
+            model=response_name(response.get("model")),
+            response_id=response_name(response.get("id")),
         )
     )
     assembler.flush()

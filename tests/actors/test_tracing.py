@@ -46,7 +46,7 @@ from actors import (
 )
 from actors.durable import AgentRegistry, MemoryRunStore, open_job_queue, submit_job
 from actors.relay import RelayProvider, RelayServer, serve
-from actors.testing import Fail, Hang, Reply, ScriptedProvider
+from actors.testing import Fail, Hang, Reply, ScriptedProvider, Simulator
 from actors.tracing import (
     STOP_REASON,
     TRACE_METADATA_KEY,
@@ -223,6 +223,63 @@ async def test_a_run_makes_invoke_agent_with_chat_and_execute_tool_children(
     assert (first.end_time or 0) <= (tool_span.start_time or 0)
     assert (tool_span.end_time or 0) <= (second.start_time or 0)
     assert all(span.status.status_code is StatusCode.UNSET for span in spans.finished)
+
+
+async def test_a_chat_span_names_the_response_model_and_id_the_provider_reported(
+    autojump_clock: Any, spans: Spans
+) -> None:
+    provider = GPT(
+        Reply("one", model="gpt-test-2025-01-01", response_id="chatcmpl-1"),
+        Reply("two"),  # a provider that reports neither
+    )
+    async with open_runtime() as runtime:
+        agent = await Agent.start(runtime, provider, name="namer", tracer_provider=spans.provider)
+        await agent.generate("first")
+        await agent.generate("second")
+    first, second = sorted(spans.named("chat"), key=lambda span: span.start_time or 0)
+    assert (first.attributes or {})["gen_ai.request.model"] == "gpt-test"
+    assert (first.attributes or {})["gen_ai.response.model"] == "gpt-test-2025-01-01"
+    assert (first.attributes or {})["gen_ai.response.id"] == "chatcmpl-1"
+    assert "gen_ai.response.model" not in (second.attributes or {})
+    assert "gen_ai.response.id" not in (second.attributes or {})
+    # The run's span has no response of its own.
+    (run, _) = sorted(spans.named("invoke_agent"), key=lambda span: span.start_time or 0)
+    assert "gen_ai.response.id" not in (run.attributes or {})
+
+
+@pytest.mark.parametrize(
+    ("vendor", "response_id"), [("openai", "chatcmpl-sim0"), ("anthropic", "msg_sim0")]
+)
+async def test_a_provider_over_http_names_its_response_on_the_chat_span(
+    spans: Spans, vendor: str, response_id: str
+) -> None:
+    async with Simulator() as simulator, open_runtime() as runtime:
+        model = getattr(simulator, vendor)(model="sim-model")
+        agent = await Agent.start(runtime, model, name="simulated", tracer_provider=spans.provider)
+        result = await agent.generate("Say hello")
+        await model.aclose()
+    assert result.content == "You said: Say hello"
+    chat = spans.one("chat sim-model")
+    attributes = dict(chat.attributes or {})
+    assert attributes["gen_ai.provider.name"] == vendor
+    assert attributes["gen_ai.response.model"] == "sim-model"
+    assert attributes["gen_ai.response.id"] == response_id
+    assert attributes["gen_ai.response.finish_reasons"] == ("stop",)
+
+
+@pytest.mark.usefixtures("_jumping")
+async def test_a_chat_cut_mid_stream_names_the_response_it_cut(spans: Spans) -> None:
+    async with Simulator(interval=1) as simulator, open_runtime() as runtime:
+        model = simulator.anthropic(model="sim-model")
+        agent = await Agent.start(runtime, model, name="cut", tracer_provider=spans.provider)
+        result = await agent.generate("count to 50", timeout=6.5)
+        await model.aclose()
+    assert result.stop is StopReason.TIMEOUT
+    assert result.content  # some of the answer had streamed
+    attributes = dict(spans.one("chat sim-model").attributes or {})
+    assert attributes["gen_ai.response.finish_reasons"] == ("cancelled",)
+    assert attributes["gen_ai.response.model"] == "sim-model"
+    assert attributes["gen_ai.response.id"] == "msg_sim0"
 
 
 async def test_the_parent_is_the_context_where_the_run_was_requested_not_the_actor_task(
@@ -528,7 +585,9 @@ async def test_the_relay_carries_the_trace_from_the_client_run_to_the_server_spa
     spans: Spans,
 ) -> None:
     server_spans = Spans()
-    upstream = GPT(Reply("relayed", usage=Usage(3, 4)))
+    upstream = GPT(
+        Reply("relayed", usage=Usage(3, 4), model="gpt-test-2025", response_id="chatcmpl-r")
+    )
     async with (
         relay_server(upstream, server_spans.provider) as (url, app),
         open_runtime() as runtime,
@@ -545,6 +604,12 @@ async def test_the_relay_carries_the_trace_from_the_client_run_to_the_server_spa
     assert parent_of(served) == sid(chat)
     assert (served.attributes or {})["gen_ai.provider.name"] == "openai"
     assert (served.attributes or {})["gen_ai.usage.output_tokens"] == 4
+    # The server's span names the upstream's response; result frames do not carry it (relay
+    # clients from before the fields would refuse them), so the client's span does not.
+    assert (served.attributes or {})["gen_ai.response.model"] == "gpt-test-2025"
+    assert (served.attributes or {})["gen_ai.response.id"] == "chatcmpl-r"
+    assert "gen_ai.response.id" not in (chat.attributes or {})
+    assert "gen_ai.response.model" not in (chat.attributes or {})
     # The handshake the request opened carried the same context.
     (handshake,) = app.seen
     assert handshake["traceparent"].startswith(f"00-{tid(chat):032x}-{sid(chat):016x}-")

@@ -245,6 +245,9 @@ def provider_results(draw: st.DrawFn) -> ProviderResult:
         "calls": draw(call_lists()),
         "usage": draw(optional(usages())),
         "continuation": draw(JSON_OBJECTS),
+        # The vendor's names for the model and the response: bounded, left out when unknown.
+        "model": draw(optional(st.text(alphabet=UTF8, min_size=1, max_size=256))),
+        "response_id": draw(optional(st.text(alphabet=UTF8, min_size=1, max_size=256))),
     }
     if draw(st.booleans()):
         finish = draw(st.sampled_from(FinishReason))

@@ -416,3 +416,21 @@ def test_agent_result_partial_follows_stop() -> None:
         AgentResult(turns=-1)
     with pytest.raises(ValidationError, match=r"messages\[0\] must be a Message"):
         AgentResult(messages=["hi"])  # type: ignore[list-item]
+
+
+def test_provider_result_model_and_response_id_are_optional_bounded_names() -> None:
+    from protocols.codec import decode, encode, from_json
+
+    assert (ProviderResult().model, ProviderResult().response_id) == (None, None)
+    named = ProviderResult(content="hi", model="gpt-4.1-mini", response_id="chatcmpl-1")
+    assert (named.model, named.response_id) == ("gpt-4.1-mini", "chatcmpl-1")
+    assert decode(ProviderResult, encode(named)) == named
+    # Left out when unknown, so what was encoded before the fields existed still decodes.
+    assert "model" not in encode(ProviderResult(content="hi"))
+    assert from_json(ProviderResult, {"content": "hi"}) == ProviderResult(content="hi")
+    longest = "m" * 256
+    assert ProviderResult(model=longest, response_id=longest).model == longest
+    for field in ("model", "response_id"):
+        for bad in ("", "m" * 257, 7):
+            with pytest.raises(ValidationError, match=re.escape(f"ProviderResult.{field} must")):
+                ProviderResult(**{field: bad})

@@ -279,6 +279,22 @@ def test_result_denied_survives_the_round_trip() -> None:
     assert back == frame
 
 
+@pytest.mark.parametrize(("cls", "field"), [(ResultFrame, "result"), (AbortFrame, "partial")])
+def test_a_results_model_and_response_id_are_never_sent_but_are_accepted(
+    cls: type, field: str
+) -> None:
+    # A client from before the fields refuses unknown ones: a server leaves them out...
+    named = ProviderResult(content="hi", model="gpt-4.1-mini", response_id="chatcmpl-1")
+    sent = json.loads(encode_frame(cls("r1", named)))
+    assert sent[field] == {"content": "hi"}
+    assert decode_server_frame(encode_frame(cls("r1", named))) == cls(
+        "r1", ProviderResult(content="hi")
+    )
+    # ... and a client still takes them, should a server send them.
+    sent[field].update(model="gpt-4.1-mini", response_id="chatcmpl-1")
+    assert decode_server_frame(json.dumps(sent)) == cls("r1", named)
+
+
 def test_a_lone_surrogate_in_received_text_is_repaired_not_crashed_on() -> None:
     # As raw text (measured with surrogatepass) and as a JSON escape.
     raw = '{"type":"delta","id":"r1","channel":"content","text":"a\ud800b"}'

@@ -38,6 +38,13 @@ async def test_replies_in_order_and_records_every_call() -> None:
     assert provider.remaining == 0
 
 
+async def test_a_reply_may_name_the_model_and_the_response() -> None:
+    provider = ScriptedProvider(Reply("hi", model="gpt-test-1", response_id="chatcmpl-1"), "plain")
+    named, plain = await provider.generate(HI), await provider.generate(HI)
+    assert (named.model, named.response_id) == ("gpt-test-1", "chatcmpl-1")
+    assert (plain.model, plain.response_id) == (None, None)
+
+
 async def test_streams_thinking_then_content_in_chunks() -> None:
     provider = ScriptedProvider(Reply("abcde", thinking="xyz", chunk=2))
     async with provider.stream(HI) as stream:

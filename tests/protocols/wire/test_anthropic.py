@@ -433,7 +433,9 @@ def test_message_start_reports_usage_with_cache_arithmetic() -> None:
     reader = AnthropicReader()
     increment = reader.read(start_event(input_tokens=7, read=100, creation=20, output=1))
     # Anthropic's input_tokens excludes cache reads and writes; our prompt is the whole prompt.
-    assert increment == Increment(usage=Usage(prompt=127, completion=1, cached=100))
+    assert increment == Increment(
+        usage=Usage(prompt=127, completion=1, cached=100), response_id="msg_01"
+    )
 
 
 def test_usage_without_cache_fields_has_no_cached_count() -> None:
@@ -470,7 +472,7 @@ def test_message_delta_may_restate_input_counts() -> None:
 def test_usage_nobody_reported_stays_unknown_not_zero() -> None:
     reader = AnthropicReader()
     start = event("message_start", message={"id": "msg_1", "type": "message", "content": []})
-    assert reader.read(start) == Increment(usage=None)
+    assert reader.read(start) == Increment(usage=None, response_id="msg_1")
     assert reader.read(event("message_start", message={"usage": {}})).usage is None
     finish = event("message_delta", delta={"stop_reason": "end_turn"})
     assert reader.read(finish) == Increment(finish=FinishReason.STOP)
@@ -804,6 +806,8 @@ def test_read_response() -> None:
         usage=Usage(prompt=47, completion=30, cached=40),
         finish=FinishReason.TOOL_CALLS,
         continuation={"anthropic": {"thinking_blocks": [REDACTED, SIGNED]}},
+        model=MODEL,
+        response_id="msg_01AbCdEf",
     )
 
 
@@ -856,6 +860,8 @@ def test_streamed_and_whole_responses_agree() -> None:
     streamed = replay((FIXTURES / "tool_use.sse").read_bytes(), [])
     whole = read_response(
         {
+            "id": "msg_01Ty8cNf2VgW6LpQhXaZ4rKm",
+            "model": "claude-sonnet-4-5-20250929",
             "content": [
                 {"type": "text", "text": "I'll look up the weather in both cities."},
                 {
@@ -995,3 +1001,32 @@ def test_recorded_error_stream_raises_overloaded_at_any_chunking() -> None:
             True,
             "overloaded_error",
         )
+
+
+# --------------------------------------------------------------------------- model and id
+
+
+def test_message_start_names_the_model_and_the_response() -> None:
+    reader, assembler = AnthropicReader(), StreamAssembler()
+    message = {"id": "msg_01X", "type": "message", "model": MODEL, "content": []}
+    start = reader.read(event("message_start", message=message))
+    assert (start.model, start.response_id) == (MODEL, "msg_01X")
+    for item in (
+        start,
+        reader.read(block_start(0, {"type": "text", "text": ""})),
+        reader.read(block_delta(0, {"type": "text_delta", "text": "Hi"})),
+        reader.read(event("message_delta", delta={"stop_reason": "end_turn"})),
+    ):
+        assembler.add(item)
+    # A stream cut before message_stop still knows them.
+    partial = assembler.partial()
+    assert (partial.content, partial.model, partial.response_id) == ("Hi", MODEL, "msg_01X")
+
+
+@pytest.mark.parametrize("bad", [7, "", "m" * 257, {"name": "x"}])
+def test_a_model_or_id_that_cannot_be_one_is_ignored_not_an_error(bad: Any) -> None:
+    message = {"id": bad, "model": bad, "content": [], "usage": {"input_tokens": 3}}
+    start = AnthropicReader().read(event("message_start", message=message))
+    assert start == Increment(usage=Usage(prompt=3))
+    whole = read_response({**message, "type": "message"})
+    assert (whole.model, whole.response_id) == (None, None)

@@ -341,7 +341,10 @@ def test_encoding_never_modifies_its_inputs_and_is_strict_json() -> None:
 
 
 def read(*records: Any) -> list[Increment]:
+    """Each record's increment from one reader, mid-stream: after a first line that named the
+    model, so that the increments do not (see the tests of the model)."""
     reader = OllamaReader()
+    assert reader.read({"model": "llama3.2", "done": False}) == Increment(model="llama3.2")
     return [reader.read(record) for record in records]
 
 
@@ -617,6 +620,7 @@ EXPECTED_RESPONSE = ProviderResult(
     ],
     usage=Usage(prompt=40, completion=20),
     finish=FinishReason.TOOL_CALLS,
+    model="qwen3:8b",
 )
 
 
@@ -640,6 +644,7 @@ def test_read_response_splits_inline_thinking_unless_asked_not_to() -> None:
         thinking="plan",
         usage=Usage(prompt=12, completion=34),
         finish=FinishReason.STOP,
+        model="llama3.2",
     )
     assert read_response(response, split=False).content == "<think>plan</think>Done."
 
@@ -775,7 +780,9 @@ def test_transcript_error_line_raises_after_the_text_before_it() -> None:
             "an error was encountered while running the model: unexpected EOF"
         )
         assert not assembler.terminal
-        assert assembler.partial() == ProviderResult(content="Once upon", finish="cancelled")
+        assert assembler.partial() == ProviderResult(
+            content="Once upon", finish="cancelled", model="mistral:7b"
+        )
 
 
 def test_transcript_cut_before_done_is_not_terminal() -> None:
@@ -824,3 +831,27 @@ def test_values_that_are_not_strict_json_are_typed_errors() -> None:
     call = {"function": {"name": "f", "arguments": {"x": float("nan")}}}
     with pytest.raises(ProtocolError, match="not strict JSON"):
         OllamaReader().read({"message": {"tool_calls": [call]}})
+
+
+# --------------------------------------------------------------------------- model
+
+
+def test_the_first_line_names_the_model_once_and_no_response_id() -> None:
+    reader, assembler = OllamaReader(), StreamAssembler()
+    first = reader.read(chunk({"content": "Hel"}))
+    assert first == Increment(content="Hel", model="llama3.2")
+    second = reader.read(chunk({"content": "lo"}, model="other"))
+    assert second == Increment(content="lo")
+    assembler.add(first)
+    assembler.add(second)
+    assembler.add(reader.read(final(done_reason="stop")))
+    assembler.flush()
+    result = assembler.result()
+    assert (result.content, result.model, result.response_id) == ("Hello", "llama3.2", None)
+
+
+@pytest.mark.parametrize("bad", [7, "", "m" * 257, None])
+def test_a_model_that_cannot_be_one_is_ignored_and_looked_for_again(bad: Any) -> None:
+    reader = OllamaReader()
+    assert reader.read(chunk({"content": "a"}, model=bad)) == Increment(content="a")
+    assert reader.read(chunk({"content": "b"})).model == "llama3.2"

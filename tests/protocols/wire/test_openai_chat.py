@@ -318,8 +318,15 @@ def as_increment(item: Increment | str) -> Increment:
     return Increment(content=item) if isinstance(item, str) else item
 
 
+#: A first record naming the model and the response, as :func:`chunk` does.
+NAMED = json.dumps({"id": "chatcmpl-T", "object": "chat.completion.chunk", "model": "m"})
+
+
 def read(*datas: str) -> list[Increment]:
+    """Each record's increment from one reader, mid-stream: after a first record that named the
+    model and the response, so that the increments name neither (see the tests of names)."""
     reader = OpenAIChatReader()
+    assert reader.read(SSEEvent(NAMED)) == Increment(model="m", response_id="chatcmpl-T")
     return [as_increment(reader.read(SSEEvent(data))) for data in datas]
 
 
@@ -576,6 +583,8 @@ def test_parallel_interleaved_calls_with_late_ids_and_names() -> None:
         ],
         usage=Usage(40, 30),
         finish=FinishReason.TOOL_CALLS,
+        model="m",
+        response_id="chatcmpl-T",
     )
 
 
@@ -669,6 +678,58 @@ def test_known_fields_of_the_wrong_shape_are_protocol_errors(
         read_one(json.dumps(record))
 
 
+# --------------------------------------------------------------------------- model and id
+
+
+def test_the_first_record_names_the_model_and_the_response_once() -> None:
+    reader = OpenAIChatReader()
+    first = reader.read(SSEEvent(chunk({"role": "assistant", "content": ""})))
+    assert first == Increment(model="m", response_id="chatcmpl-T")
+    # Every chunk repeats them: reported once (a different value later changes nothing).
+    later = chunk({"content": "x"}, "stop", id="chatcmpl-U", model="n")
+    assert reader.read(SSEEvent(later)) == Increment(
+        content="x", finish=FinishReason.STOP, terminal=True
+    )
+
+
+def test_a_name_missing_from_the_first_record_is_taken_from_a_later_one() -> None:
+    reader = OpenAIChatReader()
+    # A plain text record on the fast path that names only the model.
+    plain = json.dumps({"model": "m", "choices": [{"index": 0, "delta": {"content": "Hi"}}]})
+    assert reader.read(SSEEvent(plain)) == Increment(content="Hi", model="m")
+    usage = json.dumps(
+        {"id": "chatcmpl-9", "model": "m", "choices": [], "usage": {"total_tokens": 3}}
+    )
+    assert reader.read(SSEEvent(usage)) == Increment(usage=Usage(total=3), response_id="chatcmpl-9")
+
+
+@pytest.mark.parametrize("bad", [7, "", "x" * 257, ["chatcmpl-1"], True])
+def test_a_model_or_id_that_cannot_be_one_is_ignored_not_an_error(bad: Any) -> None:
+    reader = OpenAIChatReader()
+    named = reader.read(SSEEvent(chunk({"content": "a"}, id=bad, model=bad)))
+    assert as_increment(named) == Increment(content="a")
+    # Still looked for: the next record that has acceptable ones names them.
+    assert reader.read(SSEEvent(chunk({"content": "b"}))) == Increment(
+        content="b", model="m", response_id="chatcmpl-T"
+    )
+    body = response({"content": "x"}, id=bad, model=bad)
+    assert (read_response(body).model, read_response(body).response_id) == (None, None)
+
+
+def test_a_stream_through_the_assembler_names_its_model_and_response() -> None:
+    reader, assembler = OpenAIChatReader(), StreamAssembler()
+    for data in [
+        chunk({"role": "assistant", "content": "Hel"}),
+        chunk({"content": "lo"}, id="chatcmpl-other"),
+        chunk({}, "stop"),
+        "[DONE]",
+    ]:
+        assembler.add(reader.read(SSEEvent(data)))
+    assembler.flush()
+    result = assembler.result()
+    assert (result.content, result.model, result.response_id) == ("Hello", "m", "chatcmpl-T")
+
+
 # --------------------------------------------------------------------------- read_response
 
 
@@ -696,7 +757,11 @@ def test_response_text_and_usage() -> None:
         system_fingerprint="fp_x",
     )
     assert read_response(body) == ProviderResult(
-        content="Hello!", usage=Usage(9, 2, 11, cached=0), finish=FinishReason.STOP
+        content="Hello!",
+        usage=Usage(9, 2, 11, cached=0),
+        finish=FinishReason.STOP,
+        model="m",
+        response_id="chatcmpl-R",
     )
 
 
@@ -704,7 +769,7 @@ def test_response_text_and_usage() -> None:
 def test_response_reasoning(key: str) -> None:
     body = response({"role": "assistant", "content": "4", key: "2+2"}, "length")
     assert read_response(body) == ProviderResult(
-        content="4", thinking="2+2", finish=FinishReason.LENGTH
+        content="4", thinking="2+2", finish=FinishReason.LENGTH, model="m", response_id="chatcmpl-R"
     )
 
 
@@ -748,7 +813,9 @@ def test_response_finish_defaults() -> None:
 
 def test_response_inline_think_is_split_unless_asked_not_to() -> None:
     body = response({"content": "<think>plan</think>answer"})
-    assert read_response(body) == ProviderResult(content="answer", thinking="plan")
+    assert read_response(body) == ProviderResult(
+        content="answer", thinking="plan", model="m", response_id="chatcmpl-R"
+    )
     assert read_response(body, split=False).content == "<think>plan</think>answer"
 
 
@@ -993,8 +1060,11 @@ def test_object_arguments_that_are_not_strict_json_are_a_protocol_error() -> Non
 
 def test_a_plain_text_record_is_read_as_its_text() -> None:
     reader = OpenAIChatReader()
-    assert reader.read(SSEEvent(chunk({"content": "Hel"}))) == "Hel"
+    # The first record also names the model and the response; once both are known, plain text.
+    named = Increment(content="Hel", model="m", response_id="chatcmpl-T")
+    assert reader.read(SSEEvent(chunk({"content": "Hel"}))) == named
     assert reader.read(SSEEvent(chunk({"role": "assistant", "content": "lo"}))) == "lo"
+    assert reader.read(SSEEvent(chunk({"content": "!"}, id="chatcmpl-U", model="n"))) == "!"
     # Anything more than plain text takes the general path and gives an Increment.
     assert isinstance(reader.read(SSEEvent(chunk({"content": "x"}, "stop"))), Increment)
     assert isinstance(reader.read(SSEEvent(chunk({"content": ""}))), Increment)
@@ -1050,15 +1120,21 @@ def near_plain_records(draw: st.DrawFn) -> str:
     return obj(draw(st.permutations(record)))
 
 
-@given(near_plain_records())
-def test_the_fast_path_agrees_with_the_general_reader(data: str) -> None:
-    def outcome(read_event: Any) -> object:
+@given(near_plain_records(), st.booleans())
+def test_the_fast_path_agrees_with_the_general_reader(data: str, named: bool) -> None:
+    """Also on the first record, which may name the model and the response (``named``: a
+    reader that knows both already)."""
+
+    def outcome(general: bool) -> object:
+        reader = OpenAIChatReader()
+        if named:
+            reader.read(SSEEvent(NAMED))
         try:
-            return as_increment(read_event(SSEEvent(data)))
+            return as_increment((reader._read_general if general else reader.read)(SSEEvent(data)))
         except (ProtocolError, ProviderError) as error:
             return (type(error), error.code)
 
-    assert outcome(OpenAIChatReader().read) == outcome(OpenAIChatReader()._read_general)
+    assert outcome(general=False) == outcome(general=True)
 
 
 _MIDDLES = st.one_of(
@@ -1107,14 +1183,14 @@ def template_streams(draw: st.DrawFn) -> list[str]:
 
 @given(template_streams())
 def test_the_learned_template_agrees_with_the_general_reader(datas: list[str]) -> None:
-    reader = OpenAIChatReader()
+    reader, general_reader = OpenAIChatReader(), OpenAIChatReader()
     for data in datas:
         try:
             fast: object = as_increment(reader.read(SSEEvent(data)))
         except (ProtocolError, ProviderError) as error:
             fast = (type(error), error.code)
         try:
-            general: object = OpenAIChatReader()._read_general(SSEEvent(data))
+            general: object = general_reader._read_general(SSEEvent(data))
         except (ProtocolError, ProviderError) as error:
             general = (type(error), error.code)
         assert fast == general, data
@@ -1123,7 +1199,8 @@ def test_the_learned_template_agrees_with_the_general_reader(datas: list[str]) -
 def test_a_stream_of_text_records_is_read_through_its_template() -> None:
     reader = OpenAIChatReader()
     texts = ["Hel", "lo", ' "quoted"', " caf\u00e9", " a:b"]
-    assert [reader.read(SSEEvent(chunk({"content": text}))) for text in texts] == texts
+    read = [reader.read(SSEEvent(chunk({"content": text}))) for text in texts]
+    assert read == [Increment(content="Hel", model="m", response_id="chatcmpl-T"), *texts[1:]]
     assert reader._prefix is not None
     assert reader._hits == len(texts) - 1
 

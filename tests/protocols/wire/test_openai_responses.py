@@ -907,3 +907,39 @@ def test_transcripts_are_well_formed(path: pathlib.Path) -> None:
     assert (
         "response.output_text.delta" in kinds or "response.function_call_arguments.delta" in kinds
     )
+
+
+# --------------------------------------------------------------------------- model and id
+
+
+def test_the_created_response_names_the_model_and_the_response_once() -> None:
+    reader, assembler = OpenAIResponsesReader(), StreamAssembler()
+    shell = {"id": "resp_1", "object": "response", "model": MODEL, "status": "in_progress"}
+    created = reader.read(event("response.created", response=shell))
+    assert created == Increment(model=MODEL, response_id="resp_1")
+    assert reader.read(event("response.in_progress", response=shell)) == Increment()
+    assembler.add(created)
+    assembler.add(reader.read(event("response.output_text.delta", delta="Hi")))
+    final = {**shell, "id": "resp_other", "status": "completed"}
+    completed = reader.read(event("response.completed", response=final))
+    assert (completed.model, completed.response_id) == (None, None)
+    assembler.add(completed)
+    assembler.flush()
+    result = assembler.result()
+    assert (result.content, result.model, result.response_id) == ("Hi", MODEL, "resp_1")
+
+
+@pytest.mark.parametrize("kind", ["response.completed", "response.incomplete"])
+def test_the_final_response_names_them_when_nothing_did_before(kind: str) -> None:
+    reader = OpenAIResponsesReader()
+    assert reader.read(event("response.created", response={"id": 5, "model": ""})) == Increment()
+    final = reader.read(event(kind, response={"id": "resp_2", "model": MODEL}))
+    assert (final.model, final.response_id, final.terminal) == (MODEL, "resp_2", True)
+
+
+def test_read_response_names_the_model_and_the_response() -> None:
+    whole = {"id": "resp_3", "model": MODEL, "status": "completed", "output": []}
+    result = read_response(whole)
+    assert (result.model, result.response_id) == (MODEL, "resp_3")
+    unnamed = read_response({**whole, "id": "r" * 257, "model": None})
+    assert (unnamed.model, unnamed.response_id) == (None, None)

@@ -206,3 +206,29 @@ def test_a_plain_string_is_content_only(split: bool) -> None:
     assert assembler.add(Increment(content="lo")) == [Delta("content", "lo")]
     assembler.flush()
     assert assembler.result().content == "Hello"
+
+
+def test_the_first_acceptable_model_and_response_id_are_kept() -> None:
+    assembler = StreamAssembler()
+    assert assembler.add(Increment(content="a", model="", response_id="x" * 257)) == [
+        Delta("content", "a")
+    ]
+    assert (assembler.model, assembler.response_id) == (None, None)  # dropped, not an error
+    assembler.add(Increment(model="gpt-4.1"))
+    assembler.add(Increment(response_id="resp_1", model="other"))
+    assembler.add(Increment(response_id="resp_2", terminal=True))
+    assembler.flush()
+    assert (assembler.model, assembler.response_id) == ("gpt-4.1", "resp_1")
+    result = assembler.result()
+    assert (result.model, result.response_id) == ("gpt-4.1", "resp_1")
+    partial = assembler.partial()
+    assert (partial.model, partial.response_id) == ("gpt-4.1", "resp_1")
+
+
+def test_a_stream_that_names_nothing_has_no_model_or_response_id() -> None:
+    assembler = StreamAssembler()
+    assembler.add("text")
+    assembler.add(Increment(finish=FinishReason.STOP, terminal=True))
+    assembler.flush()
+    result = assembler.result()
+    assert (result.model, result.response_id) == (None, None)
