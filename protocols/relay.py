@@ -24,8 +24,8 @@ Server to client:
 * ``delta`` -- ``id``, ``channel`` (``content`` or ``thinking``), ``text``.
 * ``result`` -- ``id``, ``result`` (the provider result; its ``denied`` maps the tool calls
   the server's policy refused to the text the model must be answered with). A server never sends
-  the result's ``model`` and ``response_id`` (clients from before those fields refuse them), nor
-  in an ``abort``'s ``partial``; a client accepts them.
+  the result's ``model`` and ``response_id``, nor its usage's ``reasoning`` (clients from before
+  those fields refuse them), nor in an ``abort``'s ``partial``; a client accepts them.
 * ``abort`` -- ``id``, ``partial``: the request was cancelled (by the client, or by the
   server's shutdown); what had streamed so far.
 * ``error`` -- ``id`` (absent for the connection), ``code`` (one of :data:`ERROR_MESSAGES`),
@@ -447,7 +447,8 @@ _string: Final[Callable[[str], str]] = json.encoder.encode_basestring
 
 #: The result field of the frames that carry a ProviderResult, and the result's fields they
 #: leave out: the upstream's model and response id (a client from before them would refuse the
-#: frame; the server's own span of the call records them).
+#: frame; the server's own span of the call records them) -- and, the same way, the reasoning
+#: part of its usage.
 _RESULT_FIELDS: Final[Mapping[type, str]] = {ResultFrame: "result", AbortFrame: "partial"}
 _UNSENT: Final = ("model", "response_id")
 
@@ -455,7 +456,8 @@ _UNSENT: Final = ("model", "response_id")
 def encode_frame(frame: ClientFrame | ServerFrame) -> str:
     """The frame as compact JSON text with its ``type`` first (what the other side decodes).
 
-    A result's ``model`` and ``response_id`` are left out (see :data:`_UNSENT`)."""
+    A result's ``model`` and ``response_id``, and its usage's ``reasoning``, are left out (see
+    :data:`_UNSENT`)."""
     if type(frame) is DeltaFrame:
         request, piece = frame.id, frame.text
         if not (_may_hold_surrogates(request) or _may_hold_surrogates(piece)):
@@ -473,6 +475,9 @@ def encode_frame(frame: ClientFrame | ServerFrame) -> str:
         result = body[field]
         for name in _UNSENT:
             result.pop(name, None)
+        usage = result.get("usage")
+        if isinstance(usage, dict):
+            usage.pop("reasoning", None)
     return dumps({"type": tag, **body})
 
 

@@ -265,7 +265,11 @@ def _usage(record: Mapping[str, Any]) -> Usage | None:
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     if cached is None:
         cached = usage.get("prompt_cache_hit_tokens")  # DeepSeek's name for it
-    return Usage.sanitize(prompt=prompt, completion=completion, total=total, cached=cached)
+    spent = usage.get("completion_tokens_details")
+    reasoning = spent.get("reasoning_tokens") if isinstance(spent, dict) else None
+    return Usage.sanitize(
+        prompt=prompt, completion=completion, total=total, cached=cached, reasoning=reasoning
+    )
 
 
 def _first_choice(record: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -429,7 +433,8 @@ class OpenAIChatReader:
     * A top-level ``usage`` object (normally in a last chunk with no choices) becomes
       :class:`~protocols.messages.Usage`, sanitised (one without any count is no report: usage
       stays unknown, ``None``, as when a server never sends usage);
-      ``prompt_tokens_details.cached_tokens`` is the cached part.
+      ``prompt_tokens_details.cached_tokens`` is the cached part and
+      ``completion_tokens_details.reasoning_tokens`` the reasoning part.
     * Only the choice with index 0 is read. Unknown fields, ``null`` fields, missing or empty
       ``choices`` are fine; a record that contributes nothing gives an empty increment.
     * The record's top-level ``model`` and ``id`` (every chunk repeats them) are reported as

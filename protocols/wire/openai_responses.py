@@ -327,8 +327,13 @@ def _usage(response: Mapping[str, Any]) -> Usage | None:
     if prompt is None and completion is None and total is None:
         return None
     details = _optional_object(usage, "input_tokens_details", "usage")
+    spent = _optional_object(usage, "output_tokens_details", "usage")
     return Usage.sanitize(
-        prompt=prompt, completion=completion, total=total, cached=details.get("cached_tokens")
+        prompt=prompt,
+        completion=completion,
+        total=total,
+        cached=details.get("cached_tokens"),
+        reasoning=spent.get("reasoning_tokens"),
     )
 
 
@@ -507,9 +512,9 @@ class OpenAIResponsesReader:
       annotations, ...): nothing.
 
     Usage: ``prompt = input_tokens``, ``completion = output_tokens`` (reasoning tokens included,
-    as OpenAI counts them: :class:`~protocols.messages.Usage` has no field of its own for
-    ``output_tokens_details.reasoning_tokens``), ``total = total_tokens``, ``cached =
-    input_tokens_details.cached_tokens``; sanitised, and ``None`` when no count was reported.
+    as OpenAI counts them), ``reasoning = output_tokens_details.reasoning_tokens`` (that part of
+    the completion), ``total = total_tokens``, ``cached = input_tokens_details.cached_tokens``;
+    sanitised, and ``None`` when no count was reported.
 
     Raises :class:`~protocols.errors.ProtocolError` for data that is not a JSON object or a known
     field of the wrong shape.

@@ -295,6 +295,18 @@ def test_a_results_model_and_response_id_are_never_sent_but_are_accepted(
     assert decode_server_frame(json.dumps(sent)) == cls("r1", named)
 
 
+@pytest.mark.parametrize(("cls", "field"), [(ResultFrame, "result"), (AbortFrame, "partial")])
+def test_a_usages_reasoning_is_never_sent_but_is_accepted(cls: type, field: str) -> None:
+    thought = ProviderResult(content="hi", usage=Usage(3, 5, reasoning=4))
+    sent = json.loads(encode_frame(cls("r1", thought)))
+    assert sent[field]["usage"] == {"prompt": 3, "completion": 5}
+    assert decode_server_frame(json.dumps(sent)) == cls(
+        "r1", ProviderResult(content="hi", usage=Usage(3, 5))
+    )
+    sent[field]["usage"]["reasoning"] = 4
+    assert decode_server_frame(json.dumps(sent)) == cls("r1", thought)
+
+
 def test_a_lone_surrogate_in_received_text_is_repaired_not_crashed_on() -> None:
     # As raw text (measured with surrogatepass) and as a JSON escape.
     raw = '{"type":"delta","id":"r1","channel":"content","text":"a\ud800b"}'

@@ -104,7 +104,7 @@ async def test_a_streamed_answer_from_the_simulator() -> None:
     sim = answer(request)
     assert stream.result.content == sim.text
     assert stream.result.usage == Usage(
-        sim.usage.prompt, sim.usage.completion, sim.usage.total, cached=0
+        sim.usage.prompt, sim.usage.completion, sim.usage.total, cached=0, reasoning=0
     )
     assert stream.result.finish is FinishReason.STOP
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from simulator_cases import ADD, LOOKUP, MODEL, PNG, calls_of, tool_conversation, user
 
 from protocols._json import dumpb, loads
+from protocols.accounting import estimate_tokens
 from protocols.errors import ValidationError
 from protocols.messages import (
     FinishReason,
@@ -76,12 +77,16 @@ def drive(chunks: list[bytes]) -> ProviderResult:
 
 def assert_same(result: ProviderResult, sim: SimAnswer) -> None:
     """What our client read equals what the simulator said (the Responses format always
-    reports ``cached_tokens``, 0 here, as OpenAI does)."""
+    reports ``cached_tokens``, 0 here, as OpenAI does, and ``reasoning_tokens``: the thinking's
+    estimate, within the completion)."""
     assert result.content == sim.text
     assert result.thinking == sim.thinking
     assert calls_of(result) == calls_of(sim)
     assert result.finish is sim.finish
-    assert result.usage == Usage(sim.usage.prompt, sim.usage.completion, sim.usage.total, cached=0)
+    reasoning = min(estimate_tokens(sim.thinking), sim.usage.completion)
+    assert result.usage == Usage(
+        sim.usage.prompt, sim.usage.completion, sim.usage.total, cached=0, reasoning=reasoning
+    )
 
 
 def both_ways(

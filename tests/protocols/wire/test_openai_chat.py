@@ -448,7 +448,7 @@ def test_usage_in_a_final_chunk_without_choices() -> None:
             },
         }
     )
-    assert read_one(data) == Increment(usage=Usage(20, 7, 27, cached=16))
+    assert read_one(data) == Increment(usage=Usage(20, 7, 27, cached=16, reasoning=0))
 
 
 def test_usage_with_the_finish() -> None:

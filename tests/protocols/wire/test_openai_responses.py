@@ -409,7 +409,7 @@ def test_completed_reports_usage_and_a_terminal_stop() -> None:
         event("response.completed", response={"status": "completed", "usage": usage})
     )
     assert increment == Increment(
-        usage=Usage(prompt=100, completion=30, total=130, cached=64),
+        usage=Usage(prompt=100, completion=30, total=130, cached=64, reasoning=20),
         finish=FinishReason.STOP,
         terminal=True,
     )
