@@ -286,3 +286,34 @@ async def test_an_overlong_prompt_is_refused() -> None:
     assert provider.calls == []
     with pytest.raises(ConfigError, match="max_prompt_chars"):
         mcp_server(ToolRegistry([add]), max_prompt_chars=0)
+
+
+async def test_a_served_run_is_a_child_of_the_clients_span() -> None:
+    """The SDK's client sends its current trace context in the request's _meta, and the SDK's
+    server makes it current in the handler (even with no global tracing configured: the API's
+    no-op tracer carries a parent on); the served run's invoke_agent span is its child."""
+    sdk_trace = pytest.importorskip("opentelemetry.sdk.trace")
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    tracer_provider = sdk_trace.TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider = ScriptedProvider("traced")
+    with trio.fail_after(WITHIN):
+        async with open_runtime() as runtime:
+            agent = await Agent.start(
+                runtime, provider, name="traced", tracer_provider=tracer_provider
+            )
+            async with trio.open_nursery() as nursery:
+                url = await nursery.start(functools.partial(serve_http, mcp_server(agent)))
+                async with mcp.Client(url) as client:
+                    tracer = tracer_provider.get_tracer("client")
+                    with tracer.start_as_current_span("client call") as caller:
+                        answer = await client.call_tool("traced", {"prompt": "hi"})
+                nursery.cancel_scope.cancel()
+    assert answer.content[0].text == "traced"
+    (run,) = [s for s in exporter.get_finished_spans() if s.name == "invoke_agent traced"]
+    assert run.parent is not None
+    assert run.parent.span_id == caller.get_span_context().span_id
+    assert run.context.trace_id == caller.get_span_context().trace_id
