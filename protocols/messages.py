@@ -224,6 +224,22 @@ def _to_images(value: Iterable[str]) -> tuple[str, ...]:
     return _tuple(str, "Message.images", value)
 
 
+def _to_result_images(value: Iterable[str]) -> tuple[str, ...]:
+    return _tuple(str, "ToolSuccess.images", value)
+
+
+def _check_images(
+    instance: object, attribute: attrs.Attribute[Any], value: tuple[str, ...]
+) -> None:
+    for index, image in enumerate(value):
+        if not image:
+            raise _fail(
+                _owner(instance),
+                f"{attribute.name}[{index}]",
+                "must be a non-empty base64 string or data: URL",
+            )
+
+
 def _to_stop_sequences(value: Iterable[str]) -> tuple[str, ...]:
     return _tuple(str, "ProviderOptions.stop", value)
 
@@ -283,16 +299,23 @@ class ToolCall:
 
 @attrs.frozen
 class ToolSuccess:
-    """The success arm of a tool result: ``value`` is any strict JSON value the tool returned."""
+    """The success arm of a tool result: ``value`` is any strict JSON value the tool returned;
+    ``images`` are images it returned for the model to see (base64 payloads or ``data:`` URLs,
+    as :attr:`Message.images` takes them; none by default). The tool message of the result
+    (:meth:`Message.from_result`) carries them."""
 
     ok: ClassVar[Literal[True]] = True
 
     id: str = attrs.field(validator=_nonempty_str)
     name: str = attrs.field(validator=_nonempty_str)
     value: JSON = attrs.field(default=None, converter=_to_value)
+    images: tuple[str, ...] = attrs.field(
+        default=(), converter=_to_result_images, validator=_check_images
+    )
 
     def render(self) -> str:
-        """The text the model sees: a string value as is, anything else as compact JSON."""
+        """The text the model sees: a string value as is, anything else as compact JSON (the
+        images are not part of it)."""
         return self.value if isinstance(self.value, str) else dumps(self.value)
 
 
@@ -355,14 +378,6 @@ class ToolDefinition:
 # Messages
 
 
-def _check_images(
-    instance: object, attribute: attrs.Attribute[Any], value: tuple[str, ...]
-) -> None:
-    for index, image in enumerate(value):
-        if not image:
-            raise ValidationError(f"Message.images[{index}] must be a non-empty base64 string")
-
-
 def _check_created_at(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if not math.isfinite(value) or value < 0:
         raise ValidationError(f"Message.created_at must be a finite number >= 0, not {value!r}")
@@ -381,13 +396,14 @@ class Message:
     Field rules by role (violations raise :class:`ValidationError`):
 
     - ``system``: ``content`` only.
-    - ``user``: ``content`` and optionally ``images`` (base64 payloads, input only).
+    - ``user``: ``content`` and optionally ``images`` (base64 payloads or ``data:`` URLs, input
+      only).
     - ``assistant``: ``content``, optionally ``calls`` (unique ids), ``thinking`` (kept for audit,
       never sent back as content), ``interrupted`` (the answer was cut short) and
       ``continuation`` (vendor data a later request must send back as it was, such as Anthropic
       thinking signatures; opaque to everything but the adapter that wrote it).
     - ``tool``: ``content`` (the rendered result) with ``tool_call_id`` and ``name`` naming the call
-      it answers.
+      it answers, and optionally ``images`` the tool returned (a :class:`ToolSuccess`'s).
 
     ``id`` and ``created_at`` (seconds since the epoch) are minted when not given.
     """
@@ -480,16 +496,19 @@ class Message:
         name: str,
         content: str,
         *,
+        images: Iterable[str] = (),
         id: str | None = None,
         created_at: float | None = None,
     ) -> Message:
-        """A tool message answering the call ``call_id`` of tool ``name``."""
+        """A tool message answering the call ``call_id`` of tool ``name``, optionally with the
+        images the tool returned."""
         mid, stamp = _minted(id, created_at)
         return cls(
             role=Role.TOOL,
             content=content,
             tool_call_id=call_id,
             name=name,
+            images=images,
             id=mid,
             created_at=stamp,
         )
@@ -498,8 +517,12 @@ class Message:
     def from_result(
         cls, result: ToolResult, *, id: str | None = None, created_at: float | None = None
     ) -> Message:
-        """The tool message carrying ``result`` (rendered with ``result.render()``)."""
-        return cls.tool(result.id, result.name, result.render(), id=id, created_at=created_at)
+        """The tool message carrying ``result``: its text rendered with ``result.render()``, and
+        a success's images."""
+        images = result.images if isinstance(result, ToolSuccess) else ()
+        return cls.tool(
+            result.id, result.name, result.render(), images=images, id=id, created_at=created_at
+        )
 
 
 def _minted(id: str | None, created_at: float | None) -> tuple[str, float]:
@@ -511,7 +534,7 @@ _ALLOWED_FIELDS: dict[Role, frozenset[str]] = {
     Role.SYSTEM: frozenset(),
     Role.USER: frozenset({"images"}),
     Role.ASSISTANT: frozenset({"calls", "thinking", "interrupted", "continuation"}),
-    Role.TOOL: frozenset({"tool_call_id", "name"}),
+    Role.TOOL: frozenset({"tool_call_id", "name", "images"}),
 }
 
 

@@ -13,7 +13,9 @@ Client to server:
 * ``stream`` -- ``id`` (the client's request id, unique among its open requests),
   ``messages``, ``tools``, ``options``: one provider call; optionally ``trace``, the caller's
   W3C trace context (``traceparent``, ``tracestate``) for the server's span of the call
-  (absent: the connection's handshake headers say it, or nothing does).
+  (absent: the connection's handshake headers say it, or nothing does). A client never sends
+  a tool message's ``images`` (servers from before them refuse the frame): each such message
+  says in its text how many images were left out. A server accepts them.
 * ``cancel`` -- ``id``: stop that request; the server answers ``abort`` with the partial.
 * ``approve`` -- ``id``, ``call`` (a tool-call id), ``decision`` (``allow`` or ``deny``),
   ``reason``: the answer to an ``approval``.
@@ -453,11 +455,22 @@ _RESULT_FIELDS: Final[Mapping[type, str]] = {ResultFrame: "result", AbortFrame: 
 _UNSENT: Final = ("model", "response_id")
 
 
+def _without_tool_images(message: dict[str, Any]) -> None:
+    """Leave a tool message's images out of a frame, saying so in its text."""
+    images = message.pop("images", None) if message.get("role") == "tool" else None
+    if images:
+        count = f"{len(images)} image" + ("s" if len(images) > 1 else "")
+        note = f"[{count} the tool returned, not sent through the relay]"
+        message["content"] = f"{message['content']}\n\n{note}" if message.get("content") else note
+
+
 def encode_frame(frame: ClientFrame | ServerFrame) -> str:
     """The frame as compact JSON text with its ``type`` first (what the other side decodes).
 
     A result's ``model`` and ``response_id``, and its usage's ``reasoning``, are left out (see
-    :data:`_UNSENT`)."""
+    :data:`_UNSENT`); so are a ``stream`` frame's tool messages' images, which servers from
+    before them refuse -- each such message's text ends with a note of how many were left out
+    instead."""
     if type(frame) is DeltaFrame:
         request, piece = frame.id, frame.text
         if not (_may_hold_surrogates(request) or _may_hold_surrogates(piece)):
@@ -478,6 +491,9 @@ def encode_frame(frame: ClientFrame | ServerFrame) -> str:
         usage = result.get("usage")
         if isinstance(usage, dict):
             usage.pop("reasoning", None)
+    elif type(frame) is StreamFrame:
+        for message in body["messages"]:
+            _without_tool_images(message)
     return dumps({"type": tag, **body})
 
 

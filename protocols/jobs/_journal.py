@@ -469,6 +469,7 @@ def _essence(message: Message) -> tuple[Any, ...]:
         message.thinking,
         message.calls,
         message.tool_call_id,
+        message.images,
         message.interrupted,
     )
 

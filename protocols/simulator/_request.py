@@ -11,6 +11,7 @@ import attrs
 from .._json import loads
 from ..errors import ProtocolError, ValidationError
 from ..messages import FinishReason, Usage
+from ..wire.openai_chat import TOOL_IMAGES_LABEL
 
 #: The wire formats the simulator speaks (``"openai"`` is chat completions, ``"openai-responses"``
 #: OpenAI's Responses API).
@@ -42,6 +43,8 @@ MAX_COUNT_TO: Final = 1_000_000
 # Characters per fragment when tool-call arguments are streamed (small, so clients must assemble).
 _ARGUMENT_FRAGMENT = 7
 _CREATED_AT = "2026-01-01T00:00:00Z"
+#: How the text parts of the user message carrying tool images begin (OpenAI chat completions).
+_TOOL_IMAGES_PREFIX = TOOL_IMAGES_LABEL.split("{", 1)[0]
 
 _CALL = re.compile(
     r"\bcall\s+(?:the\s+)?([A-Za-z_][\w-]*(?:\.[\w-]+)*)(?:\s+tool)?(?:\s+with\s+(\{[^{}]*\}))?",
@@ -117,7 +120,10 @@ def parse_request(vendor: Vendor, body: bytes | str) -> SimRequest:
     a field of the wrong type raises
     :class:`~protocols.errors.ValidationError` naming the field (the server answers it with a 400).
     Content the policy does not read (images, unknown block types) is ignored, as a text-only
-    model would.
+    model would -- and so is the ``user`` message an OpenAI chat request carries tool messages'
+    images in after them (its text parts all lead with
+    :data:`~protocols.wire.openai_chat.TOOL_IMAGES_LABEL`): the tools' results are still what
+    the model was last given.
     """
     try:
         data = loads(body)
@@ -233,7 +239,7 @@ def _tool_names(tools: Any, nested: bool) -> tuple[str, ...]:
 
 def _chat_turns(messages: list[Any]) -> tuple[SimTurn, ...]:
     """Messages of the OpenAI and Ollama formats (both: role, content, tool_calls.function)."""
-    turns = []
+    turns: list[SimTurn] = []
     for index, item in enumerate(messages):
         where = f"messages[{index}]"
         message = _object(item, where)
@@ -247,10 +253,23 @@ def _chat_turns(messages: list[Any]) -> tuple[SimTurn, ...]:
             name = str(function.get("name", ""))
             calls.append(SimCall(name, _arguments(function.get("arguments"), call_where)))
         role = _role(message.get("role"), where)
+        if role == "user" and turns and turns[-1].role == "tool" and _tool_images(message):
+            continue
         turns.append(
             SimTurn(role, _text_of(message.get("content"), f"{where}.content"), tuple(calls))
         )
     return tuple(turns)
+
+
+def _tool_images(message: Mapping[str, Any]) -> bool:
+    """Whether ``message`` is the one carrying tool messages' images (OpenAI chat)."""
+    content = message.get("content")
+    if not isinstance(content, list) or not all(isinstance(part, dict) for part in content):
+        return False
+    texts = [part.get("text") for part in content if part.get("type") == "text"]
+    return bool(texts) and all(
+        isinstance(text, str) and text.startswith(_TOOL_IMAGES_PREFIX) for text in texts
+    )
 
 
 def _parse_openai(data: dict[str, Any], model: str, messages: list[Any]) -> SimRequest:

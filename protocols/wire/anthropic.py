@@ -128,8 +128,10 @@ def encode_request(
     * A user message becomes a ``user`` turn: its images first (base64 ``image`` blocks; a
       ``data:`` URL gives its declared media type and payload, a bare payload is sniffed), then a
       text block unless the content is empty -- Anthropic advises images before text.
-    * A tool message becomes a ``tool_result`` block (``tool_use_id`` = its ``tool_call_id``,
-      ``content`` = its text) in a ``user`` turn.
+    * A tool message becomes a ``tool_result`` block (``tool_use_id`` = its ``tool_call_id``)
+      in a ``user`` turn. Its ``content`` is the message's text; with images, a list of a text
+      block (unless the text is empty) then one ``image`` block per image, as for a user
+      message.
     * An assistant message becomes an ``assistant`` turn of: the thinking and redacted thinking
       blocks stored in ``continuation["anthropic"]["thinking_blocks"]``, sent back exactly; a text
       block unless the content is empty; one ``tool_use`` block per call. ``Message.thinking`` is
@@ -178,7 +180,7 @@ def encode_request(
                 {
                     "type": "tool_result",
                     "tool_use_id": message.tool_call_id,
-                    "content": message.content,
+                    "content": _result_content(message),
                 }
             ]
             others: list[dict[str, Any]] = []
@@ -259,6 +261,14 @@ def _user_blocks(message: Message) -> list[dict[str, Any]]:
     blocks = [_image(image) for image in message.images]
     if message.content:
         blocks.append({"type": "text", "text": message.content})
+    return blocks
+
+
+def _result_content(message: Message) -> str | list[dict[str, Any]]:
+    if not message.images:
+        return message.content
+    blocks = [{"type": "text", "text": message.content}] if message.content else []
+    blocks.extend(_image(image) for image in message.images)
     return blocks
 
 

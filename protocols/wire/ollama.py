@@ -10,11 +10,11 @@ whole answer is one such object, the final one.
 
 What the request body does with each part of the data model:
 
-- Messages become ``{"role", "content"}``. A user message's images go in ``images`` as bare
-  base64 (a ``data:`` URL prefix is stripped); an assistant message's calls go in ``tool_calls``
-  as ``{"function": {"name", "arguments"}}`` with the arguments as an object; a tool message
-  names its tool in ``tool_name``. Thinking, the interrupted mark and continuation data are never
-  sent: Ollama has no place for them.
+- Messages become ``{"role", "content"}``. A user or tool message's images go in ``images`` as
+  bare base64 (a ``data:`` URL prefix is stripped); an assistant message's calls go in
+  ``tool_calls`` as ``{"function": {"name", "arguments"}}`` with the arguments as an object; a
+  tool message names its tool in ``tool_name``. Thinking, the interrupted mark and continuation
+  data are never sent: Ollama has no place for them.
 - Tools are sent OpenAI-style, ``{"type": "function", "function": {"name", "description",
   "parameters"}}``, with the parameters as given (projecting them with
   :func:`protocols.wire.schema.project` is the caller's choice).
@@ -135,14 +135,14 @@ def encode_request(
 
 def _message(message: Message) -> dict[str, Any]:
     out: dict[str, Any] = {"role": message.role.value, "content": message.content}
-    if message.role is Role.USER and message.images:
-        out["images"] = [_bare_base64(image) for image in message.images]
-    elif message.role is Role.ASSISTANT and message.calls:
+    if message.role is Role.ASSISTANT and message.calls:
         out["tool_calls"] = [
             {"function": {"name": call.name, "arguments": call.arguments}} for call in message.calls
         ]
     elif message.role is Role.TOOL:
         out["tool_name"] = message.name
+    if message.images:  # a user's or a tool's
+        out["images"] = [_bare_base64(image) for image in message.images]
     return out
 
 

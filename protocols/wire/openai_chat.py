@@ -40,6 +40,7 @@ __all__ = [
     "PATH",
     "RESERVED_KEYS",
     "THINK_EFFORT",
+    "TOOL_IMAGES_LABEL",
     "OpenAIChatReader",
     "encode_request",
     "error_details",
@@ -57,6 +58,10 @@ RESERVED_KEYS: Final = frozenset({"model", "messages", "tools", "stream", "strea
 
 #: ``reasoning_effort`` sent for ``think=True``: the level OpenAI's reasoning models default to.
 THINK_EFFORT: Final = "medium"
+
+#: The text part that leads each tool message's images in the ``user`` message which carries them
+#: (tool messages take text only): formatted with the tool's ``name`` and the ``call_id``.
+TOOL_IMAGES_LABEL: Final = "Images returned by tool {name} (call {call_id}):"
 
 #: The most characters of vendor error text kept in a message.
 _MESSAGE_LIMIT: Final = 300
@@ -99,6 +104,12 @@ def encode_request(
       servers refuse with a 500) and its calls, with arguments as compact
       JSON text. An assistant message's ``thinking``, ``continuation`` and ``interrupted`` mark
       are never sent.
+    * A tool message takes text only, so the images of tool messages follow them in one extra
+      ``user`` message, placed right after the run of consecutive tool messages they are in:
+      for each tool message with images, in order, a text part naming it
+      (:data:`TOOL_IMAGES_LABEL`: "Images returned by tool add (call c1):") then its
+      ``image_url`` parts, as for a user message. No such message is sent for a run without
+      images.
     * ``tools`` become ``function`` tools (an empty description is left out); no ``tools`` key is
       sent when there are none.
     * ``stream=True`` asks for a streamed response with usage in its last chunk
@@ -125,10 +136,20 @@ def encode_request(
     """
     if not isinstance(model, str) or not model:
         raise ConfigError("the OpenAI chat request needs a non-empty model name")
-    body: dict[str, Any] = {
-        "model": model,
-        "messages": [_encode_message(message) for message in messages],
-    }
+    encoded: list[dict[str, Any]] = []
+    pictures: list[dict[str, Any]] = []  # the images of the current run of tool messages
+    for message in messages:
+        if pictures and message.role is not Role.TOOL:
+            encoded.append({"role": "user", "content": pictures})
+            pictures = []
+        encoded.append(_encode_message(message))
+        if message.role is Role.TOOL and message.images:
+            label = TOOL_IMAGES_LABEL.format(name=message.name, call_id=message.tool_call_id)
+            pictures.append({"type": "text", "text": label})
+            pictures.extend(_image_parts(message.images))
+    if pictures:
+        encoded.append({"role": "user", "content": pictures})
+    body: dict[str, Any] = {"model": model, "messages": encoded}
     if tools:
         body["tools"] = [_encode_tool(tool) for tool in tools]
     if stream:
@@ -147,10 +168,7 @@ def _encode_message(message: Message) -> dict[str, Any]:
         parts: list[dict[str, Any]] = []
         if message.content:
             parts.append({"type": "text", "text": message.content})
-        parts.extend(
-            {"type": "image_url", "image_url": {"url": _data_url(image)}}
-            for image in message.images
-        )
+        parts.extend(_image_parts(message.images))
         return {"role": "user", "content": parts}
     if role is Role.ASSISTANT:
         # Never null: the API allows ``null`` with tool calls, but llama.cpp-based servers answer
@@ -169,6 +187,10 @@ def _encode_message(message: Message) -> dict[str, Any]:
     if role is Role.TOOL:
         return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
     return {"role": "system", "content": message.content}
+
+
+def _image_parts(images: Sequence[str]) -> list[dict[str, Any]]:
+    return [{"type": "image_url", "image_url": {"url": _data_url(image)}} for image in images]
 
 
 def _data_url(image: str) -> str:

@@ -122,7 +122,9 @@ def encode_request(
       ``continuation`` by this adapter, its text as an ``output_text`` message item (left out
       when empty and there are calls), then one ``function_call`` item per call (``call_id``,
       ``name``, ``arguments`` as compact JSON text). A ``tool`` message becomes a
-      ``function_call_output`` item (``call_id``, ``output``). Thinking text and the interrupted
+      ``function_call_output`` item (``call_id``, ``output``): ``output`` is its text, or, when
+      it has images, a list of an ``input_text`` item (left out when the text is empty) then one
+      ``input_image`` item per image as for a user message. Thinking text and the interrupted
       mark are never sent.
     * ``tools`` become flat ``function`` tools (``name``, ``description`` unless empty,
       ``parameters``, ``"strict": false`` -- the Responses API is strict by default, which
@@ -186,12 +188,15 @@ def _encode_message(message: Message, items: list[dict[str, Any]]) -> None:
             for call in message.calls
         )
     elif role is Role.TOOL:
+        output: str | list[dict[str, Any]] = message.content
+        if message.images:
+            output = [{"type": "input_text", "text": message.content}] if message.content else []
+            output.extend(
+                {"type": "input_image", "image_url": _data_url(image), "detail": "auto"}
+                for image in message.images
+            )
         items.append(
-            {
-                "type": "function_call_output",
-                "call_id": message.tool_call_id,
-                "output": message.content,
-            }
+            {"type": "function_call_output", "call_id": message.tool_call_id, "output": output}
         )
     else:
         items.append({"type": "message", "role": "system", "content": message.content})

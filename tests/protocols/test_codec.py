@@ -187,6 +187,7 @@ def messages(draw: st.DrawFn) -> Message:
     elif role is Role.TOOL:
         kwargs["tool_call_id"] = draw(NONEMPTY)
         kwargs["name"] = draw(NONEMPTY)
+        kwargs["images"] = draw(st.lists(NONEMPTY, max_size=2))
     if draw(st.booleans()):
         kwargs["id"] = draw(NONEMPTY)
     if draw(st.booleans()):
@@ -230,6 +231,13 @@ TOOL_DEFINITIONS = st.one_of(
 TOOL_SUCCESSES = st.one_of(
     st.builds(ToolSuccess, id=NONEMPTY, name=NONEMPTY, value=JSON_VALUES),
     st.builds(ToolSuccess, id=NONEMPTY, name=NONEMPTY),
+    st.builds(
+        ToolSuccess,
+        id=NONEMPTY,
+        name=NONEMPTY,
+        value=JSON_VALUES,
+        images=st.lists(NONEMPTY, min_size=1, max_size=2),
+    ),
 )
 TOOL_FAILURES = st.builds(ToolFailure, id=NONEMPTY, name=NONEMPTY, error=NONEMPTY)
 TOOL_RESULTS = st.one_of(TOOL_SUCCESSES, TOOL_FAILURES)
@@ -389,6 +397,26 @@ def test_defaults_omitted_for_empty_objects() -> None:
     }
     assert encode(ProviderResult()) == "{}"
     assert decode(ProviderResult, "{}") == ProviderResult()
+
+
+def test_tool_images_are_written_only_when_there_are_some() -> None:
+    # What was stored before tool results and tool messages had images decodes as before.
+    assert "images" not in to_json(Message.tool("c", "t", "x", id="m", created_at=0))
+    assert decode(ToolResult, '{"success":true,"id":"a","name":"b","value":1}') == ToolSuccess(
+        "a", "b", 1
+    )
+    pictured = ToolSuccess("a", "b", "seen", images=["iVBORw0KGgo="])
+    assert to_json(pictured) == {
+        "success": True,
+        "id": "a",
+        "name": "b",
+        "value": "seen",
+        "images": ["iVBORw0KGgo="],
+    }
+    assert decode(ToolResult, encode(pictured)) == pictured
+    message = Message.from_result(pictured, id="m", created_at=0)
+    assert to_json(message)["images"] == ["iVBORw0KGgo="]
+    assert decode(Message, encode(message)) == message
 
 
 def test_self_referential_defaults_omitted_only_when_default() -> None:
@@ -560,6 +588,17 @@ def test_optional_fields_accept_explicit_defaults() -> None:
         (Message, {"role": "user", "calls": [base(CALL)]}, "a user message cannot have calls"),
         (Message, {"role": "system", "images": ["x"]}, "a system message cannot have images"),
         (Message, {"role": "user", "images": [""]}, "Message.images[0] must be a non-empty"),
+        (Message, {"role": "tool", "images": [""], "tool_call_id": "c", "name": "t"}, "images[0]"),
+        (
+            ToolSuccess,
+            {"success": True, "id": "a", "name": "b", "images": [""]},
+            "ToolSuccess.images[0] must be a non-empty",
+        ),
+        (
+            ToolSuccess,
+            {"success": True, "id": "a", "name": "b", "images": "iVBORw0KGgo="},
+            "$.images",
+        ),
         (Message, {"role": "user", "created_at": -1}, "Message.created_at must be a finite"),
         (Message, {"role": "user", "id": ""}, "Message.id must be a non-empty str"),
         (

@@ -206,6 +206,25 @@ def test_tool_result_arms() -> None:
         ToolSuccess("c1", "add", object())
 
 
+def test_a_successful_results_images_go_on_its_tool_message() -> None:
+    dot = "data:image/png;base64,iVBORw0KGgo="
+    success = ToolSuccess("c1", "draw", "a dot", images=[dot, "R0lGODlh"])
+    assert success.images == (dot, "R0lGODlh")
+    assert success.render() == "a dot"  # the text only
+    message = Message.from_result(success)
+    assert (message.role, message.content, message.images) == (
+        Role.TOOL,
+        "a dot",
+        (dot, "R0lGODlh"),
+    )
+    assert Message.tool("c1", "draw", "x", images=[dot]).images == (dot,)
+    assert Message.from_result(ToolSuccess("c1", "draw", "x")).images == ()
+    with pytest.raises(ValidationError, match=r"ToolSuccess.images\[1\] must be a non-empty"):
+        ToolSuccess("c1", "draw", images=[dot, ""])
+    with pytest.raises(ValidationError, match=r"ToolSuccess\.images must be a sequence of str"):
+        ToolSuccess("c1", "draw", images=dot)
+
+
 def test_tool_definition_validation() -> None:
     definition = ToolDefinition("get_weather", "Look up the weather.")
     assert definition.parameters == {"type": "object", "properties": {}}

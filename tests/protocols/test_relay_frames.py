@@ -307,6 +307,33 @@ def test_a_usages_reasoning_is_never_sent_but_is_accepted(cls: type, field: str)
     assert decode_server_frame(json.dumps(sent)) == cls("r1", thought)
 
 
+def test_a_tool_messages_images_are_never_sent_but_are_accepted() -> None:
+    # A server from before tool messages had images refuses a tool message with them: a client
+    # leaves them out, and says so in the message's text...
+    history = (
+        Message.user("look", images=["iVBORw0KGgo="], id="u", created_at=0),
+        Message.tool("c1", "draw", "a dot", images=["iVBORw0KGgo=", "R0lG"], id="t", created_at=0),
+        Message.tool("c2", "draw", "", images=["R0lG"], id="s", created_at=0),
+        Message.tool("c3", "add", "3", id="p", created_at=0),
+    )
+    sent = json.loads(encode_frame(StreamFrame("r1", history)))
+    user, drawn, silent, plain = sent["messages"]
+    assert user["images"] == ["iVBORw0KGgo="]  # a user message's images always went
+    assert "images" not in drawn
+    assert "images" not in silent
+    assert drawn["content"] == "a dot\n\n[2 images the tool returned, not sent through the relay]"
+    assert silent["content"] == "[1 image the tool returned, not sent through the relay]"
+    assert plain == json.loads(encode_frame(StreamFrame("r1", history[3:])))["messages"][0]
+    decoded = decode_client_frame(encode_frame(StreamFrame("r1", history)))
+    assert isinstance(decoded, StreamFrame)
+    assert [message.images for message in decoded.messages] == [("iVBORw0KGgo=",), (), (), ()]
+    # ... and a server still takes them, should a client send them.
+    drawn.update(content="a dot", images=["iVBORw0KGgo="])
+    taken = decode_client_frame(json.dumps(sent))
+    assert isinstance(taken, StreamFrame)
+    assert taken.messages[1].images == ("iVBORw0KGgo=",)
+
+
 def test_a_lone_surrogate_in_received_text_is_repaired_not_crashed_on() -> None:
     # As raw text (measured with surrogatepass) and as a JSON escape.
     raw = '{"type":"delta","id":"r1","channel":"content","text":"a\ud800b"}'

@@ -92,6 +92,7 @@ def essence(message: Message) -> tuple[Any, ...]:
         message.calls,
         message.tool_call_id,
         message.name,
+        message.images,
         message.interrupted,
     )
 
@@ -160,13 +161,14 @@ def test_a_whole_run_replays_into_its_conversation() -> None:
 
 def test_tool_messages_are_made_from_the_results() -> None:
     results: list[ToolResult] = [
-        ToolSuccess("c1", "search", {"a": [1, None]}),
+        ToolSuccess("c1", "search", {"a": [1, None]}, images=["iVBORw0KGgo="]),
         ToolFailure("c2", "write", "disk full"),
     ]
     made = replay(JOB, [*OPENED, *(ResultEntry(r) for r in results)])
     tools = made.messages[2:]
     assert essences(tools) == essences([Message.from_result(r) for r in results])
     assert [m.content for m in tools] == ['{"a":[1,null]}', "disk full"]
+    assert [m.images for m in tools] == [("iVBORw0KGgo=",), ()]
     assert made.results == {"c1": results[0], "c2": results[1]}
 
 
@@ -593,6 +595,10 @@ def test_a_history_that_is_the_journals_passes() -> None:
         ),
         (lambda h: [h[0], h[2], h[1], *h[3:]], "message 2 of the history is not the journal's"),
         (
+            lambda h: [*h[:2], attrs.evolve(h[2], images=["iVBORw0KGgo="]), *h[3:]],
+            "message 3 of the history is not the journal's",
+        ),
+        (
             lambda h: [*h[:-1], attrs.evolve(h[-1], interrupted=False)],
             "message 5 of the history is not the journal's",
         ),
@@ -603,6 +609,7 @@ def test_a_history_that_is_the_journals_passes() -> None:
         "longer",
         "first-differs",
         "tool-differs",
+        "tool-images-differ",
         "reordered",
         "not-interrupted",
         "empty",
@@ -637,7 +644,11 @@ CALLS = st.builds(
     ToolCall, id=IDS, name=NAMES, arguments=st.dictionaries(TEXT, JSON_VALUES, max_size=2)
 )
 RESULTS: st.SearchStrategy[ToolResult] = st.builds(
-    ToolSuccess, id=IDS, name=NAMES, value=JSON_VALUES
+    ToolSuccess,
+    id=IDS,
+    name=NAMES,
+    value=JSON_VALUES,
+    images=st.lists(st.sampled_from(["iVBORw0KGgo=", "data:image/gif;base64,R0lG"]), max_size=2),
 ) | st.builds(ToolFailure, id=IDS, name=NAMES, error=st.text(min_size=1, max_size=10))
 USAGES = st.builds(Usage, prompt=st.integers(0, 10**6), completion=st.integers(0, 10**6))
 STAMPS = st.floats(min_value=0, max_value=4e9)
@@ -654,7 +665,15 @@ MESSAGES = st.one_of(
     st.builds(Message.user, TEXT, id=IDS, created_at=STAMPS),
     st.builds(Message.system, TEXT, id=IDS, created_at=STAMPS),
     ASSISTANTS,
-    st.builds(Message.tool, IDS, NAMES, TEXT, id=IDS, created_at=STAMPS),
+    st.builds(
+        Message.tool,
+        IDS,
+        NAMES,
+        TEXT,
+        images=st.lists(st.just("iVBORw0KGgo="), max_size=1),
+        id=IDS,
+        created_at=STAMPS,
+    ),
 )
 RUN_RESULTS = st.builds(
     lambda content, messages, usage, complete, turns: AgentResult(

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from simulator_cases import (
     ADD,
     MODEL,
+    PNG,
     VENDORS,
     calls_of,
     encode,
@@ -22,6 +23,7 @@ from simulator_cases import (
 
 from protocols._json import dumpb, dumps
 from protocols.errors import ValidationError
+from protocols.messages import Message, ToolCall
 from protocols.simulator import (
     SimCall,
     SimTurn,
@@ -125,6 +127,38 @@ def test_requests_are_read_into_turns() -> None:
         SimTurn("assistant", "", (SimCall("add", {}),)),
         SimTurn("tool", "3"),
     )
+
+
+@pytest.mark.parametrize("vendor", VENDORS)
+def test_tool_messages_with_images_are_read_for_their_text(vendor: Vendor) -> None:
+    calls = [ToolCall("c1", "add", {}), ToolCall("c2", "lookup", {})]
+    history = [
+        Message.user("draw"),
+        Message.assistant(calls=calls),
+        Message.tool("c1", "add", "3", images=[PNG]),
+        Message.tool("c2", "lookup", "4", images=[PNG, PNG]),
+    ]
+    request = parse_request(vendor, encode(vendor, history))
+    # (OpenAI chat completions sends the images in a user message after the tool messages:
+    # that message is not a question, and the answer is still read from the results.)
+    assert request.turns[-2:] == (SimTurn("tool", "3"), SimTurn("tool", "4"))
+    assert answer(request).text == "The tools returned: 3, 4."
+
+
+def test_a_user_message_like_the_tool_images_one_is_read_anywhere_else() -> None:
+    label = {"type": "text", "text": "Images returned by tool add (call c1):"}
+    first = parse_request("openai", raw(messages=[{"role": "user", "content": [label]}]))
+    assert first.turns == (SimTurn("user", label["text"]),)  # not after a tool message
+    mixed = parse_request(
+        "openai",
+        raw(
+            messages=[
+                {"role": "tool", "tool_call_id": "c1", "content": "3"},
+                {"role": "user", "content": [label, {"type": "text", "text": "call add"}]},
+            ]
+        ),
+    )
+    assert [turn.role for turn in mixed.turns] == ["tool", "user"]
 
 
 def test_tool_choice_is_read_into_one_shape() -> None:

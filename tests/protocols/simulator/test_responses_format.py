@@ -147,6 +147,17 @@ def test_our_request_is_read_into_turns_tools_and_options() -> None:
     assert request.include_usage is True
 
 
+def test_tool_outputs_with_images_are_read_for_their_text() -> None:
+    history = [
+        Message.user("draw"),
+        Message.assistant(calls=[ToolCall("c1", "add", {})]),
+        Message.tool("c1", "add", "3", images=[PNG]),
+    ]
+    request = parse_request(VENDOR, encode(history))
+    assert request.turns[-1] == SimTurn("tool", "3")
+    assert answer(request).text == "The answer is 3."
+
+
 def test_a_call_alone_makes_an_assistant_turn() -> None:
     history = [Message.user("go"), Message.assistant(calls=[ToolCall("c", "add", {"a": 1})])]
     request = parse_request(VENDOR, encode(history))

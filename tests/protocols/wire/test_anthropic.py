@@ -244,6 +244,34 @@ def test_consecutive_tool_results_and_a_following_user_message_share_one_user_tu
     }
 
 
+def test_tool_result_images_follow_its_text_inside_the_block() -> None:
+    calls = [ToolCall("toolu_a", "draw"), ToolCall("toolu_b", "g")]
+    request = body(
+        [
+            Message.user("Draw."),
+            Message.assistant("", calls=calls),
+            Message.tool(
+                "toolu_a", "draw", "a dot", images=[PNG, f"data:image/jpeg;base64,{JPEG}"]
+            ),
+            Message.tool("toolu_b", "g", "2"),
+        ]
+    )
+    image = {"type": "base64", "media_type": "image/png", "data": PNG}
+    jpeg = {"type": "base64", "media_type": "image/jpeg", "data": JPEG}
+    assert request["messages"][2] == user_turn(
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_a",
+            "content": [
+                text("a dot"),
+                {"type": "image", "source": image},
+                {"type": "image", "source": jpeg},
+            ],
+        },
+        result_block("toolu_b", "2"),  # without images: the text as a string, as before
+    )
+
+
 def test_turns_alternate_and_tool_results_lead_a_merged_turn() -> None:
     request = body(
         [

@@ -163,6 +163,13 @@ def test_tool_message_names_its_tool() -> None:
     ]
 
 
+def test_tool_message_images_are_bare_base64_on_the_tool_message() -> None:
+    message = Message.tool("c1", "draw", "a dot", images=[PNG, "data:image/jpeg;base64,/9j/4AAQ"])
+    assert encode_request([message], model="m")["messages"] == [
+        {"role": "tool", "content": "a dot", "tool_name": "draw", "images": [PNG, "/9j/4AAQ"]}
+    ]
+
+
 def test_a_whole_tool_round_trip_conversation() -> None:
     messages = [
         Message.user("Weather in Paris?"),

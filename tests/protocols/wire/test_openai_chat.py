@@ -31,6 +31,7 @@ from protocols.wire.openai_chat import (
     DEFAULT_BASE_URL,
     PATH,
     RESERVED_KEYS,
+    TOOL_IMAGES_LABEL,
     OpenAIChatReader,
     encode_request,
     error_details,
@@ -105,6 +106,34 @@ def test_encode_image_only_user_message_has_no_text_part() -> None:
             ],
         }
     ]
+
+
+def test_encode_tool_images_follow_the_tool_messages_in_one_user_message() -> None:
+    calls = [ToolCall("c1", "draw", {}), ToolCall("c2", "add", {})]
+    body = encode_request(
+        [
+            Message.user("q"),
+            Message.assistant(calls=calls),
+            Message.tool("c1", "draw", "a dot", images=[PNG]),
+            Message.tool("c2", "add", "3"),
+        ],
+        model="m",
+        stream=False,
+    )
+    assert body["messages"][2:] == [
+        {"role": "tool", "tool_call_id": "c1", "content": "a dot"},
+        {"role": "tool", "tool_call_id": "c2", "content": "3"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": TOOL_IMAGES_LABEL.format(name="draw", call_id="c1")},
+                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+            ],
+        },
+    ]
+    assert TOOL_IMAGES_LABEL.format(name="add", call_id="c1") == (
+        "Images returned by tool add (call c1):"
+    )
 
 
 def test_encode_assistant_with_calls_and_no_text_sends_empty_content_never_null() -> None:

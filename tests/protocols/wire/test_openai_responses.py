@@ -172,6 +172,26 @@ def test_an_image_only_user_message_has_no_text_part() -> None:
     assert [part["type"] for part in parts] == ["input_image"]
 
 
+def test_a_tool_output_with_images_is_a_list_of_input_items() -> None:
+    call = ToolCall("c1", "draw", {})
+    history = [Message.user("draw"), Message.assistant(calls=[call])]
+    plain = body([*history, Message.tool("c1", "draw", "a dot")])["input"][-1]
+    assert plain == {"type": "function_call_output", "call_id": "c1", "output": "a dot"}
+    pictured = Message.tool("c1", "draw", "a dot", images=[PNG, "data:image/webp;base64,AAAA"])
+    assert body([*history, pictured])["input"][-1] == {
+        "type": "function_call_output",
+        "call_id": "c1",
+        "output": [
+            {"type": "input_text", "text": "a dot"},
+            {"type": "input_image", "image_url": f"data:image/png;base64,{PNG}", "detail": "auto"},
+            {"type": "input_image", "image_url": "data:image/webp;base64,AAAA", "detail": "auto"},
+        ],
+    }
+    silent = Message.tool("c1", "draw", "", images=[PNG])
+    output = body([*history, silent])["input"][-1]["output"]
+    assert [part["type"] for part in output] == ["input_image"]
+
+
 def test_stored_reasoning_goes_back_just_before_its_turn() -> None:
     call = ToolCall("c1", "f", {})
     turn = Message.assistant(

@@ -14,6 +14,7 @@ from protocols.messages import Message, ToolCall
 from protocols.wire import anthropic, ollama, openai_chat
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 16).decode()
+GIF = "data:image/gif;base64," + base64.b64encode(b"GIF89a" + b"\x00" * 10).decode()
 CALL = ToolCall("call_1", "add", {"a": 19, "b": 23})
 
 
@@ -125,6 +126,107 @@ def test_a_tool_result() -> None:
     }
 
 
+def test_a_tool_result_with_images() -> None:
+    history = [
+        Message.user("q"),
+        Message.assistant(calls=[CALL]),
+        Message.tool("call_1", "add", "42", images=[PNG, GIF]),
+    ]
+    # Tool messages take text only: the images follow in a user message naming the call.
+    assert messages_of("openai", history)[2:] == [
+        {"role": "tool", "tool_call_id": "call_1", "content": "42"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Images returned by tool add (call call_1):"},
+                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+                {"type": "image_url", "image_url": {"url": GIF}},
+            ],
+        },
+    ]
+    assert messages_of("anthropic", history)[2] == {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "call_1",
+                "content": [
+                    {"type": "text", "text": "42"},
+                    {
+                        "type": "image",
+                        "source": {"type": "base64", "media_type": "image/png", "data": PNG},
+                    },
+                    {
+                        "type": "image",
+                        "source": {
+                            "type": "base64",
+                            "media_type": "image/gif",
+                            "data": GIF.split(",", 1)[1],
+                        },
+                    },
+                ],
+            }
+        ],
+    }
+    assert messages_of("ollama", history)[2] == {
+        "role": "tool",
+        "content": "42",
+        "tool_name": "add",
+        "images": [PNG, GIF.split(",", 1)[1]],
+    }
+
+
+def test_a_tool_result_of_images_alone() -> None:
+    history = [
+        Message.user("q"),
+        Message.assistant(calls=[CALL]),
+        Message.tool("call_1", "add", "", images=[PNG]),
+    ]
+    assert messages_of("anthropic", history)[2]["content"][0]["content"] == [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}
+    ]
+    assert messages_of("openai", history)[2]["content"] == ""
+    assert messages_of("openai", history)[3]["role"] == "user"
+
+
+def test_openai_chat_sends_a_runs_tool_images_in_one_user_message_after_it() -> None:
+    first, second, third = (ToolCall(f"c{n}", f"tool{n}", {}) for n in (1, 2, 3))
+    history = [
+        Message.user("q"),
+        Message.assistant(calls=[first, second, third]),
+        Message.tool("c1", "tool1", "one", images=[PNG]),
+        Message.tool("c2", "tool2", "two"),
+        Message.tool("c3", "tool3", "three", images=[GIF, PNG]),
+        Message.assistant(calls=[ToolCall("c4", "tool4", {})]),
+        Message.tool("c4", "tool4", "four"),
+        Message.user("and?"),
+    ]
+    sent = messages_of("openai", history)
+    assert [message["role"] for message in sent] == [
+        "user",
+        "assistant",
+        "tool",
+        "tool",
+        "tool",
+        "user",  # the images of the first run, after all of its tool messages
+        "assistant",
+        "tool",  # a run without images: no extra message
+        "user",
+    ]
+    assert sent[5]["content"] == [
+        {"type": "text", "text": "Images returned by tool tool1 (call c1):"},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+        {"type": "text", "text": "Images returned by tool tool3 (call c3):"},
+        {"type": "image_url", "image_url": {"url": GIF}},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+    ]
+    assert sent[-1] == {"role": "user", "content": "and?"}
+    # A run that ends the history is followed by its images too.
+    ending = messages_of("openai", history[:5])
+    assert [message["role"] for message in ending][-2:] == ["tool", "user"]
+    assert ending[-1] == sent[5]
+
+
 def _nulls(value: Any, path: str = "$") -> list[str]:
     if value is None:
         return [path]
@@ -152,7 +254,12 @@ def histories(draw: st.DrawFn) -> list[Message]:
             for index in range(draw(st.integers(0, 2)))
         ]
         history.append(Message.assistant(draw(text), calls=calls))
-        history.extend(Message.tool(call.id, call.name, draw(text)) for call in calls)
+        history.extend(
+            Message.tool(
+                call.id, call.name, draw(text), images=[PNG] if draw(st.booleans()) else []
+            )
+            for call in calls
+        )
     return history
 
 
