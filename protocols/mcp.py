@@ -5,9 +5,11 @@ Everything here works on the JSON shapes the Model Context Protocol puts on the 
 dicts, with its camelCase keys), so it is tested without an SDK, an event loop or a server. The
 runtime half (:mod:`actors.mcp`) turns the SDK's objects into these dicts.
 
-What a model sees of an MCP result is text or JSON: a tool message carries no images in our data
-model, so an image (or audio, or a binary resource) is named in the text by its media type and
-size rather than sent as base64 the model would have to read as tokens.
+What a model sees of an MCP result is text or JSON, and the result's images: an image part the
+model can be shown (PNG, JPEG, GIF or WebP, within :data:`MAX_RESULT_IMAGES` and
+:data:`MAX_RESULT_IMAGE_CHARS`) goes on the tool result as an image, which each vendor's encoder
+sends as an image. Any other image, audio or binary resource is named in the text by its media
+type and size rather than sent as base64 the model would have to read as tokens.
 """
 
 from __future__ import annotations
@@ -20,9 +22,12 @@ import attrs
 
 from .errors import ValidationError
 from .messages import ToolDefinition, ToolFailure, ToolResult, ToolSuccess
+from .wire._common import image_media_type, sniff_image
 
 __all__ = [
     "MAX_RESULT_CHARS",
+    "MAX_RESULT_IMAGES",
+    "MAX_RESULT_IMAGE_CHARS",
     "MAX_TOOLS",
     "Listing",
     "content_text",
@@ -34,6 +39,13 @@ __all__ = [
 
 #: The most characters of one MCP result a model is given (the rest is cut, and the cut said).
 MAX_RESULT_CHARS: Final = 100_000
+
+#: The most images of one MCP result a model is given (the rest are noted in the text).
+MAX_RESULT_IMAGES: Final = 8
+
+#: The most characters of base64 the images of one MCP result hold together, 5 MiB (an image
+#: that would pass it is noted in the text instead).
+MAX_RESULT_IMAGE_CHARS: Final = 5 * 1024 * 1024
 
 #: The most tools taken from one server (the rest are left out, and that said).
 MAX_TOOLS: Final = 1000
@@ -148,10 +160,51 @@ def content_text(content: Sequence[Mapping[str, Any]], *, limit: int = MAX_RESUL
     """The text of MCP ``content`` parts, one part per paragraph: text as is, an embedded text
     resource's text, and for an image, audio or binary resource a bracketed note of its media
     type and size. Cut at ``limit`` characters, with the cut said at the end."""
-    text = "\n\n".join(_part_text(part) for part in content if isinstance(part, Mapping))
+    return _cut(
+        "\n\n".join(_part_text(part) for part in content if isinstance(part, Mapping)), limit
+    )
+
+
+def _cut(text: str, limit: int) -> str:
     if len(text) > limit:
         text = text[:limit] + f"\n[... cut: the result had {len(text)} characters]"
     return text
+
+
+_BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
+
+
+def _shown(part: Mapping[str, Any]) -> str | None:
+    """An image part as a ``data:`` URL a model can be shown: its ``data`` is base64 whose bytes
+    are a PNG, JPEG, GIF or WebP image (the bytes decide the media type, not ``mimeType``);
+    ``None`` otherwise."""
+    data = part.get("data")
+    if not isinstance(data, str) or not data or len(data) % 4 or not _BASE64.fullmatch(data):
+        return None
+    media = sniff_image(data)
+    return None if media is None else f"data:{media};base64,{data}"
+
+
+def _read_content(content: Sequence[Any], limit: int) -> tuple[str, tuple[str, ...]]:
+    """The text of ``content`` (as :func:`content_text`) without the images a model is shown,
+    and those images, at most :data:`MAX_RESULT_IMAGES` of at most
+    :data:`MAX_RESULT_IMAGE_CHARS` of base64 together, in order."""
+    texts: list[str] = []
+    images: list[str] = []
+    room = MAX_RESULT_IMAGE_CHARS
+    for part in content:
+        if not isinstance(part, Mapping):
+            continue
+        if part.get("type") == "image" and len(images) < MAX_RESULT_IMAGES:
+            data = part.get("data")
+            if isinstance(data, str) and len(data) <= room:
+                shown = _shown(part)
+                if shown is not None:
+                    images.append(shown)
+                    room -= len(data)
+                    continue
+        texts.append(_part_text(part))
+    return _cut("\n\n".join(texts), limit), tuple(images)
 
 
 def read_result(
@@ -161,34 +214,46 @@ def read_result(
     "structuredContent"}``) to the call ``call_id`` of tool ``name``.
 
     Guarantees: an ``isError`` answer is a :class:`~protocols.messages.ToolFailure` whose error
-    is the answer's text (never empty); otherwise a :class:`~protocols.messages.ToolSuccess`
-    whose value is the content's text (:func:`content_text`) -- what the server wrote for a
-    model, of which the protocol makes ``structuredContent`` the machine-readable twin -- or,
-    when the content holds no text at all, the ``structuredContent`` itself (any JSON value).
-    Never raises for what a server sends.
+    is the answer's text (never empty; an image in it is only noted); otherwise a
+    :class:`~protocols.messages.ToolSuccess` whose value is the content's text -- what the
+    server wrote for a model, of which the protocol makes ``structuredContent`` the
+    machine-readable twin -- or, when the content holds no text at all, the
+    ``structuredContent`` itself (any JSON value). The success's ``images`` are its image parts
+    a model can be shown, in order, each a ``data:`` URL: base64 of a PNG, JPEG, GIF or WebP
+    image (its media type read from its bytes), the first :data:`MAX_RESULT_IMAGES` of them
+    whose base64 fits in :data:`MAX_RESULT_IMAGE_CHARS` together. Every other part is in the
+    text as :func:`content_text` gives it (an image left out is noted there with its media type
+    and size). Never raises for what a server sends.
     """
     raw_content = result.get("content")
     content = raw_content if isinstance(raw_content, list) else []
-    text = content_text(content, limit=limit)
     if result.get("isError") is True:
+        text = content_text(content, limit=limit)
         return ToolFailure(id=call_id, name=name, error=text or f"{name} failed (no message)")
+    text, images = _read_content(content, limit)
     structured = result.get("structuredContent")
     if structured is not None and not text.strip():
         try:
-            return ToolSuccess(id=call_id, name=name, value=structured)
+            return ToolSuccess(id=call_id, name=name, value=structured, images=images)
         except (ValidationError, TypeError, ValueError):
             pass  # not strict JSON: the (empty) text is all the model gets
-    return ToolSuccess(id=call_id, name=name, value=text)
+    return ToolSuccess(id=call_id, name=name, value=text, images=images)
 
 
 def write_result(result: ToolResult) -> dict[str, Any]:
     """One of our tool results as the answer of an MCP ``tools/call``: its rendered text as one
-    text part, ``isError`` for a failure, and a success's value as ``structuredContent`` when
-    it is a JSON object."""
-    answer: dict[str, Any] = {
-        "content": [{"type": "text", "text": result.render()}],
-        "isError": not result.ok,
-    }
+    text part, then a success's images as image parts (base64 ``data`` and its ``mimeType``:
+    a ``data:`` URL's declared type, a bare payload's sniffed), ``isError`` for a failure, and a
+    success's value as ``structuredContent`` when it is a JSON object."""
+    content: list[dict[str, Any]] = [{"type": "text", "text": result.render()}]
+    if isinstance(result, ToolSuccess):
+        content.extend(_image_part(image) for image in result.images)
+    answer: dict[str, Any] = {"content": content, "isError": not result.ok}
     if isinstance(result, ToolSuccess) and isinstance(result.value, dict):
         answer["structuredContent"] = result.value
     return answer
+
+
+def _image_part(image: str) -> dict[str, Any]:
+    data = image.partition(",")[2] if image.startswith("data:") else image
+    return {"type": "image", "data": data, "mimeType": image_media_type(image)}

@@ -27,16 +27,23 @@ def image_media_type(payload: str) -> str:
     if payload.startswith("data:"):
         declared = payload[5:].split(";", 1)[0].split(",", 1)[0]
         return declared or "image/png"
+    return sniff_image(payload) or "image/png"
+
+
+def sniff_image(payload: str) -> str | None:
+    """The media type a bare base64 image payload's first bytes show (``image/png``,
+    ``image/jpeg``, ``image/gif`` or ``image/webp``), or ``None`` when they show none of those
+    or are not base64. Not part of the public API."""
     try:
         head = base64.b64decode(payload[:24] + "=" * (-len(payload[:24]) % 4), validate=False)
     except (binascii.Error, ValueError):
-        return "image/png"
+        return None
     for magic, media_type in _MAGIC:
         if head.startswith(magic):
             return media_type
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         return "image/webp"
-    return "image/png"
+    return None
 
 
 #: Statuses worth retrying: timeouts, conflicts, too early, rate limits, transient server errors.

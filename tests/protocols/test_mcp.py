@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocols.mcp import (
+    MAX_RESULT_IMAGE_CHARS,
+    MAX_RESULT_IMAGES,
     MAX_TOOLS,
     content_text,
     local_name,
@@ -24,6 +28,14 @@ JSON = st.recursive(
     ),
     max_leaves=12,
 )
+
+
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 16).decode()
+JPEG = base64.b64encode(b"\xff\xd8\xff\xe0" + b"\x00" * 16).decode()
+
+
+def image(data: str, media: str = "image/png") -> dict[str, Any]:
+    return {"type": "image", "data": data, "mimeType": media}
 
 
 #: Schema checks take their time on a loaded machine: no per-example deadline.
@@ -96,25 +108,82 @@ def test_results_map_onto_tool_results() -> None:
         {
             "content": [
                 {"type": "text", "text": "a dot"},
-                {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
+                image(PNG),
+                {"type": "audio", "data": "AAAA", "mimeType": "audio/wav"},
                 {"type": "resource", "resource": {"uri": "file:///a", "text": "inside"}},
                 {"type": "resource", "resource": {"uri": "file:///b", "blob": "AAAA"}},
                 {"type": "resource_link", "uri": "file:///c", "name": "c"},
+                image(JPEG, "image/png"),  # the bytes say what it is
             ],
             "structuredContent": {"dots": 1},
         },
     )
     assert isinstance(mixed, ToolSuccess)
     assert mixed.value == (
-        "a dot\n\n[image: image/png, 8 bytes, not shown]\n\ninside\n\n"
+        "a dot\n\n[audio: audio/wav, 3 bytes, not shown]\n\ninside\n\n"
         "[resource file:///b: unknown type, 3 bytes, not shown]\n\n[resource: file:///c]"
     )
+    assert mixed.images == (f"data:image/png;base64,{PNG}", f"data:image/jpeg;base64,{JPEG}")
 
     failed = read_result("c1", "t", {"content": [{"type": "text", "text": "no"}], "isError": True})
     assert failed == ToolFailure(id="c1", name="t", error="no")
     silent = read_result("c1", "t", {"content": [], "isError": True})
     assert isinstance(silent, ToolFailure)
     assert silent.error == "t failed (no message)"
+
+
+def test_an_answer_of_images_alone_gives_its_structured_content_with_the_images() -> None:
+    both = read_result("c", "t", {"content": [image(PNG)], "structuredContent": {"n": 1}})
+    assert both == ToolSuccess("c", "t", {"n": 1}, images=[f"data:image/png;base64,{PNG}"])
+    alone = read_result("c", "t", {"content": [image(PNG)]})
+    assert alone == ToolSuccess("c", "t", "", images=[f"data:image/png;base64,{PNG}"])
+
+
+@pytest.mark.parametrize(
+    ("part", "note"),
+    [
+        (image("PD94bWwg", "image/svg+xml"), "[image: image/svg+xml, 6 bytes, not shown]"),
+        (image("AAAA", "image/png"), "[image: image/png, 3 bytes, not shown]"),  # not a PNG
+        (image(PNG[:-1] + "!"), "[image: image/png, 24 bytes, not shown]"),  # not base64
+        (image(PNG[:-2]), "[image: image/png, 22 bytes, not shown]"),  # not whole base64
+        (image(""), "[image: image/png, 0 bytes, not shown]"),
+        ({"type": "image", "data": 7, "mimeType": "image/png"}, "unknown size, not shown]"),
+    ],
+)
+def test_an_image_a_model_cannot_be_shown_is_noted(part: dict[str, Any], note: str) -> None:
+    result = read_result("c", "t", {"content": [part]})
+    assert isinstance(result, ToolSuccess)
+    assert result.images == ()
+    assert note in result.value
+
+
+def test_at_most_max_result_images_are_kept_and_the_rest_noted() -> None:
+    pictures = [image(PNG) for _ in range(MAX_RESULT_IMAGES + 2)]
+    result = read_result("c", "t", {"content": pictures})
+    assert isinstance(result, ToolSuccess)
+    assert len(result.images) == MAX_RESULT_IMAGES == 8
+    assert result.value == "\n\n".join(["[image: image/png, 24 bytes, not shown]"] * 2)
+
+
+def test_images_past_max_result_image_chars_are_noted() -> None:
+    padding = "A" * (MAX_RESULT_IMAGE_CHARS // 2 - len(PNG))
+    half = PNG + padding  # exactly half the budget of base64
+    assert len(half) * 2 == MAX_RESULT_IMAGE_CHARS == 5 * 1024 * 1024
+    result = read_result("c", "t", {"content": [image(half), image(half), image(PNG)]})
+    assert isinstance(result, ToolSuccess)
+    assert [len(kept) for kept in result.images] == [len("data:image/png;base64,") + len(half)] * 2
+    assert result.value == "[image: image/png, 24 bytes, not shown]"
+    # A small image after one too large for what is left still fits.
+    big = PNG + "A" * (MAX_RESULT_IMAGE_CHARS - len(PNG) - 4)
+    later = read_result("c", "t", {"content": [image(PNG), image(big), image(PNG)]})
+    assert isinstance(later, ToolSuccess)
+    assert len(later.images) == 2
+    assert later.value.startswith("[image: image/png, ")
+
+
+def test_an_error_answers_images_are_only_noted() -> None:
+    failed = read_result("c", "t", {"content": [image(PNG)], "isError": True})
+    assert failed == ToolFailure("c", "t", "[image: image/png, 24 bytes, not shown]")
 
 
 def test_long_results_are_cut_and_say_so() -> None:
@@ -140,6 +209,19 @@ def test_our_results_written_as_mcp_answers() -> None:
         "isError": False,
         "structuredContent": {"n": 1},
     }
+    pictured = ToolSuccess("c", "t", "a dot", images=[PNG, f"data:image/jpeg;base64,{JPEG}"])
+    assert write_result(pictured) == {
+        "content": [
+            {"type": "text", "text": "a dot"},
+            {"type": "image", "data": PNG, "mimeType": "image/png"},
+            {"type": "image", "data": JPEG, "mimeType": "image/jpeg"},
+        ],
+        "isError": False,
+    }
+    # What we write, an MCP client of ours reads back the same.
+    assert read_result("c", "t", write_result(pictured)) == ToolSuccess(
+        "c", "t", "a dot", images=[f"data:image/png;base64,{PNG}", f"data:image/jpeg;base64,{JPEG}"]
+    )
     assert write_result(ToolFailure(id="c", name="t", error="bad")) == {
         "content": [{"type": "text", "text": "bad"}],
         "isError": True,

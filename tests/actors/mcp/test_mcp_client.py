@@ -34,6 +34,11 @@ pytest.importorskip("mcp")
 
 SERVER = pathlib.Path(__file__).parents[2] / "fixtures" / "mcp_tool_server.py"
 QUICK = Backoff(initial=0.05, maximum=0.2, jitter=0.0)
+#: The one-pixel PNG the fixture server's ``picture`` tool returns, as base64.
+PNG = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
+    "+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
 #: The most any one step may take (a subprocess starting, a session restarting).
 WITHIN = 60
 
@@ -138,11 +143,30 @@ async def test_stdio_tools_enter_the_registry_and_answer(tmp_path: pathlib.Path)
 
             picture = await call(registry, "picture")
             assert isinstance(picture, ToolSuccess)
-            assert "a red dot" in picture.value
-            assert "[image: image/png," in picture.value
+            assert picture.value == "a red dot"  # the image is no note in the text...
+            assert picture.images == (f"data:image/png;base64,{PNG}",)  # ... but an image
 
             await connection.aclose()
             assert len(registry) == 0
+
+
+async def test_an_mcp_tools_image_reaches_the_model_in_the_tool_message(
+    tmp_path: pathlib.Path,
+) -> None:
+    provider = ScriptedProvider(Reply(calls=[ToolCall(id="c1", name="picture")]), "a red dot")
+    with trio.fail_after(WITHIN):
+        async with open_runtime() as runtime:
+            registry = ToolRegistry()
+            async with await MCPConnection.start(runtime, stdio(tmp_path), tools=registry):
+                agent = await Agent.start(runtime, provider, tools=registry)
+                result = await agent.generate("what does the picture show?")
+    assert result.content == "a red dot"
+    # The provider's second call -- the model's next turn -- is given the image.
+    answered = provider.calls[1].messages[-1]
+    assert answered.role.value == "tool"
+    assert answered.tool_call_id == "c1"
+    assert answered.content == "a red dot"
+    assert answered.images == (f"data:image/png;base64,{PNG}",)
 
 
 async def test_arguments_that_do_not_fit_are_never_sent(tmp_path: pathlib.Path) -> None:

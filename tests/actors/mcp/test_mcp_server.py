@@ -26,7 +26,7 @@ from actors.mcp import (
 from actors.testing import Reply, ScriptedProvider, Simulator
 from actors.tools import INTERRUPTED
 from protocols.errors import ConfigError
-from protocols.messages import Role, ToolCall
+from protocols.messages import Role, ToolCall, ToolDefinition, ToolResult, ToolSuccess
 
 mcp = pytest.importorskip("mcp")
 
@@ -56,6 +56,32 @@ async def test_a_registry_served_tool_for_tool() -> None:
             unknown = await client.call_tool("nope", {})
             assert unknown.is_error
             assert "nope" in unknown.content[0].text
+
+
+#: A one-pixel PNG, as base64.
+PNG = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
+    "+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+
+
+class Draw:
+    """A tool that answers with a caption and an image."""
+
+    definition = ToolDefinition("draw", "Draw a dot.")
+
+    async def call(self, call: ToolCall) -> ToolResult:
+        return ToolSuccess(call.id, call.name, "a red dot", images=[PNG])
+
+
+async def test_a_served_tools_images_are_mcp_image_parts() -> None:
+    with trio.fail_after(WITHIN):
+        async with mcp.Client(mcp_server(ToolRegistry([Draw()]))) as client:
+            answer = await client.call_tool("draw", {})
+            assert not answer.is_error
+            text, picture = answer.content
+            assert text.text == "a red dot"
+            assert (picture.type, picture.data, picture.mime_type) == ("image", PNG, "image/png")
 
 
 async def test_an_agent_served_over_http_answers_a_prompt() -> None:
@@ -197,6 +223,8 @@ def test_the_public_names_are_pinned() -> None:
     assert sorted(protocols.mcp.__all__) == sorted(
         [
             "MAX_RESULT_CHARS",
+            "MAX_RESULT_IMAGES",
+            "MAX_RESULT_IMAGE_CHARS",
             "MAX_TOOLS",
             "Listing",
             "content_text",
