@@ -118,6 +118,14 @@ async def test_a_terminated_connection_fails_one_call_retryably_then_is_replaced
     named = f"{url}{'&' if '?' in url else '?'}application_name={schema}"
     async with await PostgresRunStore.open(named, schema=schema) as store:
         first = (await store.admit(ask("before"), now=T0)).record
+        # The listener connects in the background: all three must be up before they are cut
+        # (the server's own view is what counts; it cannot wake a trio task, so it is polled).
+        mine = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+        with trio.fail_after(30):
+            while True:
+                if sql(mine, schema) == [(3,)]:
+                    break
+                await trio.sleep(0.01)
         terminated = sql(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
             schema,
