@@ -268,6 +268,26 @@ def _model(provider: object) -> str | None:
     return model if isinstance(model, str) and model else None
 
 
+def _chat_attributes(
+    provider: object, model: str | None, options: ProviderOptions | None, key: str, value: object
+) -> dict[str, Any]:
+    """The attributes a ``chat`` span starts with: the operation, the provider, the request's
+    model and settings when known, and ``key`` (what identifies the call where it is made)."""
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": _provider_name(provider),
+        key: value,
+    }
+    if model is not None:
+        attributes["gen_ai.request.model"] = model
+    if options is not None:
+        if options.max_tokens is not None:
+            attributes["gen_ai.request.max_tokens"] = options.max_tokens
+        if options.temperature is not None:
+            attributes["gen_ai.request.temperature"] = options.temperature
+    return attributes
+
+
 def _usage(attributes: dict[str, Any], usage: Usage | None) -> None:
     if usage is None:
         return
@@ -496,18 +516,7 @@ class RunTrace:
         if not self.recording:
             return ChatSpan(api, None, self.context)
         model = self.model if provider is self.provider else _model(provider)
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": _provider_name(provider),
-            "trio_agents.turn": turn,
-        }
-        if model is not None:
-            attributes["gen_ai.request.model"] = model
-        if options is not None:
-            if options.max_tokens is not None:
-                attributes["gen_ai.request.max_tokens"] = options.max_tokens
-            if options.temperature is not None:
-                attributes["gen_ai.request.temperature"] = options.temperature
+        attributes = _chat_attributes(provider, model, options, "trio_agents.turn", turn)
         span = self._tracer.start_span(
             f"chat {model}" if model is not None else "chat",
             context=self.context,
@@ -593,18 +602,9 @@ class ServeSpan:
         self._api = api
         parent = extract(source) or api.context.Context()
         model = _model(provider)
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": _provider_name(provider),
-            "trio_agents.relay.request_id": request_id,
-        }
-        if model is not None:
-            attributes["gen_ai.request.model"] = model
-        if options is not None:
-            if options.max_tokens is not None:
-                attributes["gen_ai.request.max_tokens"] = options.max_tokens
-            if options.temperature is not None:
-                attributes["gen_ai.request.temperature"] = options.temperature
+        attributes = _chat_attributes(
+            provider, model, options, "trio_agents.relay.request_id", request_id
+        )
         self.span = tracer.start_span(
             f"chat {model}" if model is not None else "chat",
             context=parent,
