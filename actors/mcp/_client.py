@@ -3,7 +3,7 @@
 One actor owns each session: the SDK's client (its anyio task group, its streams, its request
 ids) is opened, used and closed by that actor's task and the tasks it starts, so no cancel
 scope is ever left from another task. A session that dies (its process exits, its HTTP server
-goes away, a ping goes unanswered) fails the actor; a supervisor of its own starts a new one
+goes away, the heartbeat goes unanswered) fails the actor; a supervisor of its own starts a new one
 after a backoff, which lists the tools again.
 """
 
@@ -235,6 +235,10 @@ class _SessionActor(Actor[None, None]):
                 connection._down()
 
     async def _heartbeat(self, live: _Live) -> None:
+        """Every ``heartbeat`` seconds, ask the server for its tools (MCP 2026-07-28 has no
+        ping; every server answers ``tools/list``). No answer within the interval, a closed
+        connection or a transport error means the session died; an error answer is still an
+        answer."""
         interval = self._connection.heartbeat
         if interval is None:
             return
@@ -242,12 +246,14 @@ class _SessionActor(Actor[None, None]):
             await trio.sleep(interval)
             try:
                 with trio.fail_after(interval):
-                    await live.client.send_ping()
+                    await live.client.list_tools()
             except trio.TooSlowError:
-                live.lose(f"no answer to a ping within {interval:g} s")
+                live.lose(f"no answer within {interval:g} s")
                 return
             except Exception as error:
-                live.lose(f"a ping failed: {_describe(error)}")
+                if type(error).__name__ == "MCPError" and not _connection_closed(error):
+                    continue
+                live.lose(f"it stopped answering: {_describe(error)}")
                 return
 
     async def _watch_list(self, live: _Live, changed: trio.MemoryReceiveChannel[None]) -> None:
@@ -305,11 +311,12 @@ class MCPConnection:
     * The agent's authority decides each call before it is sent, as for any tool.
     * A call whose run is cut (a cancel, a deadline, a budget) is cancelled on the server too:
       MCP's cancellation notification is sent.
-    * When the session dies, every call in flight is answered with an error saying the
-      server went away and the call's outcome is unknown; calls made while it is down are
-      answered at once that it is not connected (never sent, never waiting for ever). A new
-      session is started after a backoff, for as long as the connection is open, and lists
-      the tools again: the registry follows.
+    * When the session dies (its process exits, its connection closes, or it leaves the
+      heartbeat's ``tools/list`` unanswered), every call in flight is answered with an error
+      saying the server went away and the call's outcome is unknown; calls made while it is
+      down are answered at once that it is not connected (never sent, never waiting for
+      ever). A new session is started after a backoff, for as long as the connection is open,
+      and lists the tools again: the registry follows.
     * ``notifications/tools/list_changed`` makes the session list the tools again and the
       registry follow: new tools added, changed ones replaced, gone ones removed.
     * :meth:`aclose` stops the session (ending a stdio server's process) and removes the
@@ -365,7 +372,7 @@ class MCPConnection:
         """Start a session with ``server`` under ``runtime`` and put its tools into ``tools``.
 
         ``backoff`` spaces the restarts of a dead session (default: 0.5 s doubling to 30 s);
-        ``heartbeat`` is how often an idle session is pinged to find out it died (``None``:
+        ``heartbeat`` is how often a session asks for the tools to find out it died (``None``:
         never; a dead session is then noticed at its next call); ``timeout`` bounds each
         session's start (the process or the connection, the handshake and the tool list).
         """

@@ -478,3 +478,38 @@ async def test_an_mcp_call_carries_its_tool_span_to_the_server(tmp_path: pathlib
     (tool_span,) = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
     context = tool_span.context
     assert received.split("-")[1:3] == [f"{context.trace_id:032x}", f"{context.span_id:016x}"]
+
+
+async def test_a_healthy_session_outlives_many_heartbeats() -> None:
+    """The heartbeat asks for the tools (MCP 2026-07-28 has no ping): a server that answers
+    -- even with an error -- keeps its session, heartbeat after heartbeat."""
+    from mcp import types
+    from mcp.server.lowlevel import Server
+    from mcp.shared.exceptions import MCPError
+
+    from actors.mcp import serve_http
+
+    probed = trio.Event()
+    count = 0
+
+    async def tools(ctx: Any, params: Any) -> Any:
+        nonlocal count
+        count += 1
+        if count == 6:
+            probed.set()
+        if count % 2 == 0:  # every other answer an error: still an answer
+            raise MCPError(code=types.INTERNAL_ERROR, message="not now")
+        return types.ListToolsResult(tools=[])
+
+    server = Server("probed", on_list_tools=tools)
+    with trio.fail_after(WITHIN):
+        async with open_runtime() as runtime, trio.open_nursery() as nursery:
+            url = await nursery.start(functools.partial(serve_http, server))
+            connection = await MCPConnection.start(
+                runtime, StreamableHTTPServer(url), tools=ToolRegistry(), heartbeat=0.02
+            )
+            await probed.wait()
+            assert connection.statistics().connected
+            assert connection.statistics().restarts == 0
+            await connection.aclose()
+            nursery.cancel_scope.cancel()
