@@ -13,6 +13,7 @@ host and port are known and its socket is made, so the check cannot be skipped b
 
 from __future__ import annotations
 
+import math
 import socket
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
@@ -23,7 +24,13 @@ import trio
 
 from protocols.egress import EgressPolicy, Refusal
 
-__all__ = ["GuardedBackend", "guarded_transport", "judged_addresses", "open_judged_tcp"]
+__all__ = [
+    "GuardedBackend",
+    "connect_judged",
+    "guarded_transport",
+    "judged_addresses",
+    "open_judged_tcp",
+]
 
 _S = TypeVar("_S")
 
@@ -59,6 +66,27 @@ async def _first(
     raise failure
 
 
+async def connect_judged(
+    policy: EgressPolicy,
+    refuse: Callable[[Refusal], BaseException],
+    host: str,
+    port: int,
+    *,
+    timeout: float | None,  # noqa: ASYNC109 - an HTTP core's connect timeout, passed through
+    connect: Callable[[str], Awaitable[_S]],
+    failing: type[Exception],
+) -> _S:
+    """What ``connect`` makes to one of ``host``'s judged addresses (see
+    :func:`judged_addresses`), the lookup bounded by ``timeout``; a failed or slow lookup, and
+    no address that connects, raise ``failing`` (an HTTP core's ``ConnectError``)."""
+    try:
+        with trio.fail_after(timeout if timeout is not None else math.inf):
+            addresses = await judged_addresses(policy, host, port, refuse)
+    except (OSError, trio.TooSlowError) as error:
+        raise failing(f"looking up {host!r}: {error}") from None
+    return await _first(addresses, connect, failing)
+
+
 async def open_judged_tcp(
     policy: EgressPolicy, host: str, port: int, refuse: Callable[[Refusal], BaseException]
 ) -> trio.SocketStream:
@@ -89,17 +117,16 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        try:
-            with trio.fail_after(timeout if timeout is not None else float("inf")):
-                addresses = await judged_addresses(self._policy, host, port, self._refuse)
-        except (OSError, trio.TooSlowError) as error:
-            raise httpcore.ConnectError(f"looking up {host!r}: {error}") from None
-        return await _first(
-            addresses,
-            lambda address: self._inner.connect_tcp(
+        return await connect_judged(
+            self._policy,
+            self._refuse,
+            host,
+            port,
+            timeout=timeout,
+            connect=lambda address: self._inner.connect_tcp(
                 address, port, timeout, local_address, socket_options
             ),
-            httpcore.ConnectError,
+            failing=httpcore.ConnectError,
         )
 
     async def connect_unix_socket(

@@ -28,7 +28,7 @@ from protocols.toolschema import validate_arguments
 
 from .._core._actor import Actor, ActorRef
 from .._core._supervisor import Backoff, ChildSpec, Restart, Supervisor
-from .._egress import _first, judged_addresses
+from .._egress import connect_judged
 from ..tools import ToolRegistry
 
 if TYPE_CHECKING:
@@ -191,10 +191,12 @@ class _SessionActor(Actor[None, None]):
 
     async def _serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         connection = self._connection
+        from mcp.types import ToolListChangedNotification  # noqa: PLC0415
+
         changed_send, changed = trio.open_memory_channel[None](1)
 
         async def on_message(message: Any) -> None:
-            if type(message).__name__ == "ToolListChangedNotification":
+            if isinstance(message, ToolListChangedNotification):
                 with contextlib.suppress(trio.WouldBlock):  # a re-list is already due
                     changed_send.send_nowait(None)
             await trio.lowlevel.checkpoint()
@@ -251,7 +253,7 @@ class _SessionActor(Actor[None, None]):
                 live.lose(f"no answer within {interval:g} s")
                 return
             except Exception as error:
-                if type(error).__name__ == "MCPError" and not _connection_closed(error):
+                if _answered(error):
                     continue
                 live.lose(f"it stopped answering: {_describe(error)}")
                 return
@@ -260,7 +262,10 @@ class _SessionActor(Actor[None, None]):
         """List the tools again whenever the server says they changed: through a
         ``subscriptions/listen`` stream (MCP 2026-07-28), else through the
         ``notifications/tools/list_changed`` the message handler hears (earlier versions)."""
-        from mcp.client.subscriptions import ListenNotSupportedError  # noqa: PLC0415
+        from mcp.client.subscriptions import (  # noqa: PLC0415
+            ListenNotSupportedError,
+            SubscriptionLost,
+        )
 
         try:
             async with live.client.listen(tools_list_changed=True) as subscription:
@@ -269,7 +274,7 @@ class _SessionActor(Actor[None, None]):
         except ListenNotSupportedError:
             pass  # a handshake-era server: its notifications come to the message handler
         except Exception as error:
-            if _connection_closed(error) or type(error).__name__ == "SubscriptionLost":
+            if isinstance(error, SubscriptionLost) or _connection_closed(error):
                 live.lose(f"its change notifications stopped: {_describe(error)}")
                 return
             log.debug("MCP server %r: no subscriptions/listen (%s)", self._connection.name, error)
@@ -291,9 +296,18 @@ def _describe(error: BaseException) -> str:
 
 
 def _connection_closed(error: BaseException) -> bool:
-    code = getattr(error, "code", None)
-    # MCP's CONNECTION_CLOSED error code (the SDK raises it for calls on a dead transport).
-    return type(error).__name__ == "MCPError" and code == -32000
+    """Whether ``error`` is the SDK's "connection closed": the session is gone."""
+    from mcp import MCPError  # noqa: PLC0415 - loaded with the session that raised it
+    from mcp.types import CONNECTION_CLOSED  # noqa: PLC0415
+
+    return isinstance(error, MCPError) and error.code == CONNECTION_CLOSED
+
+
+def _answered(error: BaseException) -> bool:
+    """Whether ``error`` is the server's own error answer: it refused, but it is alive."""
+    from mcp import MCPError  # noqa: PLC0415
+
+    return isinstance(error, MCPError) and not _connection_closed(error)
 
 
 class MCPConnection:
@@ -346,7 +360,6 @@ class MCPConnection:
         self._tools: dict[str, MCPTool] = {}
         self._skipped: tuple[str, ...] = ()
         self._ref: ActorRef[Any, Any] | None = None
-        self._session: ActorRef[Any, Any] | None = None
         self._sessions = 0
         self._calls = 0
         self._lost = 0
@@ -496,7 +509,7 @@ class MCPConnection:
         self._tools = {}
 
     async def _call(self, tool: MCPTool, call: ToolCall) -> ToolResult:
-        problems = validate_arguments(dict(tool.definition.parameters), call.arguments)
+        problems = validate_arguments(tool.definition.parameters, call.arguments)
         if problems:
             return ToolFailure(
                 id=call.id,
@@ -533,7 +546,7 @@ class MCPConnection:
             return self._went_away(call, live.reason or "the session ended")
         answer = outcome[0]
         if isinstance(answer, Exception):
-            if type(answer).__name__ == "MCPError" and not _connection_closed(answer):
+            if _answered(answer):
                 return ToolFailure(
                     id=call.id,
                     name=call.name,
@@ -577,12 +590,10 @@ class MCPConnection:
         """Return once a session is up (at once if one is): after a server died, once it is
         back and its tools are listed again. Bounded only by the caller's scope."""
         while True:
-            up = self._up
-            await up.wait()
+            await self._up.wait()  # a lost session replaces it with an unset one at once
             live = self._live
             if live is not None and not live.lost.is_set():
                 return
-            self._down()
 
     @property
     def tools(self) -> tuple[str, ...]:
@@ -688,17 +699,16 @@ def _guard(
             local_address: str | None = None,
             socket_options: Iterable[Any] | None = None,
         ) -> httpcore2.AsyncNetworkStream:
-            try:
-                with trio.fail_after(timeout if timeout is not None else math.inf):
-                    addresses = await judged_addresses(policy, host, port, refuse)
-            except (OSError, trio.TooSlowError) as error:
-                raise httpcore2.ConnectError(f"looking up {host!r}: {error}") from None
-            return await _first(
-                addresses,
-                lambda address: self._inner.connect_tcp(
+            return await connect_judged(
+                policy,
+                refuse,
+                host,
+                port,
+                timeout=timeout,
+                connect=lambda address: self._inner.connect_tcp(
                     address, port, timeout, local_address, socket_options
                 ),
-                httpcore2.ConnectError,
+                failing=httpcore2.ConnectError,
             )
 
         async def connect_unix_socket(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from typing import Any
 
 __all__ = ["RETRYABLE_STATUSES", "classify_status", "image_media_type"]
 
@@ -43,6 +44,25 @@ def sniff_image(payload: str) -> str | None:
             return media_type
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         return "image/webp"
+    return None
+
+
+def data_url(image: str) -> str:
+    """``image`` (a base64 payload or a ``data:`` URL) as a ``data:`` URL: one given as a URL is
+    kept as it is, a bare payload gets the media type its bytes show (:func:`image_media_type`).
+    Not part of the public API."""
+    if image.startswith("data:"):
+        return image
+    return f"data:{image_media_type(image)};base64,{image}"
+
+
+def label(value: Any) -> str | None:
+    """A vendor's error type or code as text: a non-empty string as it is, an integer written
+    out, anything else ``None``. Not part of the public API."""
+    if isinstance(value, str):
+        return value or None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
     return None
 
 

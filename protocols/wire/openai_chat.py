@@ -32,7 +32,7 @@ from ..messages import (
     Usage,
 )
 from ..sse import SSEEvent
-from ._common import image_media_type
+from ._common import data_url, label
 from ._stream import NOTHING, CallFragment, Increment, StreamAssembler, response_name
 
 __all__ = [
@@ -190,13 +190,7 @@ def _encode_message(message: Message) -> dict[str, Any]:
 
 
 def _image_parts(images: Sequence[str]) -> list[dict[str, Any]]:
-    return [{"type": "image_url", "image_url": {"url": _data_url(image)}} for image in images]
-
-
-def _data_url(image: str) -> str:
-    if image.startswith("data:"):
-        return image
-    return f"data:{image_media_type(image)};base64,{image}"
+    return [{"type": "image_url", "image_url": {"url": data_url(image)}} for image in images]
 
 
 def _encode_tool(tool: ToolDefinition) -> dict[str, Any]:
@@ -320,15 +314,6 @@ def _bounded(text: str) -> str:
     return text.strip()[:_MESSAGE_LIMIT]
 
 
-def _label(value: Any) -> str | None:
-    """A vendor type or code as text: strings as they are, integers written out, else None."""
-    if isinstance(value, str):
-        return value or None
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    return None
-
-
 def _error_of(record: Mapping[str, Any]) -> tuple[str | None, str | None, str] | None:
     """(type, code, message) when ``record`` is an error record, else ``None``.
 
@@ -339,8 +324,8 @@ def _error_of(record: Mapping[str, Any]) -> tuple[str | None, str | None, str] |
     if isinstance(error, dict):
         message = error.get("message")
         return (
-            _label(error.get("type")),
-            _label(error.get("code")),
+            label(error.get("type")),
+            label(error.get("code")),
             _bounded(message) if isinstance(message, str) else "",
         )
     if isinstance(error, str) and error:
@@ -348,8 +333,8 @@ def _error_of(record: Mapping[str, Any]) -> tuple[str | None, str | None, str] |
     if record.get("object") == "error":
         message = record.get("message")
         return (
-            _label(record.get("type")),
-            _label(record.get("code")),
+            label(record.get("type")),
+            label(record.get("code")),
             _bounded(message) if isinstance(message, str) else "",
         )
     return None

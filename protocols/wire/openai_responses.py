@@ -39,7 +39,7 @@ from ..messages import (
     Usage,
 )
 from ..sse import SSEEvent
-from ._common import classify_status, image_media_type
+from ._common import classify_status, data_url, label
 from ._stream import NOTHING, CallFragment, Increment, StreamAssembler, response_name
 
 __all__ = [
@@ -164,7 +164,7 @@ def _encode_message(message: Message, items: list[dict[str, Any]]) -> None:
         if message.content or not message.images:
             parts.append({"type": "input_text", "text": message.content})
         parts.extend(
-            {"type": "input_image", "image_url": _data_url(image), "detail": "auto"}
+            {"type": "input_image", "image_url": data_url(image), "detail": "auto"}
             for image in message.images
         )
         items.append({"type": "message", "role": "user", "content": parts})
@@ -192,7 +192,7 @@ def _encode_message(message: Message, items: list[dict[str, Any]]) -> None:
         if message.images:
             output = [{"type": "input_text", "text": message.content}] if message.content else []
             output.extend(
-                {"type": "input_image", "image_url": _data_url(image), "detail": "auto"}
+                {"type": "input_image", "image_url": data_url(image), "detail": "auto"}
                 for image in message.images
             )
         items.append(
@@ -209,12 +209,6 @@ def _stored_reasoning(continuation: Mapping[str, Any]) -> list[dict[str, Any]]:
     if not isinstance(stored, list):
         return []
     return [item for item in stored if isinstance(item, dict) and item.get("type") == "reasoning"]
-
-
-def _data_url(image: str) -> str:
-    if image.startswith("data:"):
-        return image
-    return f"data:{image_media_type(image)};base64,{image}"
 
 
 def _encode_tool(tool: ToolDefinition) -> dict[str, Any]:
@@ -388,14 +382,6 @@ def _bounded(text: str) -> str:
     return flat[:_MESSAGE_LIMIT]
 
 
-def _label(value: Any) -> str | None:
-    if isinstance(value, str):
-        return value or None
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    return None
-
-
 def _error_fields(record: Mapping[str, Any]) -> tuple[str | None, str | None, str] | None:
     """``(type, code, message)`` of an error object: ``{"error": {...}}``, or the flat
     ``{"type": "error", "code", "message"}`` of an ``error`` event; ``None`` otherwise."""
@@ -408,19 +394,19 @@ def _error_fields(record: Mapping[str, Any]) -> tuple[str | None, str | None, st
         source = record
     else:
         return None
-    kind = _label(source.get("type"))
+    kind = label(source.get("type"))
     message = source.get("message")
     return (
         None if kind == "error" else kind,
-        _label(source.get("code")),
+        label(source.get("code")),
         _bounded(message) if isinstance(message, str) else "",
     )
 
 
 def _classify(vendor_code: str | None, vendor_type: str | None, message: str) -> tuple[str, bool]:
-    for label in (vendor_code, vendor_type):
-        if label is not None and label in _ERROR_CODES:
-            return _ERROR_CODES[label]
+    for name in (vendor_code, vendor_type):
+        if name is not None and name in _ERROR_CODES:
+            return _ERROR_CODES[name]
     if classify_status(400, message)[0] == "context_overflow":
         return "context_overflow", False
     return "provider_error", False
