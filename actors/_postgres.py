@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 #: The schema version of a PostgreSQL store this code writes; a newer one is refused.
-POSTGRES_SCHEMA_VERSION: Final = 3
+POSTGRES_SCHEMA_VERSION: Final = 4
 
 _META: Final = "trio_agents_meta"
 
@@ -68,6 +68,13 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
             f"SELECT setval('trio_agents_{name}', "
             f"(SELECT value::BIGINT FROM {_META} WHERE key = '{name}'), false)",
         )
+    ),
+    # Whether a cancel was requested -- read by a journal append, in its transaction, to refuse
+    # work that would start after the cancel was acknowledged. Filled from the records.
+    4: (
+        f"ALTER TABLE {JOBS} ADD COLUMN cancel BOOLEAN NOT NULL DEFAULT FALSE",
+        f"UPDATE {JOBS} SET cancel = TRUE "
+        "WHERE (record::jsonb ->> 'cancel_requested')::BOOLEAN IS TRUE",
     ),
 }
 

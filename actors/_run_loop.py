@@ -25,7 +25,7 @@ from protocols.errors import (
     ValidationError,
 )
 from protocols.history import estimate_messages
-from protocols.jobs import CheckpointPolicy, Decision
+from protocols.jobs import UNKNOWN_EFFECT, CheckpointPolicy, Decision
 from protocols.messages import (
     AgentResult,
     Message,
@@ -711,6 +711,22 @@ class _Run:
         if again:
             await self.run_tools(again)
         self.open_calls = ()
+
+    async def close_batch(self, decisions: Sequence[Decision]) -> None:
+        """A continued run that is cut before it begins answers the batch its crash left open
+        without running any of it: a call that had started is answered that it was interrupted
+        with its effect unknown, one that never started that it was not executed."""
+        results = [
+            decision.result
+            if decision.result is not None
+            else _failed(
+                decision.call, NOT_EXECUTED if decision.action == "run" else UNKNOWN_EFFECT
+            )
+            for decision in decisions
+        ]
+        for tool_result in results:
+            self.emit(Chunk("tool_result", result=tool_result, run_id=self.run_id))
+        await self.record(results)
 
     async def answer(self, calls: Sequence[ToolCall], text: str) -> None:
         """Record ``text`` as the failed result of every call (none of them runs)."""

@@ -47,7 +47,7 @@ log = logging.getLogger("actors.store")
 
 #: The schema version this code writes. Older known versions are migrated on open; newer or
 #: unknown ones are refused.
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 
 _META: Final = "trio_agents_meta"
 _CONVERSATIONS: Final = "trio_agents_conversations"
@@ -103,6 +103,12 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         f"CREATE INDEX {JOBS}_rank ON {JOBS} (status, rank, sequence)",
         f"CREATE INDEX {JOBS}_thread ON {JOBS} (thread, sequence)",
     ),
+    # Whether a cancel was requested (1) -- read by a journal append, in its transaction, to
+    # refuse work that would start after the cancel was acknowledged. Filled from the records.
+    4: (
+        f"ALTER TABLE {JOBS} ADD COLUMN cancel INTEGER NOT NULL DEFAULT 0",
+        f"UPDATE {JOBS} SET cancel = 1 WHERE json_extract(record, '$.cancel_requested') = 1",
+    ),
 }
 
 # The exact columns (name, declared type, not null, primary key) the current schema has.
@@ -125,6 +131,7 @@ _COLUMNS: Final[dict[str, tuple[tuple[str, str, int, int], ...]]] = {
         ("until", "REAL", 0, 0),
         ("thread", "TEXT", 0, 0),
         ("rank", "INTEGER", 1, 0),
+        ("cancel", "INTEGER", 1, 0),
     ),
     JOURNAL: (
         ("job", "TEXT", 1, 1),
@@ -155,8 +162,9 @@ class StoreError(AgentsError):
     ``"busy"`` (another connection held the write lock longer than the busy timeout; retryable),
     ``"io"`` (any other failure of the file or of SQLite), ``"unsupported"`` (this Python's SQLite
     cannot be used as required), ``"fenced"`` (a worker's write for a job it no longer holds),
-    ``"purged"`` (an idempotency key whose job was purged). ``conversation_id`` names the
-    conversation concerned, when one is.
+    ``"cancelled"`` (a worker's journal entry that would start new work for a job whose cancel
+    was requested), ``"purged"`` (an idempotency key whose job was purged). ``conversation_id``
+    names the conversation concerned, when one is.
     """
 
     default_code = "store"

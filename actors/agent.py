@@ -1087,6 +1087,10 @@ class Agent:
         run.event("start")
         if token.cancelled or (meter is not None and meter.spent):
             stop = StopReason.CANCELLED if token.cancelled else StopReason.BUDGET
+            if resume is not None and resume.decisions:
+                # A continued run cut before it began (its job was cancelled while its worker
+                # was dead): the batch the crash left open is answered, never run.
+                await run.close_batch(resume.decisions)
             run.event("abort", reason=token.reason or "budget", stop=stop)
             return run.result(stop)
         with trio.CancelScope() as scope, token.bind(scope):

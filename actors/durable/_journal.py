@@ -9,13 +9,15 @@ job's end. The input and a settled response go with the barrier that always foll
 once. A call's result and streamed text (every :data:`~protocols.jobs.CHECKPOINT_EVERY` deltas)
 wait at most :data:`LINGER` seconds for the next barrier to carry them, and are written on their
 own after that: a crash loses at most what was journaled in the last moments before it, never a
-boundary. A write the store refuses as
-fenced -- this worker no longer holds the job -- drops the run: it is cut at once, and nothing
-more is written for it. A write that fails because the store could not be reached (a database
-restarting, a connection cut) is asked again, with backoff, for up to :data:`RETRY_FOR` seconds
--- first finding out from the stored journal whether the failed attempt had in fact committed,
-so nothing is written twice -- and the run goes on where it was; only after that is it cut, to
-be continued from its journal.
+boundary. A write the store refuses as fenced -- this worker no longer holds the job -- drops the
+run: it is cut at once, and nothing more is written for it. A barrier the store refuses because the
+job's cancel was requested (``code="cancelled"``, checked in the append's own transaction) is never
+crossed: the provider call or the tool call it guards does not start, and the run is cut as a cancel
+cuts it -- what it produced is still journaled, and the job ends ``cancelled``. A write that fails
+because the store could not be reached (a database restarting, a connection cut) is asked again,
+with backoff, for up to :data:`RETRY_FOR` seconds -- first finding out from the stored journal
+whether the failed attempt had in fact committed, so nothing is written twice -- and the run goes on
+where it was; only after that is it cut, to be continued from its journal.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from protocols.jobs import (
     RequestEntry,
     ResponseEntry,
     ResultEntry,
+    crosses,
     idempotency_key,
     suspend,
 )
@@ -50,7 +53,7 @@ from .._sqlite import StoreError
 from ..tools import CallableTool, ToolRegistry
 from ._store import RunStore
 
-__all__ = ["LINGER", "LOST", "RETRY_FOR", "StoreJournal"]
+__all__ = ["CANCELLED", "LINGER", "LOST", "RETRY_FOR", "StoreJournal"]
 
 #: How long an entry that is not a barrier waits for the next barrier to be written with it
 #: before it is written on its own (seconds).
@@ -62,6 +65,10 @@ RETRY_FOR = 10.0
 
 #: What a call answers when its worker lost the job before the call's effect could start.
 LOST = "not executed: this worker no longer holds the job"
+
+#: What a call answers when its job's cancel was acknowledged before the call's effect could
+#: start.
+CANCELLED = "not executed: the job was cancelled"
 
 
 class StoreJournal:
@@ -92,6 +99,8 @@ class StoreJournal:
         self.dropped = False
         #: The run waits for approvals: the job is awaiting input, and this run writes no more.
         self.suspended = False
+        #: The job's cancel was requested: the store refused a barrier, and the run was cut.
+        self.cancelled = False
         self._answers = {answer.call_id: answer for answer in answers}
         self._clock = clock
         self._leaving = leaving
@@ -168,6 +177,12 @@ class StoreJournal:
                 if error.code == "fenced":
                     self.dropped = True
                     self._cut("this worker no longer holds the job (fenced)")
+                elif error.code == "cancelled":
+                    # The job's cancel was acknowledged: the work the barrier guards never
+                    # starts, and what the run produced waits for its cut to be committed.
+                    kept = [entry for entry in batch if not crosses((entry,))]
+                    self._buffer = [*kept, *self._buffer]
+                    self._refused()
                 else:
                     self.failure = error
                     self._cut(f"the journal could not be written: {error.message}")
@@ -175,6 +190,12 @@ class StoreJournal:
         finally:
             self._end_turn()
         return True
+
+    def _refused(self) -> None:
+        """The job's cancel was requested: cut the run as a cancel does (once)."""
+        if not self.cancelled:
+            self.cancelled = True
+            self._cut("the job was cancelled")
 
     async def _store_batch(self, batch: list[Entry], then: Applied | None) -> None:
         """Append ``batch`` (with ``then``), asking again while the store cannot be reached,
@@ -271,6 +292,11 @@ class StoreJournal:
             self._cut("this worker no longer holds the job (fenced)")
             await trio.lowlevel.checkpoint()
             return
+        if record.cancel_requested:
+            # Nobody need answer: the batch never runs, and the job ends cancelled.
+            self._refused()
+            await trio.lowlevel.checkpoint()
+            return
         requests = [ApprovalRequest(call.id, call.name, verdict.reason) for call, verdict in asks]
         waiting = suspend(record, self.holder, now=self._clock(), pending=requests)
         entry = AskEntry(
@@ -356,13 +382,16 @@ class StoreJournal:
             await self._append(*(ResultEntry(result) for result in new))
             self._recorded.update(result.id for result in new)
 
-    async def intent(self, call: ToolCall) -> str:
-        """The call is about to run: its intent, with its key."""
+    async def intent(self, call: ToolCall) -> str | None:
+        """The call is about to run: its intent, with its key. ``None`` when the call must not
+        start (the store refused the intent: the job was cancelled, or this worker lost it)."""
         key = self.key(call.id) or idempotency_key(self.job, self._turn, len(self._calls))
         # A barrier: the intent, and the response that made the call, are written before the
         # call's effect starts.
-        if self._writable:
-            await self._write_buffer([IntentEntry(call, key)])
+        if self._writable and not await self._write_buffer([IntentEntry(call, key)]):
+            return None
+        if not self.holds() or self.cancelled:
+            return None
         self._intents[call.id] = key
         return key
 
@@ -392,9 +421,10 @@ class _JournaledTool:
 
     async def call(self, call: ToolCall) -> ToolResult:
         journal = self._journal
-        await journal.intent(call)
-        if not journal.holds():
-            return ToolFailure(call.id, call.name, LOST)
+        if await journal.intent(call) is None:
+            # The effect never starts: its intent was refused (the run is being cut).
+            text = CANCELLED if journal.cancelled else LOST
+            return ToolFailure(call.id, call.name, text)
         result = await self._inner.call(call)
         await journal.result(result)
         return result

@@ -235,8 +235,11 @@ class JobQueue:
     async def cancel(self, id: str) -> JobRecord:
         """Cancel the job: a waiting one ends ``cancelled`` at once, never running; a running
         one has its run cut wherever it runs (at once in this worker, within a third of its
-        lease in another; its partial committed) and then ends ``cancelled``. Returns the
-        record as it is afterwards; a job that already ended is left as it is."""
+        lease in another; its partial committed) and then ends ``cancelled``. Once this returns
+        with the cancel recorded, the job starts no other provider call or tool call, in any
+        process -- also when its worker dies and another takes it over -- and it ends
+        ``cancelled``. Returns the record as it is afterwards; a job that already ended is left
+        as it is."""
         record, changed = await cancel_job(self.store, id, clock=self._clock)
         if changed:
             running = self._running.get(id)
@@ -394,6 +397,11 @@ class JobQueue:
         record = running.record
         holder = record.lease
         assert holder is not None
+        if record.cancel_requested:
+            # Taken over after its cancel was acknowledged (its worker died first): it starts no
+            # more work. Its run is continued already cut -- the journal closed as a cut run's
+            # is -- and it ends cancelled.
+            running.token.cancel("the job was cancelled")
         if record.takeovers > MAX_TAKEOVERS:
             await self._end(
                 record,
@@ -610,9 +618,15 @@ class JobQueue:
             else:
                 assert result is not None
                 # The job's result: the whole job (what earlier attempts added too), answered by
-                # the agent the job named.
+                # the agent the job named; its content the last assistant message's of the whole
+                # job (a run continued already cut adds none: its partial is an earlier one).
+                messages = (*earlier, *result.messages)
+                last = next((m for m in reversed(messages) if m.role is Role.ASSISTANT), None)
                 whole = attrs.evolve(
-                    result, messages=(*earlier, *result.messages), agent=record.job.agent
+                    result,
+                    messages=messages,
+                    agent=record.job.agent,
+                    content=last.content if last is not None else result.content,
                 )
                 await self._finish(
                     running.record,
@@ -750,7 +764,7 @@ class JobQueue:
                 if exc.code != "fenced":
                     raise
                 continue
-            self._statistics[chosen.value] += 1
+            self._statistics[ended.record.status.value] += 1
             self._notify(record.id, ended.record)
             return
         self._statistics["dropped"] += 1

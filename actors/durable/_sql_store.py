@@ -38,6 +38,7 @@ from protocols.jobs import (
     Tombstone,
     acquire,
     admit_tree,
+    crosses,
     purge,
     runnable,
 )
@@ -48,6 +49,7 @@ from ._store import (
     Admitted,
     Announcer,
     Watch,
+    cancelled,
     check_admission,
     check_after,
     check_id,
@@ -334,19 +336,20 @@ class Jobs:
             record.conversation,
             (0 if record.execution is not None else 2)
             + (0 if record.priority is Priority.INTERRUPT else 1),
+            record.cancel_requested,
         )
         if insert:
             self._x(
                 self.conn,
                 f"INSERT INTO {JOBS} (status, record, revision, holder, held, until, thread, "
-                "rank, id, key, sequence) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "rank, cancel, id, key, sequence) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (*columns, record.id, record.key, record.sequence),
             )
         else:
             self._x(
                 self.conn,
                 f"UPDATE {JOBS} SET status = ?, record = ?, revision = ?, holder = ?, held = ?, "
-                "until = ?, thread = ?, rank = ? WHERE id = ?",
+                "until = ?, thread = ?, rank = ?, cancel = ? WHERE id = ?",
                 (*columns, record.id),
             )
         # (Not kept: ``record`` may share parts with the caller's objects. The next check of
@@ -509,17 +512,20 @@ class Jobs:
                 extra.append(self._cached(str(id), int(str(revision)), text))
         return [*page, *extra]
 
-    def append(self, id: str, holder: Lease, texts: Sequence[str], then: Applied | None) -> None:
+    def append(
+        self, id: str, holder: Lease, texts: Sequence[str], then: Applied | None, crossing: bool
+    ) -> None:
         conn = self.conn
-        # One query checks the fence, learns where the journal ends, and locks the job's row:
-        # shared while only the journal grows (no acquisition can slip between the check and
-        # the write), for update at once when the record changes too (a shared lock upgraded
-        # later is how two transactions deadlock).
+        # One query checks the fence (and, for entries that would start new work, that no
+        # cancel was requested: protocols.jobs.may_append), learns where the journal ends, and
+        # locks the job's row: shared while only the journal grows (no acquisition or cancel
+        # can slip between the check and the write), for update at once when the record
+        # changes too (a shared lock upgraded later is how two transactions deadlock).
         lock, record = ("FOR_SHARE", "NULL") if then is None else ("FOR_UPDATE", "RECORD_TEXT")
         row = self._x(
             conn,
             f"SELECT revision, holder, held, {record}, "
-            f"(SELECT COALESCE(MAX(seq), 0) FROM {JOURNAL} WHERE job = ?) "
+            f"(SELECT COALESCE(MAX(seq), 0) FROM {JOURNAL} WHERE job = ?), cancel "
             f"FROM {JOBS} WHERE id = ? {lock}",
             (id, id),
         ).fetchone()
@@ -527,6 +533,8 @@ class Jobs:
             raise fenced(id, holder, None)
         if row[1] != holder.owner or row[2] != holder.fence:
             raise fenced(id, holder, self._stored(id))
+        if crossing and row[5]:
+            raise cancelled(id)
         if then is not None:
             stored = self._cached(id, int(row[0]), row[3])
             if stored.revision != then.expected:
@@ -813,9 +821,10 @@ class SQLRunStore:
             raise ValidationError("append's transition must be for the same job")
         max_bytes = self._jobs.max_bytes
         texts = [encode_entry(entry, max_bytes) for entry in entries]
+        crossing = crosses(entries)
         await self._run(
             f"appending to the journal of job {id}",
-            lambda jobs: jobs.append(id, holder, texts, then),
+            lambda jobs: jobs.append(id, holder, texts, then, crossing),
         )
 
     async def journal(self, id: str) -> builtins.list[Entry]:

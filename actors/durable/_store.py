@@ -17,8 +17,12 @@ checks them against each):
 * ``acquire`` takes the first job :func:`protocols.jobs.runnable` orders first, atomically: two
   workers never acquire one job at once.
 * ``append`` adds journal entries only while the writer's lease holds the job (its fence is the
-  job's): otherwise it raises ``code="fenced"`` and nothing is written. With ``then``, the
-  record's transition is written in the same transaction.
+  job's): otherwise it raises ``code="fenced"`` and nothing is written. Entries that would start
+  new work (a provider call, a tool call's effect: :func:`protocols.jobs.crosses`) are refused
+  with ``code="cancelled"`` once a cancel was requested, checked in the append's own
+  transaction (:func:`protocols.jobs.may_append`): no work starts after a cancel is
+  acknowledged, in any process. With ``then``, the record's transition is written in the same
+  transaction.
 * ``purge`` removes an ended job's record and journal at once, leaving a tombstone.
 * Records and entries come back decoded afresh: no caller object is ever shared with the store.
 """
@@ -52,6 +56,7 @@ from protocols.jobs import (
     admit_tree,
     entry_from_json,
     entry_to_json,
+    may_append,
     purge,
     runnable,
 )
@@ -135,7 +140,8 @@ class RunStore(Protocol):
         *,
         then: Applied | None = None,
     ) -> None:
-        """Append to the job's journal while ``holder`` holds it (else ``code="fenced"``)."""
+        """Append to the job's journal while ``holder`` holds it (else ``code="fenced"``), and
+        no entry starts new work after a cancel was requested (else ``code="cancelled"``)."""
         ...
 
     async def journal(self, id: str) -> builtins.list[Entry]:
@@ -341,6 +347,14 @@ def fenced(id: str, holder: Lease, record: JobRecord | None) -> StoreError:
         f"job {id}: the write of {holder.owner!r} with fence {holder.fence} is refused (the job "
         f"{where}): this worker no longer holds it",
         code="fenced",
+    )
+
+
+def cancelled(id: str) -> StoreError:
+    """What an append that would start new work for a job with a cancel requested raises."""
+    return StoreError(
+        f"job {id} has a cancel requested: no provider call or tool call may start",
+        code="cancelled",
     )
 
 
@@ -568,8 +582,11 @@ class MemoryRunStore:
         texts = [encode_entry(entry, self._max_bytes) for entry in entries]
         await self._enter()
         stored = self._checked(id)
-        if stored is None or not stored.held_by(holder):
+        if stored is None:
             raise fenced(id, holder, stored)
+        refused = may_append(stored, holder, entries)
+        if refused is not None:
+            raise cancelled(id) if refused.reason == "cancelled" else fenced(id, holder, stored)
         if then is not None:
             if stored.revision != then.expected:
                 raise fenced(id, holder, stored)

@@ -24,6 +24,7 @@ from ._journal import RequestEntry as RequestEntry
 from ._journal import ResponseEntry as ResponseEntry
 from ._journal import ResultEntry as ResultEntry
 from ._journal import TerminalEntry as TerminalEntry
+from ._journal import crosses as crosses
 from ._journal import decide as decide
 from ._journal import entry_from_json as entry_from_json
 from ._journal import entry_to_json as entry_to_json
@@ -50,6 +51,7 @@ from ._record import answer as answer
 from ._record import cancel as cancel
 from ._record import checkpoint as checkpoint
 from ._record import finish as finish
+from ._record import may_append as may_append
 from ._record import purge as purge
 from ._record import renew as renew
 from ._record import retry as retry
@@ -97,11 +99,13 @@ __all__ = [
     "answer",
     "cancel",
     "checkpoint",
+    "crosses",
     "decide",
     "entry_from_json",
     "entry_to_json",
     "finish",
     "idempotency_key",
+    "may_append",
     "purge",
     "renew",
     "replay",

@@ -61,6 +61,7 @@ __all__ = [
     "ResponseEntry",
     "ResultEntry",
     "TerminalEntry",
+    "crosses",
     "decide",
     "entry_from_json",
     "entry_to_json",
@@ -207,6 +208,15 @@ Entry = (
     | AnswerEntry
     | TerminalEntry
 )
+
+
+def crosses(entries: Iterable[Entry]) -> bool:
+    """Whether writing ``entries`` lets the run start new work: a provider call (its
+    :class:`RequestEntry`) or a tool call's effect (its :class:`IntentEntry`). A job whose
+    cancel was acknowledged never gets such an append through (see
+    :func:`protocols.jobs.may_append`)."""
+    return any(isinstance(entry, RequestEntry | IntentEntry) for entry in entries)
+
 
 _KINDS: dict[str, type[Any]] = {
     cls.kind: cls

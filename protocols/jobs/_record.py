@@ -18,6 +18,12 @@ States::
 
 A running record whose lease has expired may be acquired again (a crashed worker's run is
 continued elsewhere); a terminal record never changes again, except to be purged.
+
+A cancel, once acknowledged, is final: a record with ``cancel_requested`` keeps it, every way it
+ends is ``cancelled`` (:func:`finish`, :func:`retry`, :func:`suspend`, :func:`answer` and
+:func:`abandon` all end it so), and :func:`may_append` refuses it any journal entry that would
+start new work (a provider call, a tool call's effect). A worker that takes such a job over
+only closes its journal, the way a cut run's is closed, and ends it.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import attrs
 from ..errors import ValidationError
 from ..messages import AgentResult, Usage
 from ._job import AgentJob
+from ._journal import Entry, crosses
 
 __all__ = [
     "TERMINAL",
@@ -56,6 +63,7 @@ __all__ = [
     "cancel",
     "checkpoint",
     "finish",
+    "may_append",
     "purge",
     "renew",
     "retry",
@@ -221,7 +229,9 @@ class Applied:
 class Conflict:
     """The transition does not apply; nothing changes. ``reason`` says why."""
 
-    reason: Literal["revision", "fenced", "state", "lease", "not_due", "waiting", "duplicate"]
+    reason: Literal[
+        "revision", "fenced", "state", "lease", "not_due", "waiting", "duplicate", "cancelled"
+    ]
     detail: str
 
 
@@ -367,9 +377,12 @@ def acquire(
     """A worker takes the job: a queued one that is due, or a running one whose lease expired
     (its worker is presumed dead and the run is continued). The fence goes up by one, so the
     previous holder can no longer write. ``execution`` is the next execution number (kept only
-    the first time). A job with a cancel requested is not taken. Taking a queued job counts an
-    ``attempt``; taking over an expired one counts a ``takeover`` (a worker died: bounded apart
-    from retries, so neither a crashing job nor crashing workers exhaust the other)."""
+    the first time). A queued job with a cancel requested is not taken; a running one whose
+    lease expired is (someone must close its journal and end it ``cancelled``), and the record
+    keeps the request: :func:`may_append` lets its new holder start no work. Taking a queued
+    job counts an ``attempt``; taking over an expired one counts a ``takeover`` (a worker died:
+    bounded apart from retries, so neither a crashing job nor crashing workers exhaust the
+    other)."""
     if (conflict := _revision(record, expected)) is not None:
         return conflict
     if not lease > 0 or not math.isfinite(lease):
@@ -406,6 +419,22 @@ def renew(record: JobRecord, holder: Lease, *, now: float, lease: float) -> Tran
     if (conflict := _holder(record, holder)) is not None:
         return conflict
     return _write(record, now, lease=Lease(holder.owner, holder.fence, now + lease))
+
+
+def may_append(record: JobRecord, holder: Lease, entries: Iterable[Entry]) -> Conflict | None:
+    """Whether ``holder`` may append ``entries`` to the job's journal: ``None`` when it may;
+    ``Conflict("fenced")`` when it does not hold the job; ``Conflict("cancelled")`` when a cancel
+    was requested and the entries would start new work (a provider call or a tool call's effect:
+    see :func:`protocols.jobs.crosses`) -- what a cut run commits (its partial, its calls'
+    results, its terminal) is still taken. Every store applies this check in the transaction of
+    the append, so no work starts once a cancel is acknowledged, in any process."""
+    if (conflict := _holder(record, holder)) is not None:
+        return conflict
+    if record.cancel_requested and crosses(entries):
+        return Conflict(
+            "cancelled", f"job {record.id} has a cancel requested: it may start no more work"
+        )
+    return None
 
 
 def checkpoint(
@@ -477,7 +506,9 @@ def finish(
     error: str | None = None,
 ) -> Transition:
     """The holder ends the job: ``completed``, ``partial``, ``failed`` or ``cancelled``, with its
-    result or error. Of two racing finishes from one revision, exactly one applies."""
+    result or error. Of two racing finishes from one revision, exactly one applies. A job with
+    a cancel requested ends ``cancelled`` whatever ``status`` says (its result, if its run had
+    produced one, is kept): an acknowledged cancel is final."""
     if status not in (
         JobStatus.COMPLETED,
         JobStatus.PARTIAL,
@@ -489,6 +520,8 @@ def finish(
         )
     if (conflict := _holder(record, holder)) is not None:
         return conflict
+    if record.cancel_requested:
+        status = JobStatus.CANCELLED
     usage, turns = record.usage, record.turns
     if result is not None:
         turns = max(turns, result.turns)
@@ -548,8 +581,9 @@ def abandon(
     holder: Lease | None = None,
 ) -> Transition:
     """Give up a job no worker can run (its agent is unknown, its journal drifted, its workers
-    keep dying): ``abandoned``. A running job only by its ``holder``, or once its lease has
-    expired (the holder is presumed dead: that is the evidence)."""
+    keep dying): ``abandoned`` -- ``cancelled`` when a cancel was requested (it is final). A
+    running job only by its ``holder``, or once its lease has expired (the holder is presumed
+    dead: that is the evidence)."""
     if (conflict := _revision(record, expected)) is not None:
         return conflict
     if record.terminal:
@@ -560,7 +594,8 @@ def abandon(
             return conflict
     elif record.status is JobStatus.RUNNING and current is not None and now < current.until:
         return Conflict("lease", f"job {record.id} is held by {current.owner!r}")
-    return _write(record, now, status=JobStatus.ABANDONED, lease=None, error=error)
+    status = JobStatus.CANCELLED if record.cancel_requested else JobStatus.ABANDONED
+    return _write(record, now, status=status, lease=None, error=error)
 
 
 def purge(record: JobRecord, *, now: float) -> Tombstone | Conflict:

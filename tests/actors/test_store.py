@@ -377,8 +377,8 @@ async def test_a_fresh_database_holds_the_current_schema(tmp_path: pathlib.Path)
     async with await SQLiteConversationStore.open(path, clock=lambda: 1234.5) as store:
         await store.set(rich_snapshot("a"))
         assert query(path, "PRAGMA journal_mode") == [("wal",)]
-    assert query(path, f"SELECT key, value FROM {META}") == [("schema_version", "3")]
-    assert SCHEMA_VERSION == 3
+    assert query(path, f"SELECT key, value FROM {META}") == [("schema_version", "4")]
+    assert SCHEMA_VERSION == 4
     rows = query(path, f"SELECT id, snapshot, updated_at FROM {TABLE}")
     assert len(rows) == 1
     conversation_id, text, updated_at = rows[0]
@@ -708,7 +708,7 @@ async def test_stores_opening_one_fresh_file_at_once_agree_on_the_schema(
     finally:
         for store in opened:
             await store.aclose()
-    assert query(path, f"SELECT key, value FROM {META}") == [("schema_version", "3")]
+    assert query(path, f"SELECT key, value FROM {META}") == [("schema_version", "4")]
     assert mode_of(path) == 0o600
 
 
@@ -1032,7 +1032,7 @@ async def test_a_version_1_file_is_migrated_to_hold_durable_jobs_too(
     assert query(path, f"SELECT value FROM {META}") == [("1",)]
     async with await SQLiteConversationStore.open(path) as store:
         assert await store.get("a") == plain_snapshot("a")
-    assert query(path, f"SELECT key, value FROM {META}") == [("schema_version", "3")]
+    assert query(path, f"SELECT key, value FROM {META}") == [("schema_version", "4")]
     tables = {name for (name,) in query(path, "SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"trio_agents_jobs", "trio_agents_journal", "trio_agents_tombstones"} <= tables
     assert query(path, "PRAGMA integrity_check") == [("ok",)]

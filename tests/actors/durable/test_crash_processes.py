@@ -21,14 +21,20 @@ acquisition (with its fence) and every write (with the fence it carried and whet
 took it): a tool cannot see its worker's fence (``RunContext`` has no such field), so these logs
 are what tells which process held a job when.
 
+Some kills are followed at once by a cancel of one of the dead worker's jobs, made from the test
+(another process): it is acknowledged as a request while nobody can act on it, and the worker
+that takes the job over must honour it (issue 23).
+
 What is checked once the processes are gone, from the store, the journals, the effects and the
-logs: every job ends completed; no acknowledged submit is lost; no ``pay`` effect happens twice
-for one idempotency key, and ``note`` repeats only with its call's key; every journal replays
-without drift into a well-formed conversation; calls cut mid-effect are answered
-:data:`protocols.jobs.UNKNOWN_EFFECT` (``pay``) or run again with their key (``note``); effects come
-only from the process holding the job, in fence order, and each holder's journal writes precede
-the next holder's; a worker paused (``SIGSTOP``) past its lease and then continued writes
-nothing more -- its next write is refused as fenced.
+logs: every job ends completed, but those cancelled while their worker was dead, which end
+cancelled having started no provider call or tool call after the cancel was acknowledged (no
+effect, and no journaled request or intent, from any process after it); no acknowledged submit is
+lost; no ``pay`` effect happens twice for one idempotency key, and ``note`` repeats only with its
+call's key; every journal replays without drift into a well-formed conversation; calls cut
+mid-effect are answered :data:`protocols.jobs.UNKNOWN_EFFECT` (``pay``) or run again with their key
+(``note``); effects come only from the process holding the job, in fence order, and each holder's
+journal writes precede the next holder's; a worker paused (``SIGSTOP``) past its lease and then
+continued writes nothing more -- its next write is refused as fenced.
 
 On SQLite the run is 200 jobs and 30 kills; on PostgreSQL it is 10,000 jobs, with a kill every
 second or so until the last few dozen jobs are running (a hundred kills and more) and five
@@ -62,6 +68,7 @@ import trio
 from postgres_server import drop_schemas, new_schema, postgres_url
 
 from actors.durable import PostgresRunStore, RunStore, SQLiteRunStore
+from actors.durable._ops import cancel_job
 from protocols import jobs as J
 from protocols.messages import Message, Role, ToolFailure, ToolSuccess
 
@@ -759,6 +766,8 @@ async def _killed_at_random(
         keys[i : i + scale.chunk] for i in range(0, scale.jobs, scale.chunk)
     )
     acked: dict[str, set[str]] = collections.defaultdict(set)  # key -> every id returned
+    # Jobs cancelled while their worker was dead: id -> when the cancel was acknowledged.
+    cancels: dict[str, float] = {}
     kills = 0
     try:
         await pool.open()
@@ -809,6 +818,8 @@ async def _killed_at_random(
                 code = await pool.kill(victim)
                 assert code == -signal.SIGKILL, f"{victim.name} had ended: {victim.errors()}"
                 kills += 1
+                if rng.random() < 0.5:
+                    await cancel_one_of(store, victim, cancels, rng)
                 done = victim.acked()
                 # What it did not acknowledge is submitted again by another (with the keys it
                 # did acknowledge in the same chunk: a key must name the same job again).
@@ -835,14 +846,77 @@ async def _killed_at_random(
         for key, id in worker.acked().items():
             acked[key].add(id)
     summary = check_crash_run(
-        tag=tag, pool=pool, keys=keys, acked=acked, records=records, journals=journals
+        tag=tag,
+        pool=pool,
+        keys=keys,
+        acked=acked,
+        records=records,
+        journals=journals,
+        cancels=cancels,
     )
     assert kills >= MIN_KILLS
+    assert len(cancels) >= MIN_CANCELS, f"{tag}: only {len(cancels)} cancels landed"
     if cut is not None:
         assert cuts >= MIN_CUTS
         reconnected = sum(worker.reconnects() for worker in pool.workers)
         assert reconnected > 0, "no worker said it rode out a lost connection"
     print(f"{tag}: {kills} kills, {cuts} connection cuts, {summary}")
+
+
+#: Cancels landing while the job's worker is dead: at least this many per run.
+MIN_CANCELS = 5
+
+
+async def cancel_one_of(
+    store: RunStore, victim: Worker, cancels: dict[str, float], rng: random.Random
+) -> None:
+    """Cancel one of the jobs the killed ``victim`` held, if it held one (from the test's
+    process, as ``trio-agents jobs cancel`` would), noting when the cancel was acknowledged."""
+    running = await store.list(statuses=[J.JobStatus.RUNNING], limit=1000)
+    held = [
+        r for r in running if r.lease is not None and r.lease.owner.startswith(f"{victim.name}-")
+    ]
+    if not held:
+        return
+    record, changed = await cancel_job(store, rng.choice(held).id)
+    if changed and record.status is J.JobStatus.RUNNING:
+        cancels[record.id] = time.time()
+
+
+def cancel_problems(
+    id: str,
+    record: J.JobRecord,
+    *,
+    acknowledged: float,
+    journal: list[J.Entry],
+    effects: list[dict[str, Any]],
+    appends: list[dict[str, Any]],
+) -> list[str]:
+    """How a job cancelled while its worker was dead broke the promise: it ends cancelled,
+    its journal closed (one terminal, every call answered), and nothing started after the
+    cancel was acknowledged -- no effect, no journaled provider call or intent."""
+    problems: list[str] = []
+    where = f"job {id} ({record.key}), cancelled at {acknowledged:.3f}"
+    if record.status is not J.JobStatus.CANCELLED or not record.cancel_requested:
+        problems.append(f"{where} ended {record.status.value}: {record.error}")
+    try:
+        made = J.replay(id, journal)
+    except J.JournalDrift as drift:
+        return [*problems, f"{where}: {drift.message}"]
+    terminals = [e for e in journal if isinstance(e, J.TerminalEntry)]
+    if len(terminals) != 1 or made.terminal is None or made.terminal.result != record.result:
+        problems.append(f"{where}: {len(terminals)} terminal entries, not the record's one")
+    problems.extend(f"{where}: {p}" for p in conversation_problems(made.messages))
+    problems.extend(
+        f"{where}: effect after the cancel: {e}" for e in effects if e["t"] > acknowledged
+    )
+    problems.extend(
+        f"{where}: work journaled after the cancel: {a}"
+        for a in appends
+        if a["begun"] > acknowledged
+        and any(kind in ("request", "intent") for kind, _ in a["entries"])
+    )
+    return problems
 
 
 def check_crash_run(
@@ -853,6 +927,7 @@ def check_crash_run(
     acked: dict[str, set[str]],
     records: dict[str, J.JobRecord],
     journals: dict[str, list[J.Entry]],
+    cancels: dict[str, float],
 ) -> str:
     """Every check of the crash run; a summary of what happened."""
     problems: list[str] = []
@@ -884,6 +959,23 @@ def check_crash_run(
     for id, record in records.items():
         where = f"job {id} ({record.key})"
         journal = journals[id]
+        if id in cancels:
+            pays = effects.pop((id, f"pay-{record.key}"), [])
+            notes = effects.pop((id, f"note-{record.key}"), [])
+            problems.extend(
+                cancel_problems(
+                    id,
+                    record,
+                    acknowledged=cancels[id],
+                    journal=journal,
+                    effects=pays + notes,
+                    appends=appends[id],
+                )
+            )
+            problems.extend(f"{where}: {p}" for p in block_problems(journal, appends[id]))
+            if len(pays) > 1:
+                problem(f"{where}: pay has {len(pays)} effects")
+            continue
         # Ended, completed, its journal replaying into a well-formed conversation.
         if record.status is not J.JobStatus.COMPLETED:
             problem(f"{where} ended {record.status.value}: {record.error}")
@@ -957,7 +1049,8 @@ def check_crash_run(
         )
     assert not problems, f"{tag}: " + "\n".join(problems[:40])
     return (
-        f"{len(records)} jobs, {len(pool.workers)} worker processes, "
+        f"{len(records)} jobs ({len(cancels)} cancelled while their worker was dead), "
+        f"{len(pool.workers)} worker processes, "
         f"{sum(r.takeovers for r in records.values())} takeovers, {unknown} pays answered "
         f"unknown ({unknown_paid} of them had paid), {reruns} notes run again "
         f"({reran_effects} twice in effect), {late} effects of a worker after its lease expired"

@@ -36,6 +36,8 @@ from actors.durable import (
     SQLiteRunStore,
     open_job_queue,
 )
+from actors.durable._journal import CANCELLED as CANCELLED_CALL
+from actors.durable._ops import cancel_job
 from actors.durable._queue import MAX_TAKEOVERS
 from actors.store import StoreError
 from actors.testing import Fail, Hang, Reply, ScriptedProvider
@@ -45,14 +47,16 @@ from protocols.jobs import (
     UNKNOWN_EFFECT,
     AgentJob,
     InputEntry,
+    IntentEntry,
     JobRecord,
     JobStatus,
     RequestEntry,
+    ResponseEntry,
     ResultEntry,
     TerminalEntry,
     replay,
 )
-from protocols.messages import Role, StopReason, ToolCall, Usage
+from protocols.messages import Message, Role, StopReason, ToolCall, Usage
 
 LEASE = 30.0
 #: The journal of a run with one tool call answered in two turns, entry by entry.
@@ -1063,6 +1067,230 @@ async def test_cancel_from_another_worker_cuts_the_run_within_a_third_of_the_lea
     assert trio.current_time() - cancelled_at <= LEASE / 3 + 1
     assert record.result is not None
     assert record.result.content == "streaming"
+
+
+# Cancels acknowledged while the job's worker is dead, or before its worker hears of them
+# (issue 23, item 1): no provider call or tool call starts after the acknowledgement, in any
+# process, and the job ends cancelled with its journal closed as a cut run's is.
+
+
+async def _cancelled_while_dead(
+    store: RunStore, clock: Callable[[], float] = trio.current_time
+) -> tuple[str, JobRecord, list[str | None], ScriptedProvider]:
+    """A job whose worker dies mid-tool (an idempotent one: a continuation would run it
+    again), cancelled from elsewhere while nobody holds it, then taken over."""
+    charged: list[str | None] = []
+    started = trio.Event()
+    provider = ScriptedProvider(Reply(calls=[call("c1", "charge", cents=500)]), Reply("Done."))
+    registry = AgentRegistry()
+    registry.add(
+        "billing", provider, tools=[_charging(idempotent=True, log=charged, started=started)]
+    )
+    async with open_runtime() as runtime:
+        async with worker(store, registry, runtime, clock=clock) as first:
+            id = await first.enqueue(AgentJob.ask("billing", "Charge."))
+            await started.wait()
+        # The worker is gone; the cancel is acknowledged as a request (the job still runs,
+        # held by the dead worker's lease).
+        acknowledged, changed = await cancel_job(store, id, clock=clock)
+        assert changed
+        assert acknowledged.status is JobStatus.RUNNING
+        assert acknowledged.cancel_requested
+        if isinstance(clock, LeaseClock):
+            clock.advance(LEASE + 1)
+        async with worker(store, registry, runtime, clock=clock) as other:
+            with pytest.raises(JobError) as raised:
+                await other.result(id)
+            statistics = other.statistics()
+    assert statistics["cancelled"] == 1
+    assert statistics["completed"] == 0
+    return id, raised.value.record, charged, provider
+
+
+async def _check_closed_as_cut(
+    store: RunStore, id: str, record: JobRecord, charged: list[str | None], provider: Any
+) -> None:
+    assert record.status is JobStatus.CANCELLED
+    assert (record.takeovers, record.cancel_requested) == (1, True)
+    # No second provider call, and the idempotent call was not run again.
+    assert len(provider.calls) == 1
+    assert len(charged) == 1
+    entries = await store.journal(id)
+    made = replay(id, entries)
+    assert made.open == ()  # the open call was answered: interrupted, its effect unknown
+    (answered,) = [e.result for e in entries if isinstance(e, ResultEntry)]
+    assert answered.render().endswith(UNKNOWN_EFFECT)
+    assert sum(isinstance(e, IntentEntry) for e in entries) == 1
+    assert [e.kind for e in entries].count("request") == 1
+    assert made.terminal is not None
+    assert made.terminal.result is not None
+    assert made.terminal.result.stop is StopReason.CANCELLED
+    assert record.result is not None
+    assert record.result.partial
+    assert [m.role for m in record.result.messages] == [Role.ASSISTANT, Role.TOOL]
+
+
+async def test_a_cancel_acknowledged_while_the_worker_is_dead_is_honoured_by_the_takeover(
+    autojump_clock: Any,
+) -> None:
+    store = MemoryRunStore()
+    id, record, charged, provider = await _cancelled_while_dead(store)
+    await _check_closed_as_cut(store, id, record, charged, provider)
+
+
+async def test_a_cancel_acknowledged_while_the_worker_is_dead_on_sqlite(
+    tmp_path: pathlib.Path,
+) -> None:
+    async with await SQLiteRunStore.open(tmp_path / "jobs.db") as store:
+        id, record, charged, provider = await _cancelled_while_dead(store, LeaseClock())
+        await _check_closed_as_cut(store, id, record, charged, provider)
+
+
+async def test_a_takeover_of_a_cancelled_job_keeps_what_was_streamed_as_its_partial(
+    autojump_clock: Any,
+) -> None:
+    provider = ScriptedProvider(Hang("half a sentence"), Reply("a whole new answer"))
+    registry = AgentRegistry()
+    registry.add("talker", provider)
+    store = MemoryRunStore()
+    async with open_runtime() as runtime:
+        async with worker(store, registry, runtime) as first:
+            id = await first.enqueue(AgentJob.ask("talker", "hi"))
+            await until(store, id, JobStatus.RUNNING)
+            await trio.sleep(1)  # streaming, then the worker dies
+        await cancel_job(store, id, clock=trio.current_time)
+        async with worker(store, registry, runtime) as other:
+            with pytest.raises(JobError) as raised:
+                await other.result(id)
+    record = raised.value.record
+    assert record.status is JobStatus.CANCELLED
+    assert len(provider.calls) == 1
+    assert record.result is not None
+    assert (record.result.content, record.result.stop) == ("half a sentence", "cancelled")
+    made = replay(id, await store.journal(id))
+    assert made.messages[-1].content == "half a sentence"
+    assert made.messages[-1].interrupted
+    assert made.terminal is not None
+
+
+async def test_a_job_answered_before_its_cancel_still_ends_cancelled_with_its_answer(
+    autojump_clock: Any,
+) -> None:
+    # A worker died after journaling the final answer and before ending the job (its journal
+    # is written here as it left it); the cancel came in between. An acknowledged cancel is
+    # final: the job ends cancelled (never completed with the cancel requested), the answer
+    # kept, and no provider call is made.
+    provider = ScriptedProvider(Reply("asked again"))
+    registry = AgentRegistry()
+    registry.add("echo", provider)
+    store = MemoryRunStore()
+    now = trio.current_time()
+    id = (await store.admit(AgentJob.ask("echo", "hi"), now=now)).record.id
+    dead = await store.acquire(owner="dead", lease=LEASE, now=now)
+    assert dead is not None
+    assert dead.lease is not None
+    answer = Message.assistant("the answer")
+    opening = [InputEntry((Message.user("hi"),)), RequestEntry(1), ResponseEntry(answer)]
+    await store.append(id, dead.lease, opening)
+    await cancel_job(store, id, clock=trio.current_time)
+    async with worker(store, registry) as other:
+        with pytest.raises(JobError) as raised:
+            await other.result(id)
+    record = raised.value.record
+    assert record.status is JobStatus.CANCELLED
+    assert record.takeovers == 1
+    assert record.result is not None
+    assert record.result.content == "the answer"
+    assert provider.calls == []
+
+
+async def test_a_cancel_the_worker_has_not_heard_of_stops_the_next_provider_call(
+    tmp_path: pathlib.Path,
+) -> None:
+    # SQLite tells no other process of a change: the cancel below, made through another
+    # connection (another process), reaches the worker's lease keeper only at its next
+    # renewal, ten seconds away. The worker still starts no provider call after it: the
+    # barrier before the call is refused in the store.
+    release = trio.Event()
+    running = trio.Event()
+
+    @tool
+    async def wait_here() -> str:
+        """Wait for the test."""
+        running.set()
+        await release.wait()
+        return "released"
+
+    provider = ScriptedProvider(Reply(calls=[call("c1", "wait_here")]), Reply("second call"))
+    registry = AgentRegistry()
+    registry.add("waiter", provider, tools=[wait_here])
+    clock = LeaseClock()
+    path = tmp_path / "jobs.db"
+    async with (
+        await SQLiteRunStore.open(path) as store,
+        await SQLiteRunStore.open(path) as elsewhere,
+    ):
+        async with worker(store, registry, clock=clock) as queue:
+            id = await queue.enqueue(AgentJob.ask("waiter", "Go."))
+            await running.wait()
+            await cancel_job(elsewhere, id, clock=clock)
+            release.set()
+            with pytest.raises(JobError) as raised:
+                await queue.result(id)
+        made = replay(id, await store.journal(id))
+    record = raised.value.record
+    assert record.status is JobStatus.CANCELLED
+    assert len(provider.calls) == 1  # the second call never started
+    assert made.messages[-1].role is Role.TOOL  # the call's result, then nothing
+    assert made.messages[-1].content == "released"
+    assert made.terminal is not None
+
+
+async def test_a_cancel_the_worker_has_not_heard_of_stops_the_next_tool_call(
+    tmp_path: pathlib.Path,
+) -> None:
+    # As above, between two calls of one batch run one at a time (in whichever order): the
+    # intent of the call that had not started is refused in the store, and its effect never
+    # starts.
+    release = trio.Event()
+    running = trio.Event()
+    effects: list[str] = []
+
+    @tool
+    async def step(ctx: RunContext[None]) -> str:
+        """An effect."""
+        effects.append(ctx.call_id)
+        running.set()
+        await release.wait()
+        return f"{ctx.call_id} done"
+
+    provider = ScriptedProvider(Reply(calls=[call("c1", "step"), call("c2", "step")]), "never")
+    registry = AgentRegistry()
+    registry.add("pair", provider, tools=[step], tool_concurrency=1)
+    clock = LeaseClock()
+    path = tmp_path / "jobs.db"
+    async with (
+        await SQLiteRunStore.open(path) as store,
+        await SQLiteRunStore.open(path) as elsewhere,
+    ):
+        async with worker(store, registry, clock=clock) as queue:
+            id = await queue.enqueue(AgentJob.ask("pair", "Go."))
+            await running.wait()
+            await cancel_job(elsewhere, id, clock=clock)
+            release.set()
+            with pytest.raises(JobError) as raised:
+                await queue.result(id)
+        entries = await store.journal(id)
+    assert raised.value.record.status is JobStatus.CANCELLED
+    assert len(effects) == 1
+    (ran,) = effects
+    (other,) = {"c1", "c2"} - {ran}
+    assert len(provider.calls) == 1
+    assert [e.call.id for e in entries if isinstance(e, IntentEntry)] == [ran]
+    results = {e.result.id: e.result.render() for e in entries if isinstance(e, ResultEntry)}
+    assert results[ran] == f"{ran} done"
+    assert results[other].endswith(CANCELLED_CALL)
+    assert replay(id, entries).open == ()
 
 
 async def test_cancel_of_an_ended_job_leaves_it(autojump_clock: Any) -> None:

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 import trio
 from postgres_server import drop_schemas, new_schema, postgres_url
-from run_store_helpers import LEASE, T0, ask
+from run_store_helpers import LEASE, T0, applied, ask, holder, raises_code
 
 from actors import open_runtime
 from actors.durable import (
@@ -227,6 +227,7 @@ def as_version_1(schema: str) -> None:
         sql(f'UPDATE "{schema}".trio_agents_meta SET value = %s WHERE key = %s', str(value), name)
         sql(f'DROP SEQUENCE "{schema}".trio_agents_{name}')
     sql(f'DROP TABLE "{schema}".trio_agents_conversations')
+    sql(f'ALTER TABLE "{schema}".trio_agents_jobs DROP COLUMN cancel')  # (version 4's)
     sql(f'UPDATE "{schema}".trio_agents_meta SET value = %s WHERE key = %s', "1", "schema_version")
 
 
@@ -247,7 +248,7 @@ async def test_a_version_1_schema_is_migrated_to_hold_conversations_too(schema: 
         await conversations.aclose()
     assert sql(
         f'SELECT value FROM "{schema}".trio_agents_meta WHERE key = %s', "schema_version"
-    ) == [("3",)]
+    ) == [("4",)]
     async with await PostgresRunStore.open(postgres_url(), schema=schema) as store:
         assert await store.get(kept.id) == kept
 
@@ -278,3 +279,65 @@ async def test_numbers_continue_across_the_migration_to_sequences(schema: str) -
         assert before.execution is not None
         assert after.execution is not None
         assert after.execution > before.execution
+
+
+def schema_objects(schema: str) -> list[tuple[object, ...]]:
+    """Every table column, index and sequence of ``schema``, and its version."""
+    columns = sql(
+        "SELECT table_name, column_name, data_type FROM information_schema.columns "
+        "WHERE table_schema = %s ORDER BY table_name, column_name",
+        schema,
+    )
+    indexes = sql(
+        "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s ORDER BY indexname",
+        schema,
+    )
+    sequences = sql(
+        "SELECT sequence_name FROM information_schema.sequences WHERE sequence_schema = %s "
+        "ORDER BY sequence_name",
+        schema,
+    )
+    version = sql(f'SELECT value FROM "{schema}".trio_agents_meta WHERE key = %s', "schema_version")
+    return [*columns, *indexes, *sequences, *version]
+
+
+async def test_a_version_3_schema_is_migrated_with_its_cancels_filled(schema: str) -> None:
+    async with await PostgresRunStore.open(postgres_url(), schema=schema) as store:
+        await store.admit(ask("cancelled while running"), now=T0)
+        await store.admit(ask("left alone"), now=T0)
+        first = await store.acquire(owner="w", lease=30, now=T0 + 1)
+        second = await store.acquire(owner="w", lease=30, now=T0 + 1)
+        assert first is not None
+        assert second is not None
+        assert await store.write(applied(J.cancel(first, now=T0 + 2)))
+    sql(f'ALTER TABLE "{schema}".trio_agents_jobs DROP COLUMN cancel')
+    sql(f'UPDATE "{schema}".trio_agents_meta SET value = %s WHERE key = %s', "3", "schema_version")
+    async with await PostgresRunStore.open(postgres_url(), schema=schema) as store:
+        cancels = dict(sql(f'SELECT id, cancel FROM "{schema}".trio_agents_jobs'))
+        assert cancels == {first.id: True, second.id: False}
+        await raises_code("cancelled", store.append(first.id, holder(first), [J.RequestEntry(1)]))
+        await store.append(second.id, holder(second), [J.RequestEntry(1)])
+
+
+async def test_a_migration_that_fails_part_way_leaves_the_schema_as_it_was(schema: str) -> None:
+    # 004 S11: a version 1 schema whose migration to version 4 fails in its last step (a record
+    # that is not JSON: version 4's fill reads every record) is left exactly as it was --
+    # versions 2 and 3's table and sequences too, which the same transaction had made -- and
+    # opens once the record is repaired.
+    async with await PostgresRunStore.open(postgres_url(), schema=schema) as store:
+        kept = (await store.admit(ask("kept"), now=T0)).record
+        damaged = (await store.admit(ask("damaged"), now=T0)).record
+    as_version_1(schema)
+    ((good,),) = sql(f'SELECT record FROM "{schema}".trio_agents_jobs WHERE id = %s', damaged.id)
+    sql(f"UPDATE \"{schema}\".trio_agents_jobs SET record = 'not json' WHERE id = %s", damaged.id)
+    before = schema_objects(schema)
+    with pytest.raises(StoreError) as caught:
+        await PostgresRunStore.open(postgres_url(), schema=schema)
+    assert "not json" not in str(caught.value)  # (the record's text is not echoed)
+    assert schema_objects(schema) == before
+    assert ("1",) in before
+    sql(f'UPDATE "{schema}".trio_agents_jobs SET record = %s WHERE id = %s', good, damaged.id)
+    async with await PostgresRunStore.open(postgres_url(), schema=schema) as store:
+        assert await store.get(kept.id) == kept
+        assert await store.get(damaged.id) == damaged
+    assert ("4",) in schema_objects(schema)

@@ -433,6 +433,69 @@ async def test_append_is_fenced_by_the_lease(backend: Backend) -> None:
     assert await store.journal(record.id) == [opening, J.RequestEntry(1)]
 
 
+async def test_no_work_starts_once_a_cancel_is_acknowledged(backend: Backend) -> None:
+    # Issue 23, item 1: a cancel acknowledged while the job runs -- also while its worker is
+    # dead -- is honoured by the store itself: no append that would start a provider call or a
+    # tool call gets through, for the holder or for whoever takes the job over; what a cut run
+    # commits (its partial, its calls' results, its terminal) still does.
+    store = backend.store
+    await store.admit(ask("to cancel"), now=T0)
+    record = await take(store, "w1", now=T0 + 1, lease=10)
+    lease = holder(record)
+    call = ToolCall("c1", "pay", {"amount": 1})
+    opening = [
+        J.InputEntry((Message.user("to cancel"),)),
+        J.RequestEntry(1),
+        J.ResponseEntry(Message.assistant(calls=[call])),
+    ]
+    await store.append(record.id, lease, opening)
+    # The cancel lands from another view (another process, a command line).
+    other = await backend.peer()
+    marked = await cancel(other, await other.get(record.id) or record, now=T0 + 2)
+    assert marked.cancel_requested
+    for crossing in ([J.IntentEntry(call, f"{record.id}:1:0")], [J.RequestEntry(2)]):
+        await raises_code("cancelled", store.append(record.id, lease, crossing))
+    # What came before a barrier is refused with it: nothing of the append is written.
+    result = J.ResultEntry(ToolFailure("c1", "pay", "not executed: the job was cancelled"))
+    await raises_code("cancelled", store.append(record.id, lease, [result, J.RequestEntry(2)]))
+    assert await store.journal(record.id) == opening
+
+    # Its worker dies; once the lease has expired another takes it over -- only to close it.
+    taken = await take(store, "w2", now=T0 + 20)
+    assert (taken.fence, taken.takeovers, taken.cancel_requested) == (2, 1, True)
+    await raises_code("cancelled", store.append(taken.id, holder(taken), [J.RequestEntry(2)]))
+    await raises_code(
+        "cancelled", store.append(taken.id, holder(taken), [J.IntentEntry(call, "k")])
+    )
+    # The close is taken: the open call's result, and the terminal with the job's end, which
+    # is cancelled whatever the holder asks for (an acknowledged cancel is final).
+    await store.append(taken.id, holder(taken), [result])
+    done = applied(
+        J.finish(
+            taken,
+            holder(taken),
+            now=T0 + 21,
+            status=J.JobStatus.COMPLETED,
+            result=AgentResult("partial", stop=StopReason.CANCELLED),
+        )
+    )
+    assert done.record.status is J.JobStatus.CANCELLED
+    await store.append(taken.id, holder(taken), [J.TerminalEntry(StopReason.CANCELLED)], then=done)
+    final = await other.get(taken.id)
+    assert final is not None
+    assert final.status is J.JobStatus.CANCELLED
+    assert await store.journal(taken.id) == [
+        *opening,
+        result,
+        J.TerminalEntry(StopReason.CANCELLED),
+    ]
+    # A job never cancelled is unaffected.
+    await store.admit(ask("kept"), now=T0 + 22)
+    kept = await take(store, "w1", now=T0 + 23)
+    await store.append(kept.id, holder(kept), [J.InputEntry((Message.user("kept"),))])
+    await store.append(kept.id, holder(kept), [J.RequestEntry(1)])
+
+
 async def test_append_with_a_transition_writes_both_or_neither(backend: Backend) -> None:
     store = backend.store
     await store.admit(ask(), now=T0)

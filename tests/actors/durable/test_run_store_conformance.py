@@ -190,7 +190,8 @@ async def test_the_conformance_scenario_in_order(backend: Backend) -> None:
     assert twice.reason == "state"
 
     # 17. Two terminal commits from one read, on two connections: exactly one applies, and the
-    #    stored usage is the terminal's.
+    #    stored usage is the terminal's. (The holder says completed; the acknowledged cancel
+    #    makes it cancelled, the run's result kept.)
     final_usage = Usage(1500, 180)
     contenders = {
         name: applied(
@@ -212,10 +213,10 @@ async def test_the_conformance_scenario_in_order(backend: Backend) -> None:
     (winner,) = (contenders[name] for name, ok in won.items() if ok)
     assert winner.record.result is not None
 
-    # 18. The terminal read: completed, the winner's result byte for byte, not active.
+    # 18. The terminal read: cancelled, the winner's result byte for byte, not active.
     terminal = await reader.get(record.id)
     assert terminal == winner.record
-    assert terminal.status is J.JobStatus.COMPLETED
+    assert terminal.status is J.JobStatus.CANCELLED
     assert terminal.usage == final_usage
     assert terminal.lease is None
     assert terminal.result is not None

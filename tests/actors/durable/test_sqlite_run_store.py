@@ -19,7 +19,7 @@ from protocols.messages import Message
 pytestmark = pytest.mark.trio
 
 JOBS = "trio_agents_jobs"
-COLUMNS = ("revision", "holder", "held", "until", "thread", "rank")
+COLUMNS = ("revision", "holder", "held", "until", "thread", "rank", "cancel")
 
 
 def columns(path: pathlib.Path) -> dict[str, tuple[object, ...]]:
@@ -33,7 +33,8 @@ def columns(path: pathlib.Path) -> dict[str, tuple[object, ...]]:
 
 
 def to_version_2(path: pathlib.Path) -> None:
-    """Make the file what version 2 wrote: the jobs table without the query columns."""
+    """Make the file what version 2 wrote: the jobs table without the query columns (those of
+    versions 3 and 4)."""
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute(f"DROP INDEX {JOBS}_rank")
@@ -62,7 +63,7 @@ async def test_a_version_2_store_is_migrated_with_its_query_columns_filled(
     async with await SQLiteRunStore.open(path) as store:
         # The columns the migration filled from the records are the ones the store writes.
         assert columns(path) == written
-        assert written[taken.id] == (2, "w", 1, T0 + 31, None, 0)
+        assert written[taken.id] == (2, "w", 1, T0 + 31, None, 0, 0)
         # And they work: the holder's appends pass the fence, a stranger's do not; the queue's
         # order holds.
         await store.append(taken.id, holder(taken), [J.InputEntry((Message.user("x"),))])
@@ -159,3 +160,85 @@ async def test_a_status_no_job_has_is_reported_corrupt(tmp_path: pathlib.Path) -
             conn.close()
         error = await raises_code("corrupt", store.status(record.id))
         assert "sideways" in error.message
+
+
+def to_version_3(path: pathlib.Path) -> None:
+    """Make the file what version 3 wrote: the jobs table without the cancel column."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute(f"ALTER TABLE {JOBS} DROP COLUMN cancel")
+        conn.execute("UPDATE trio_agents_meta SET value = '3' WHERE key = 'schema_version'")
+    finally:
+        conn.close()
+
+
+def schema_of(path: pathlib.Path) -> list[tuple[object, ...]]:
+    """Every table, index and column of the file, and its version: what a migration changes."""
+    conn = sqlite3.connect(path)
+    try:
+        objects = conn.execute(
+            "SELECT type, name, sql FROM sqlite_master ORDER BY type, name"
+        ).fetchall()
+        version = conn.execute(
+            "SELECT value FROM trio_agents_meta WHERE key = 'schema_version'"
+        ).fetchall()
+    finally:
+        conn.close()
+    return [*objects, *version]
+
+
+async def test_a_version_3_store_is_migrated_with_its_cancels_filled(
+    tmp_path: pathlib.Path,
+) -> None:
+    # Version 4 keeps whether a cancel was requested in a column a journal append reads: a
+    # running job whose cancel was asked for under version 3 keeps refusing new work.
+    path = tmp_path / "jobs.db"
+    async with await SQLiteRunStore.open(path) as store:
+        await store.admit(ask("cancelled while running"), now=T0)
+        await store.admit(ask("left alone"), now=T0)
+        first = await store.acquire(owner="w", lease=30, now=T0 + 1)
+        second = await store.acquire(owner="w", lease=30, now=T0 + 1)
+        assert first is not None
+        assert second is not None
+        assert await store.write(applied(J.cancel(first, now=T0 + 2)))
+    to_version_3(path)
+    async with await SQLiteRunStore.open(path) as store:
+        assert columns(path)[first.id][-1] == 1
+        assert columns(path)[second.id][-1] == 0
+        await raises_code("cancelled", store.append(first.id, holder(first), [J.RequestEntry(1)]))
+        await store.append(second.id, holder(second), [J.RequestEntry(1)])
+
+
+async def test_a_migration_that_fails_part_way_leaves_the_file_as_it_was(
+    tmp_path: pathlib.Path,
+) -> None:
+    # 004 S11: a version 2 file whose migration to version 4 fails in its last step (a record
+    # that is not JSON: version 4's fill reads every record) is left exactly as it was --
+    # version 3's columns and indexes too, which the same transaction had added -- and opens
+    # once the record is repaired.
+    path = tmp_path / "jobs.db"
+    async with await SQLiteRunStore.open(path) as store:
+        admitted = (await store.admit(ask("kept"), now=T0)).record
+        damaged = (await store.admit(ask("damaged"), now=T0)).record
+    to_version_2(path)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        (good,) = conn.execute(f"SELECT record FROM {JOBS} WHERE id = ?", (damaged.id,)).fetchone()
+        conn.execute(f"UPDATE {JOBS} SET record = 'not json' WHERE id = ?", (damaged.id,))
+    finally:
+        conn.close()
+    before = schema_of(path)
+    with pytest.raises(StoreError) as caught:
+        await SQLiteRunStore.open(path)
+    assert caught.value.code in ("io", "corrupt"), caught.value
+    assert schema_of(path) == before
+    assert ("2",) in before
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute(f"UPDATE {JOBS} SET record = ? WHERE id = ?", (good, damaged.id))
+    finally:
+        conn.close()
+    async with await SQLiteRunStore.open(path) as store:
+        assert await store.get(admitted.id) == admitted
+        assert await store.get(damaged.id) == damaged
+    assert ("4",) in schema_of(path)

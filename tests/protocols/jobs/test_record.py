@@ -33,11 +33,16 @@ from protocols.jobs import (
     Applied,
     ApprovalAnswer,
     ApprovalRequest,
+    CheckpointEntry,
     Conflict,
+    IntentEntry,
     JobRecord,
     JobStatus,
     Lease,
     Priority,
+    RequestEntry,
+    ResultEntry,
+    TerminalEntry,
     Tombstone,
     Transition,
     abandon,
@@ -49,13 +54,14 @@ from protocols.jobs import (
     cancel,
     checkpoint,
     finish,
+    may_append,
     purge,
     renew,
     retry,
     runnable,
     suspend,
 )
-from protocols.messages import AgentResult, StopReason, Usage
+from protocols.messages import AgentResult, StopReason, ToolCall, ToolFailure, Usage
 
 T0 = 1_000.0
 LEASE = 30.0
@@ -805,6 +811,8 @@ class JobMachine(RuleBasedStateMachine):
         self.frozen: dict[str, JobRecord] = {}
         self.key_of: dict[str, str] = {}  # key -> the id it was first admitted as
         self.purged: set[str] = set()
+        # Jobs whose cancel was acknowledged (written): from then on, no more work.
+        self.cancelled: set[str] = set()
 
     # ----------------------------------------------------------------- helpers
 
@@ -1036,12 +1044,31 @@ class JobMachine(RuleBasedStateMachine):
             return
         written = self.write(transition)
         assert written is not None
+        self.cancelled.add(record.id)
         if record.status is JobStatus.RUNNING:
             assert written.status is JobStatus.RUNNING
             assert written.cancel_requested
             assert written.lease == record.lease
         else:
             assert written.status is JobStatus.CANCELLED
+
+    @precondition(
+        lambda self: any(
+            r.status is JobStatus.RUNNING and not r.cancel_requested
+            for r in self.store.records.values()
+        )
+    )
+    @rule(index=st.integers(0, 20))
+    def cancel_running(self, index: int) -> None:
+        """A cancel that lands on a running job (often: the case a takeover must honour)."""
+        record = self.pick(
+            index, lambda r: r.status is JobStatus.RUNNING and not r.cancel_requested
+        )
+        assert record is not None
+        written = self.write(cancel(record, now=self.now, expected=record.revision))
+        assert written is not None
+        assert written.cancel_requested
+        self.cancelled.add(record.id)
 
     @precondition(lambda self: self.awaiting())
     @rule(index=st.integers(0, 20), allow=st.booleans(), call=st.integers(0, 3))
@@ -1080,7 +1107,8 @@ class JobMachine(RuleBasedStateMachine):
             return
         written = self.write(transition)
         assert written is not None
-        assert written.status is JobStatus.ABANDONED
+        cancelled = JobStatus.CANCELLED if record.cancel_requested else JobStatus.ABANDONED
+        assert written.status is cancelled
 
     @precondition(lambda self: self.ended())
     @rule(index=st.integers(0, 20))
@@ -1124,6 +1152,34 @@ class JobMachine(RuleBasedStateMachine):
             else:
                 assert record.lease is None
                 assert holders == []
+
+    @invariant()
+    def an_acknowledged_cancel_leads_to_no_more_work(self) -> None:
+        """Once a cancel is written, no transition out of the record leads to more work: the
+        request stays, the job ends only ``cancelled``, and whoever holds it (a worker that
+        took it over included) may close its journal but never start a provider call or a
+        tool call."""
+        call = ToolCall("c0", "tool", {})
+        starting = [
+            [RequestEntry(1)],
+            [IntentEntry(call, "k")],
+            [ResultEntry(ToolFailure("c0", "tool", "x")), IntentEntry(call, "k")],
+        ]
+        closing = [CheckpointEntry(1, "partial"), ResultEntry(ToolFailure("c0", "tool", "x"))]
+        for id in self.cancelled:
+            record = self.store.records.get(id)
+            if record is None:  # purged
+                continue
+            assert record.cancel_requested
+            if record.terminal:
+                assert record.status is JobStatus.CANCELLED, record
+            for lease in self.leases[id]:
+                for entries in starting:
+                    refused = may_append(record, lease, entries)
+                    assert refused is not None
+                    assert refused.reason == ("cancelled" if record.held_by(lease) else "fenced")
+                if record.held_by(lease):
+                    assert may_append(record, lease, [*closing, TerminalEntry()]) is None
 
     @invariant()
     def a_key_names_one_job_forever(self) -> None:
