@@ -42,7 +42,7 @@ from ..messages import (
 )
 from ..sse import SSEEvent
 from ._common import image_media_type
-from ._stream import CallFragment, Increment, response_name
+from ._stream import NOTHING, CallFragment, Increment, ignore_after_end, response_name
 
 __all__ = [
     "API_VERSION",
@@ -425,6 +425,10 @@ class _UsageCounts:
 # Stream reader
 
 
+#: What ``message_stop`` contributes: the end of the response.
+_STOP = Increment(terminal=True, final=True)
+
+
 class AnthropicReader:
     """Reads the server-sent events of one Messages stream (use one reader per stream).
 
@@ -450,7 +454,12 @@ class AnthropicReader:
     * ``message_delta``: ``stop_reason`` -> finish (``end_turn``/``stop_sequence`` -> stop,
       ``max_tokens``/``model_context_window_exceeded`` -> length, ``tool_use`` -> tool_calls,
       ``refusal`` -> content_filter, anything else such as ``pause_turn`` -> other) and usage.
-    * ``message_stop``: ``terminal=True``. ``ping`` and unknown types: nothing.
+    * ``message_stop``: ``terminal=True`` and ``final=True``: it ends the response. Every
+      event after it -- more deltas, another ``message_delta``, an ``error``, a trailing
+      ``data: [DONE]``, data that is not JSON -- gives nothing and raises nothing, unread (the
+      first one other than ``[DONE]`` is logged at debug level), so what comes after the end
+      never changes the response.
+    * ``ping`` and unknown types: nothing.
     * ``error``: raises :class:`~protocols.errors.ProviderError` (see :func:`error_details` for
       the codes) whose message quotes at most 300 characters of the vendor's message.
 
@@ -463,7 +472,7 @@ class AnthropicReader:
     field has the wrong shape.
     """
 
-    __slots__ = ("_blocks", "_ignored", "_thinking", "_usage")
+    __slots__ = ("_blocks", "_ended", "_ignored", "_logged", "_thinking", "_usage")
 
     def __init__(self) -> None:
         self._usage = _UsageCounts()
@@ -473,9 +482,17 @@ class AnthropicReader:
         self._blocks: list[tuple[int, dict[str, Any]]] = []
         # Blocks of types this reader does not handle, whose deltas it ignores.
         self._ignored: set[int] = set()
+        # message_stop was read (what follows is ignored), and an ignored event was logged.
+        self._ended = False
+        self._logged = False
 
     def read(self, event: SSEEvent) -> Increment:
         """The increment one event contributes (see the class documentation)."""
+        if self._ended:
+            data = event.data
+            kind = "[DONE]" if data.strip() == "[DONE]" else f"event {event.event!r}"
+            self._logged = ignore_after_end("Anthropic", kind, logged=self._logged)
+            return NOTHING
         record = _object(loads(event.data), "stream event")
         kind = record.get("type", event.event)
         if kind == "content_block_delta":
@@ -499,7 +516,8 @@ class AnthropicReader:
             merged = None if reported is None else self._usage.merge(_object(reported, "usage"))
             return Increment(usage=merged, finish=finish)
         if kind == "message_stop":
-            return Increment(terminal=True)
+            self._ended = True
+            return _STOP
         if kind == "error":
             raise _stream_error(record)
         return Increment()  # ping, and event types this reader does not know

@@ -40,7 +40,14 @@ from ..messages import (
 )
 from ..sse import SSEEvent
 from ._common import classify_status, data_url, label
-from ._stream import NOTHING, CallFragment, Increment, StreamAssembler, response_name
+from ._stream import (
+    NOTHING,
+    CallFragment,
+    Increment,
+    StreamAssembler,
+    ignore_after_end,
+    response_name,
+)
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -486,9 +493,14 @@ class OpenAIResponsesReader:
     * ``response.output_item.done`` with a ``reasoning`` item that carries ``encrypted_content``
       stores it; the increment carries ``continuation={"openai_responses": {"reasoning":
       [...]}}`` with every item stored so far, in output order.
-    * ``response.completed``: terminal; usage (see below); finish ``tool_calls`` when the stream
-      started a call, else ``stop``. ``response.incomplete``: terminal; usage; finish ``length``
-      for ``max_output_tokens``, ``content_filter`` for ``content_filter``, else ``other``.
+    * ``response.completed``: final (see below); usage (see below); finish ``tool_calls`` when
+      the stream started a call, else ``stop``. ``response.incomplete``: final; usage; finish
+      ``length`` for ``max_output_tokens``, ``content_filter`` for ``content_filter``, else
+      ``other``.
+    * After a final event, every event -- more deltas, another ``response.completed``, an
+      ``error``, a trailing ``data: [DONE]`` as some compatible servers send, data that is not
+      JSON -- gives nothing and raises nothing, unread (the first one other than ``[DONE]`` is
+      logged at debug level): what comes after the end never changes the response.
     * ``response.failed`` and ``error`` (also an ``error`` event whose data is plain text) raise
       :class:`~protocols.errors.ProviderError` with the vendor's type and code and at most 300
       characters of its message: ``context_length_exceeded`` (or a message saying the context
@@ -511,7 +523,16 @@ class OpenAIResponsesReader:
     field of the wrong shape.
     """
 
-    __slots__ = ("_calls", "_model", "_reasoning", "_response_id", "_streamed", "_thinking_part")
+    __slots__ = (
+        "_calls",
+        "_ended",
+        "_logged",
+        "_model",
+        "_reasoning",
+        "_response_id",
+        "_streamed",
+        "_thinking_part",
+    )
 
     def __init__(self) -> None:
         # output_index of every call started, and of those whose arguments arrived in pieces.
@@ -524,9 +545,17 @@ class OpenAIResponsesReader:
         # The model and response id reported so far.
         self._model: str | None = None
         self._response_id: str | None = None
+        # A final event was read (what follows is ignored), and an ignored one was logged.
+        self._ended = False
+        self._logged = False
 
     def read(self, event: SSEEvent) -> Increment | str:
         """What ``event`` contributes to the response; see the class docstring."""
+        if self._ended:
+            data = event.data
+            kind = "[DONE]" if data.strip() == "[DONE]" else f"event {event.event!r}"
+            self._logged = ignore_after_end("OpenAI Responses", kind, logged=self._logged)
+            return NOTHING
         try:
             parsed = loads(event.data)
         except ProtocolError:
@@ -558,20 +587,26 @@ class OpenAIResponsesReader:
             response = _optional_object(record, "response", kind)
             finish = FinishReason.TOOL_CALLS if self._calls else FinishReason.STOP
             model, response_id = self._names(response)
+            usage = _usage(response)
+            self._ended = True
             return Increment(
-                usage=_usage(response),
+                usage=usage,
                 finish=finish,
                 terminal=True,
+                final=True,
                 model=model,
                 response_id=response_id,
             )
         if kind == "response.incomplete":
             response = _optional_object(record, "response", kind)
             model, response_id = self._names(response)
+            finish, usage = _incomplete_finish(response), _usage(response)
+            self._ended = True
             return Increment(
-                usage=_usage(response),
-                finish=_incomplete_finish(response),
+                usage=usage,
+                finish=finish,
                 terminal=True,
+                final=True,
                 model=model,
                 response_id=response_id,
             )

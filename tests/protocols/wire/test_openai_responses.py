@@ -432,6 +432,7 @@ def test_completed_reports_usage_and_a_terminal_stop() -> None:
         usage=Usage(prompt=100, completion=30, total=130, cached=64, reasoning=20),
         finish=FinishReason.STOP,
         terminal=True,
+        final=True,
     )
 
 
@@ -470,7 +471,7 @@ def test_incomplete_is_terminal_with_its_reason(reason: str | None, finish: Fini
         "usage": {"input_tokens": 2, "output_tokens": 1},
     }
     increment = OpenAIResponsesReader().read(event("response.incomplete", response=response))
-    assert increment == Increment(usage=Usage(2, 1), finish=finish, terminal=True)
+    assert increment == Increment(usage=Usage(2, 1), finish=finish, terminal=True, final=True)
 
 
 def test_a_reasoning_item_with_encrypted_content_is_kept_in_order() -> None:
