@@ -41,7 +41,7 @@ from ..messages import (
     new_id,
 )
 from ..sse import SSEEvent
-from ._common import image_media_type
+from ._common import image_media_type, split_system
 from ._stream import NOTHING, CallFragment, Increment, ignore_after_end, response_name
 
 __all__ = [
@@ -123,8 +123,8 @@ def encode_request(
     Messages:
 
     * Every system message (wherever it stands) goes, in order and joined by a blank line, into
-      the top-level ``"system"`` string; empty ones are left out and so is ``"system"`` when
-      nothing remains.
+      the top-level ``"system"`` string (the rule every encoder applies; see
+      ``docs/context.md``); empty ones are left out and so is ``"system"`` when nothing remains.
     * A user message becomes a ``user`` turn: its images first (base64 ``image`` blocks; a
       ``data:`` URL gives its declared media type and payload, a bare payload is sniffed), then a
       text block unless the content is empty -- Anthropic advises images before text.
@@ -162,14 +162,10 @@ def encode_request(
     opts = options if options is not None else ProviderOptions()
     tool_list = list(tools)
 
-    system: list[str] = []
+    system, conversation = split_system(messages)
     turns: list[_Turn] = []
-    for message in messages:
+    for message in conversation:
         role = message.role
-        if role is Role.SYSTEM:
-            if message.content:
-                system.append(message.content)
-            continue
         if role is Role.ASSISTANT:
             blocks = _assistant_blocks(message)
             if blocks:
@@ -201,7 +197,7 @@ def encode_request(
         "messages": [turn.encode() for turn in turns],
     }
     if system:
-        body["system"] = "\n\n".join(system)
+        body["system"] = system
     if tool_list:
         body["tools"] = [_tool(tool) for tool in tool_list]
     choice = _tool_choice(opts.tool_choice, tool_list)

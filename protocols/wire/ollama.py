@@ -10,7 +10,9 @@ whole answer is one such object, the final one.
 
 What the request body does with each part of the data model:
 
-- Messages become ``{"role", "content"}``. A user or tool message's images go in ``images`` as
+- System messages, wherever they stand, become one ``system`` message, first (their texts
+  joined by a blank line). The others become ``{"role", "content"}``, in order. A user or tool
+  message's images go in ``images`` as
   bare base64 (a ``data:`` URL prefix is stripped); an assistant message's calls go in
   ``tool_calls`` as ``{"function": {"name", "arguments"}}`` with the arguments as an object; a
   tool message names its tool in ``tool_name``. Thinking, the interrupted mark and continuation
@@ -44,6 +46,7 @@ from ..messages import (
     Usage,
     new_id,
 )
+from ._common import split_system
 from ._stream import (
     NOTHING,
     CallFragment,
@@ -89,7 +92,10 @@ def encode_request(
 ) -> dict[str, Any]:
     """The JSON body of one ``/api/chat`` request (see the module docstring for the mapping).
 
-    Guarantees: the body is strict JSON (serialisable with :func:`protocols._json.dumps`); it holds
+    Guarantees: system messages, wherever they stand, become one ``system`` message, first:
+    their texts in order, joined by a blank line (empty ones left out; see ``docs/context.md``),
+    and none when no message is a system message -- never two. The body is strict JSON
+    (serialisable with :func:`protocols._json.dumps`); it holds
     ``model``, ``messages`` and ``stream`` always, ``tools`` only when there are tools to offer,
     and ``think``, ``format`` and ``options`` only when an option sets them. Nested values (tool
     arguments, schemas, ``extra`` values) are shared with the inputs, not copied: treat the body
@@ -114,7 +120,10 @@ def encode_request(
                 f"ProviderOptions.extra may not set {key!r}: the Ollama encoder writes it"
             )
 
-    body: dict[str, Any] = {"model": model, "messages": [_message(m) for m in messages]}
+    system, others = split_system(messages)
+    encoded = [] if system is None else [{"role": "system", "content": system}]
+    encoded.extend(_message(message) for message in others)
+    body: dict[str, Any] = {"model": model, "messages": encoded}
     if tools and choice != "none":
         body["tools"] = [_tool(tool) for tool in tools]
     body["stream"] = stream

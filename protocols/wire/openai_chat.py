@@ -32,7 +32,7 @@ from ..messages import (
     Usage,
 )
 from ..sse import SSEEvent
-from ._common import data_url, label
+from ._common import data_url, label, split_system
 from ._stream import (
     NOTHING,
     CallFragment,
@@ -102,8 +102,11 @@ def encode_request(
 
     Guarantees:
 
-    * Messages keep their order. ``system`` and ``tool`` messages map to their wire roles
-      (a tool message carries ``tool_call_id``); a ``user`` message with images becomes a list of
+    * System messages, wherever they stand, become one ``system`` message, first: their texts
+      in order, joined by a blank line (empty ones left out; see ``docs/context.md``). There is
+      none when no message is a system message, and never two.
+    * The other messages keep their order. ``tool`` messages map to their wire role (a tool
+      message carries ``tool_call_id``); a ``user`` message with images becomes a list of
       parts -- its text first (left out when empty), then one ``image_url`` part per image as a
       ``data:`` URL (a payload that already is a ``data:`` URL is sent as is, otherwise its media
       type is sniffed by :func:`~protocols.wire.image_media_type`); an ``assistant`` message sends
@@ -143,9 +146,12 @@ def encode_request(
     """
     if not isinstance(model, str) or not model:
         raise ConfigError("the OpenAI chat request needs a non-empty model name")
+    system, others = split_system(messages)
     encoded: list[dict[str, Any]] = []
+    if system is not None:
+        encoded.append({"role": "system", "content": system})
     pictures: list[dict[str, Any]] = []  # the images of the current run of tool messages
-    for message in messages:
+    for message in others:
         if pictures and message.role is not Role.TOOL:
             encoded.append({"role": "user", "content": pictures})
             pictures = []
@@ -191,9 +197,8 @@ def _encode_message(message: Message) -> dict[str, Any]:
                 for call in message.calls
             ]
         return encoded
-    if role is Role.TOOL:
-        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
-    return {"role": "system", "content": message.content}
+    assert role is Role.TOOL, "system messages are merged by split_system"
+    return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
 
 
 def _image_parts(images: Sequence[str]) -> list[dict[str, Any]]:

@@ -39,7 +39,7 @@ from ..messages import (
     Usage,
 )
 from ..sse import SSEEvent
-from ._common import classify_status, data_url, label
+from ._common import classify_status, data_url, label, split_system
 from ._stream import (
     NOTHING,
     CallFragment,
@@ -121,18 +121,20 @@ def encode_request(
 
     * ``"store": false`` always, and never ``previous_response_id``: the whole history goes as
       ``input`` items, in order.
-    * A ``system`` message becomes a ``system`` message item in place (its position kept). A
-      ``user`` message becomes a message item whose content is its text as an ``input_text``
-      part (left out when empty and there are images) then one ``input_image`` part per image as
-      a ``data:`` URL (sniffed by :func:`~protocols.wire.image_media_type` unless it already is
-      one). An ``assistant`` message sends, in order: the reasoning items stored in its
-      ``continuation`` by this adapter, its text as an ``output_text`` message item (left out
-      when empty and there are calls), then one ``function_call`` item per call (``call_id``,
-      ``name``, ``arguments`` as compact JSON text). A ``tool`` message becomes a
-      ``function_call_output`` item (``call_id``, ``output``): ``output`` is its text, or, when
-      it has images, a list of an ``input_text`` item (left out when the text is empty) then one
-      ``input_image`` item per image as for a user message. Thinking text and the interrupted
-      mark are never sent.
+    * System messages, wherever they stand, become one ``system`` message item, the first input
+      item: their texts in order, joined by a blank line (empty ones left out; see
+      ``docs/context.md``). There is none when no message is a system message, and never two;
+      ``instructions`` is not sent. A ``user`` message becomes a message item whose content is its
+      text as an ``input_text`` part (left out when empty and there are images) then one
+      ``input_image`` part per image as a ``data:`` URL (sniffed by
+      :func:`~protocols.wire.image_media_type` unless it already is one). An ``assistant`` message
+      sends, in order: the reasoning items stored in its ``continuation`` by this adapter, its text
+      as an ``output_text`` message item (left out when empty and there are calls), then one
+      ``function_call`` item per call (``call_id``, ``name``, ``arguments`` as compact JSON text). A
+      ``tool`` message becomes a ``function_call_output`` item (``call_id``, ``output``): ``output``
+      is its text, or, when it has images, a list of an ``input_text`` item (left out when the text
+      is empty) then one ``input_image`` item per image as for a user message. Thinking text and the
+      interrupted mark are never sent.
     * ``tools`` become flat ``function`` tools (``name``, ``description`` unless empty,
       ``parameters``, ``"strict": false`` -- the Responses API is strict by default, which
       refuses most schemas); no ``tools`` key when there are none.
@@ -151,8 +153,11 @@ def encode_request(
     """
     if not isinstance(model, str) or not model:
         raise ConfigError("the OpenAI Responses request needs a non-empty model name")
+    system, others = split_system(messages)
     items: list[dict[str, Any]] = []
-    for message in messages:
+    if system is not None:
+        items.append({"type": "message", "role": "system", "content": system})
+    for message in others:
         _encode_message(message, items)
     body: dict[str, Any] = {"model": model, "input": items, "store": False}
     if tools:
@@ -206,7 +211,7 @@ def _encode_message(message: Message, items: list[dict[str, Any]]) -> None:
             {"type": "function_call_output", "call_id": message.tool_call_id, "output": output}
         )
     else:
-        items.append({"type": "message", "role": "system", "content": message.content})
+        raise AssertionError("system messages are merged by split_system")
 
 
 def _stored_reasoning(continuation: Mapping[str, Any]) -> list[dict[str, Any]]:
