@@ -186,6 +186,7 @@ class _HTTPStream(ProviderStream):
         self._attempts = 0
         self._started = False
         self._finished = False
+        self._noted_after_end = False
         self._result: ProviderResult | None = None
         self._deadline = math.inf
         self._idle_deadline = math.inf
@@ -403,10 +404,9 @@ class _HTTPStream(ProviderStream):
     async def _read_after_end(self) -> None:
         """After the final record: read what is left of the body -- so that the connection can
         serve another request -- for at most :data:`AFTER_END_WAIT` seconds (and never past the
-        deadline) and :data:`AFTER_END_LIMIT` bytes, then close the response. Its records go to
-        the reader, which ignores them (logging the first at debug level, unless it is a
-        ``[DONE]``); bytes that do not decode, a stall, a cut or a transport error end the
-        reading, never the call."""
+        deadline) and :data:`AFTER_END_LIMIT` bytes, then close the response. What it holds is
+        never read as a record (see :meth:`_note_after_end`); bytes that do not decode, a stall,
+        a cut or a transport error end the reading, never the call."""
         chunks = self._chunks
         assert chunks is not None
         received = 0
@@ -425,8 +425,8 @@ class _HTTPStream(ProviderStream):
         await self._close_response()
 
     def _ignore_after_end(self, chunk: bytes) -> None:
-        """Decode ``chunk`` (bytes after the end) and hand its records to the reader, which
-        ignores them; stop decoding at the first bytes that do not decode."""
+        """Decode ``chunk`` (bytes after the end) only to note what it holds; stop decoding at
+        the first bytes that do not decode."""
         decoder = self._decoder
         if decoder is None:
             return
@@ -435,26 +435,46 @@ class _HTTPStream(ProviderStream):
         except ProtocolError:
             self._undecodable_after_end()
             return
-        read = self._reader.read
         for item in items:
             if type(item) is not SSEComment:
-                read(item)
+                self._note_after_end(item)
 
     def _undecodable_after_end(self) -> None:
         """Bytes after the end failed to decode: stop decoding the body (it is still read to
-        its end, for the connection's sake) and log it at debug level -- unless it was a
-        trailing ``[DONE]`` line, which some servers send after NDJSON too."""
+        its end, for the connection's sake) and note it -- as a trailing ``[DONE]`` when the
+        line that failed is one, which some servers send after NDJSON too."""
         decoder = self._decoder
         self._decoder = None
         line = decoder.failed_line if type(decoder) is NDJSONDecoder else None
-        if line is not None and line.strip() in (b"[DONE]", b"data: [DONE]"):
+        done = line is not None and line.strip() in (b"[DONE]", b"data: [DONE]")
+        self._note_after_end("[DONE]" if done else "bytes that do not decode")
+
+    def _note_after_end(self, record: Any) -> None:
+        """A record (or a description of bytes) that came after the final record, which is
+        ignored: a trailing ``[DONE]`` silently, the first anything else of the stream logged at
+        debug level, by its kind -- never its text."""
+        if self._noted_after_end:
             return
-        log.debug("%s: ignored bytes after the end of the stream", self._provider.name)
+        if isinstance(record, SSEEvent):
+            kind = "[DONE]" if record.data.strip() == "[DONE]" else f"event {record.event[:40]!r}"
+        elif isinstance(record, str):
+            kind = record
+        else:
+            kind = "a JSON line"
+        if kind == "[DONE]":
+            return
+        self._noted_after_end = True
+        log.debug(
+            "%s: ignored what came after the end of the stream (first: %s)",
+            self._provider.name,
+            kind,
+        )
 
     def _add(self, items: list[Any]) -> None:
         """Fold the records of one chunk (the hot loop: one pass, no per-record clock read)."""
         read = self._reader.read
-        add = self._assembler.add
+        assembler = self._assembler
+        add = assembler.add
         pending = self._pending
         events = 0
         item: Any = None
@@ -463,6 +483,9 @@ class _HTTPStream(ProviderStream):
                 # An SSEComment is a keep-alive: it proves nothing and does not reset the idle
                 # timer.
                 if type(item) is not SSEComment:
+                    if assembler.final:  # after the end: never read
+                        self._note_after_end(item)
+                        continue
                     events += 1
                     pending.extend(add(read(item)))
         except ProtocolError as error:
