@@ -447,20 +447,20 @@ class _HTTPStream(ProviderStream):
         self._decoder = None
         line = decoder.failed_line if type(decoder) is NDJSONDecoder else None
         done = line is not None and line.strip() in (b"[DONE]", b"data: [DONE]")
-        self._note_after_end("[DONE]" if done else "bytes that do not decode")
+        self._note_after_end(None, kind="[DONE]" if done else "bytes that do not decode")
 
-    def _note_after_end(self, record: Any) -> None:
-        """A record (or a description of bytes) that came after the final record, which is
-        ignored: a trailing ``[DONE]`` silently, the first anything else of the stream logged at
-        debug level, by its kind -- never its text."""
+    def _note_after_end(self, record: Any, *, kind: str | None = None) -> None:
+        """A record (an SSE event, an NDJSON value; or bytes described by ``kind``) that came
+        after the final record, which is ignored: a trailing ``[DONE]`` silently, the first
+        anything else of the stream logged at debug level, by its kind -- never its text."""
         if self._noted_after_end:
             return
-        if isinstance(record, SSEEvent):
-            kind = "[DONE]" if record.data.strip() == "[DONE]" else f"event {record.event[:40]!r}"
-        elif isinstance(record, str):
-            kind = record
-        else:
-            kind = "a JSON line"
+        if kind is None:
+            if isinstance(record, SSEEvent):
+                done = record.data.strip() == "[DONE]"
+                kind = "[DONE]" if done else f"event {record.event[:40]!r}"
+            else:
+                kind = "a JSON line"
         if kind == "[DONE]":
             return
         self._noted_after_end = True

@@ -110,6 +110,7 @@ VENDORS: dict[str, tuple[type[HTTPProvider], str, str, bytes]] = {
         OllamaChat,
         "ollama",
         "text",
+        b'"late text, never logged"\n'
         b'{"message":{"role":"assistant","content":"AFTER"},"done":false}\n'
         b'{"done":true,"done_reason":"length","prompt_eval_count":999,"eval_count":999}\n'
         b'{"error":"late"}\n'
