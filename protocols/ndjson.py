@@ -42,7 +42,9 @@ class NDJSONDecoder:
       linear in the number of bytes fed.
 
     After an error or :meth:`close`, :meth:`feed` raises
-    :class:`~protocols.errors.ProtocolError`.
+    :class:`~protocols.errors.ProtocolError`. The values of the failing chunk's lines before the
+    one that failed to parse are kept in :attr:`before_failure`, for a caller to whom they still
+    matter (a stream whose last record came before the bad line).
     """
 
     __slots__ = (
@@ -53,6 +55,7 @@ class NDJSONDecoder:
         "_max",
         "_pending",
         "_pending_len",
+        "before_failure",
         "failed_line",
     )
 
@@ -80,6 +83,9 @@ class NDJSONDecoder:
         #: The start (at most :data:`FAILED_LINE_KEPT` bytes) of the line that failed to parse,
         #: once one has: for an error message that shows it.
         self.failed_line: bytes | None = None
+        #: The values of the lines of the failing chunk before the line that failed to parse,
+        #: once one has (empty otherwise, and after a size error).
+        self.before_failure: list[Any] = []
 
     @property
     def lines(self) -> int:
@@ -165,6 +171,7 @@ class NDJSONDecoder:
                 self._lines = number
                 self._failed = True
                 self.failed_line = bytes(line[:FAILED_LINE_KEPT])
+                self.before_failure = out
                 raise ProtocolError(
                     f"NDJSON line {number}: {exc.message}", code="json", category=category
                 ) from exc

@@ -62,6 +62,12 @@ ERROR_BODY_LIMIT = 2048
 #: How much of a record that failed to decode an error message shows (characters).
 RECORD_EXCERPT_LIMIT = 200
 
+#: After a stream's final record, how long (seconds) and how many bytes of what is left of the
+#: body are read, so that the connection can be reused, before it is closed instead. Nothing
+#: read after the final record changes the result.
+AFTER_END_WAIT = 1.0
+AFTER_END_LIMIT = 64 * 1024
+
 #: Words in a header name that mark its value as a credential (redacted from errors).
 _CREDENTIAL_WORDS = ("auth", "key", "token", "secret", "password", "cookie", "signature")
 
@@ -180,6 +186,7 @@ class _HTTPStream(ProviderStream):
         self._attempts = 0
         self._started = False
         self._finished = False
+        self._noted_after_end = False
         self._result: ProviderResult | None = None
         self._deadline = math.inf
         self._idle_deadline = math.inf
@@ -324,6 +331,16 @@ class _HTTPStream(ProviderStream):
 
     async def _pump(self) -> None:
         """Read until at least one delta is pending or the stream ends."""
+        if self._ended():
+            # The response has ended: nothing read from here on may change it.
+            await self._read_after_end()
+            try:
+                self._finish()
+            except ProtocolError as error:  # a call whose arguments are not a JSON object, ...
+                raise _Attempt(
+                    ProviderError(error.message, code=error.code, retryable=False)
+                ) from None
+            return
         assert self._chunks is not None
         assert self._decoder is not None
         provider = self._provider
@@ -349,18 +366,18 @@ class _HTTPStream(ProviderStream):
             try:
                 items = decoder.close() if chunk is None else decoder.feed(chunk)
             except ProtocolError as error:
-                raise self._undecodable_line(error) from None
+                # The chunk's records before the line that failed still count: the response may
+                # have ended among them, and then what failed came after the end.
+                if type(decoder) is NDJSONDecoder and decoder.before_failure:
+                    self._add(decoder.before_failure)
+                if not self._ended():
+                    raise self._undecodable_line(error) from None
+                self._undecodable_after_end()
+                return
             if items:
                 self._add(items)
             if chunk is None:
-                self._pending.extend(self._assembler.flush())
-                if not self._assembler.terminal:
-                    raise ProtocolError(
-                        f"{provider.name}: the stream ended without its terminal record",
-                        code="truncated",
-                    )
-                self._result = self._assembler.result()
-                self._finished = True
+                self._finish()
         except ProviderError as error:
             raise _Attempt(error) from None
         except ProtocolError as error:
@@ -368,10 +385,96 @@ class _HTTPStream(ProviderStream):
                 ProviderError(error.message, code=error.code, retryable=error.code == "truncated")
             ) from None
 
+    def _ended(self) -> bool:
+        """Whether the response's final record has been read."""
+        return self._assembler.final
+
+    def _finish(self) -> None:
+        """The stream has ended (its body, or the response with its final record): release what
+        the think splitter held back and build the result."""
+        self._pending.extend(self._assembler.flush())
+        if not self._assembler.terminal:
+            raise ProtocolError(
+                f"{self._provider.name}: the stream ended without its terminal record",
+                code="truncated",
+            )
+        self._result = self._assembler.result()
+        self._finished = True
+
+    async def _read_after_end(self) -> None:
+        """After the final record: read what is left of the body -- so that the connection can
+        serve another request -- for at most :data:`AFTER_END_WAIT` seconds (and never past the
+        deadline) and :data:`AFTER_END_LIMIT` bytes, then close the response. What it holds is
+        never read as a record (see :meth:`_note_after_end`); bytes that do not decode, a stall,
+        a cut or a transport error end the reading, never the call."""
+        chunks = self._chunks
+        assert chunks is not None
+        received = 0
+        wait = min(self._deadline, trio.current_time() + AFTER_END_WAIT)
+        with trio.move_on_at(wait):
+            try:
+                while received <= AFTER_END_LIMIT:
+                    try:
+                        chunk = await chunks.__anext__()
+                    except StopAsyncIteration:
+                        break
+                    received += len(chunk)
+                    self._ignore_after_end(chunk)
+            except httpx.TransportError:
+                pass
+        await self._close_response()
+
+    def _ignore_after_end(self, chunk: bytes) -> None:
+        """Decode ``chunk`` (bytes after the end) only to note what it holds; stop decoding at
+        the first bytes that do not decode."""
+        decoder = self._decoder
+        if decoder is None:
+            return
+        try:
+            items = decoder.feed(chunk)
+        except ProtocolError:
+            self._undecodable_after_end()
+            return
+        for item in items:
+            if type(item) is not SSEComment:
+                self._note_after_end(item)
+
+    def _undecodable_after_end(self) -> None:
+        """Bytes after the end failed to decode: stop decoding the body (it is still read to
+        its end, for the connection's sake) and note it -- as a trailing ``[DONE]`` when the
+        line that failed is one, which some servers send after NDJSON too."""
+        decoder = self._decoder
+        self._decoder = None
+        line = decoder.failed_line if type(decoder) is NDJSONDecoder else None
+        done = line is not None and line.strip() in (b"[DONE]", b"data: [DONE]")
+        self._note_after_end(None, kind="[DONE]" if done else "bytes that do not decode")
+
+    def _note_after_end(self, record: Any, *, kind: str | None = None) -> None:
+        """A record (an SSE event, an NDJSON value; or bytes described by ``kind``) that came
+        after the final record, which is ignored: a trailing ``[DONE]`` silently, the first
+        anything else of the stream logged at debug level, by its kind -- never its text."""
+        if self._noted_after_end:
+            return
+        if kind is None:
+            if isinstance(record, SSEEvent):
+                done = record.data.strip() == "[DONE]"
+                kind = "[DONE]" if done else f"event {record.event[:40]!r}"
+            else:
+                kind = "a JSON line"
+        if kind == "[DONE]":
+            return
+        self._noted_after_end = True
+        log.debug(
+            "%s: ignored what came after the end of the stream (first: %s)",
+            self._provider.name,
+            kind,
+        )
+
     def _add(self, items: list[Any]) -> None:
         """Fold the records of one chunk (the hot loop: one pass, no per-record clock read)."""
         read = self._reader.read
-        add = self._assembler.add
+        assembler = self._assembler
+        add = assembler.add
         pending = self._pending
         events = 0
         item: Any = None
@@ -380,6 +483,9 @@ class _HTTPStream(ProviderStream):
                 # An SSEComment is a keep-alive: it proves nothing and does not reset the idle
                 # timer.
                 if type(item) is not SSEComment:
+                    if assembler.final:  # after the end: never read
+                        self._note_after_end(item)
+                        continue
                     events += 1
                     pending.extend(add(read(item)))
         except ProtocolError as error:

@@ -4,9 +4,39 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Iterable
 from typing import Any
 
+from ..messages import Message, Role
+
 __all__ = ["RETRYABLE_STATUSES", "classify_status", "image_media_type"]
+
+#: What joins the texts of several system messages into the one system text a request carries.
+SYSTEM_SEPARATOR = "\n\n"
+
+
+def split_system(messages: Iterable[Message]) -> tuple[str | None, list[Message]]:
+    """The one rule for system messages, which every encoder applies: ``(system, others)``.
+
+    ``system`` is the texts of every system message of ``messages``, wherever it stands, in
+    order, joined by a blank line (:data:`SYSTEM_SEPARATOR`) -- empty texts left out, so an
+    all-empty set gives ``""`` -- or ``None`` when there is no system message at all. ``others``
+    are the other messages, in their order. An encoder sends ``system`` as its format's one
+    system message, first (or its one system field), so a request never carries two system
+    roles, and a system message's position among the others is not kept. Not part of the
+    public API (the rule is documented in ``docs/context.md``)."""
+    texts: list[str] | None = None
+    others: list[Message] = []
+    for message in messages:
+        if message.role is Role.SYSTEM:
+            if texts is None:
+                texts = []
+            if message.content:
+                texts.append(message.content)
+        else:
+            others.append(message)
+    return (None if texts is None else SYSTEM_SEPARATOR.join(texts)), others
+
 
 # (magic prefix, media type); WebP is RIFF....WEBP, checked separately.
 _MAGIC = (

@@ -3,8 +3,9 @@ that turns a stream of records into deltas and a :class:`~protocols.messages.Pro
 
 A vendor reader turns each wire record (an SSE event, an NDJSON line) into an :class:`Increment`:
 the text, reasoning and tool-call fragments that record contributed, plus usage, the finish reason
-and whether it was the vendor's terminal record. For the commonest record, one that carries only
-answer text, a reader may return that text as a plain ``str``: it means exactly
+and whether it was the vendor's terminal record (the stream may end there) or its final one (the
+response ends there: nothing after it belongs to the response). For the commonest record, one
+that carries only answer text, a reader may return that text as a plain ``str``: it means exactly
 ``Increment(content=text)`` and spares the hot loop an object per delta.
 
 :class:`StreamAssembler` folds increments in order. It is the hot loop of every streamed
@@ -17,10 +18,19 @@ acceptable value of each (vendors that repeat them -- OpenAI on every chunk, the
 ``response.created`` and again on ``response.completed`` -- repeat the same value, and the first
 one is there for a stream cut short too). A value that is not a non-empty string of at most
 256 characters is dropped, never an error: these are telemetry, and no call fails over them.
+
+**After the end.** Once a record is final -- OpenAI chat ``data: [DONE]``, Anthropic
+``message_stop``, Ollama ``done: true``, the Responses API's ``response.completed`` or
+``response.incomplete`` -- nothing that follows may change the response: each reader ignores
+every later record without looking into it (a trailing ``[DONE]``, which some servers send after
+any format, silently; anything else logged once per stream at debug level on the
+``protocols.wire`` logger, by its kind, never its text), and the assembler ignores every
+later increment, so a reader that forgot would still be held to the rule.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -40,7 +50,16 @@ from ..messages import (
 )
 from ..think import ThinkSplitter
 
-__all__ = ["NOTHING", "CallFragment", "Increment", "StreamAssembler", "response_name"]
+__all__ = [
+    "NOTHING",
+    "CallFragment",
+    "Increment",
+    "StreamAssembler",
+    "ignore_after_end",
+    "response_name",
+]
+
+_log = logging.getLogger("protocols.wire")
 
 
 @attrs.frozen
@@ -69,9 +88,14 @@ class Increment:
     - ``usage``: the usage known so far (it *replaces* earlier reports; a reader that gets usage in
       parts merges them before reporting).
     - ``finish``: the finish reason, when this record gave one.
-    - ``terminal``: this was the vendor's end-of-stream record (OpenAI ``[DONE]`` or a finish
-      reason, Anthropic ``message_stop``, Ollama ``done: true``). A stream that ends without one
-      was truncated.
+    - ``terminal``: the stream may end after this record (OpenAI ``[DONE]`` or a finish reason,
+      Anthropic ``message_stop``, Ollama ``done: true``, the Responses API's
+      ``response.completed``). A stream that ends without one was truncated.
+    - ``final``: the response ends with this record (it is also terminal): nothing after it may
+      change the result, and the assembler ignores every later increment. OpenAI chat's finish
+      reason is terminal but not final -- a usage-only chunk and ``[DONE]`` follow it -- while
+      its ``[DONE]``, Anthropic's ``message_stop``, Ollama's ``done: true`` and the Responses
+      API's ``response.completed`` and ``response.incomplete`` are final.
     - ``continuation``: vendor data for the assistant message (replaces earlier values).
     - ``model``, ``response_id``: the model the vendor says answered and its id of the response,
       when this record names them (the assembler keeps the first acceptable value of each).
@@ -83,9 +107,23 @@ class Increment:
     usage: Usage | None = None
     finish: FinishReason | None = None
     terminal: bool = False
+    final: bool = False
     continuation: dict[str, Any] | None = None
     model: str | None = None
     response_id: str | None = None
+
+
+def ignore_after_end(vendor: str, kind: str, *, logged: bool) -> bool:
+    """What a reader does with a record that came after its stream's final record: nothing.
+
+    ``kind`` names the record (``"[DONE]"``, or its event type or JSON type). A ``"[DONE]"`` is
+    accepted silently; the first other record of a stream (``logged`` false) is logged at debug
+    level -- by vendor and kind, never its text. Returns the new ``logged``: whether this stream
+    has logged one. Not part of the public API."""
+    if logged or kind == "[DONE]":
+        return logged
+    _log.debug("%s: ignored what came after the end of the stream (first: %s)", vendor, kind[:80])
+    return True
 
 
 def response_name(value: object) -> str | None:
@@ -123,7 +161,10 @@ class StreamAssembler:
       when a call has no name or its arguments are not a JSON object (malformed JSON is never
       silently dropped). :meth:`partial` never raises: it is what was produced so far, for a
       stream cut short (calls whose arguments are incomplete are left out).
-    * ``terminal`` tells whether the vendor's end-of-stream record has been seen.
+    * ``terminal`` tells whether the vendor's end-of-stream record has been seen, ``final``
+      whether the record that ends the response has been: from then on :meth:`add` ignores
+      every increment (it returns no delta and changes nothing), so what comes after the end
+      never changes the result.
     * ``model`` and ``response_id`` are the first acceptable values the increments named (see
       :func:`response_name`; a later, different value is ignored); both results carry them.
     """
@@ -137,13 +178,17 @@ class StreamAssembler:
         self.usage: Usage | None = None
         self.finish: FinishReason | None = None
         self.terminal = False
+        self.final = False
         self.continuation: dict[str, Any] = {}
         self.model: str | None = None
         self.response_id: str | None = None
         self._flushed = False
 
     def add(self, increment: Increment | str) -> list[Delta]:
-        """Fold one increment (a ``str`` is content only); return the deltas it produces."""
+        """Fold one increment (a ``str`` is content only); return the deltas it produces.
+        After a final increment, nothing: what comes after the end is ignored."""
+        if self.final:
+            return []
         if type(increment) is str:
             if not increment:
                 return []
@@ -178,8 +223,10 @@ class StreamAssembler:
             self.finish = increment.finish
         if increment.continuation is not None:
             self.continuation = increment.continuation
-        if increment.terminal:
+        if increment.terminal or increment.final:
             self.terminal = True
+        if increment.final:
+            self.final = True
         if increment.model is not None and self.model is None:
             self.model = response_name(increment.model)
         if increment.response_id is not None and self.response_id is None:

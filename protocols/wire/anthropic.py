@@ -41,8 +41,8 @@ from ..messages import (
     new_id,
 )
 from ..sse import SSEEvent
-from ._common import image_media_type
-from ._stream import CallFragment, Increment, response_name
+from ._common import image_media_type, split_system
+from ._stream import NOTHING, CallFragment, Increment, ignore_after_end, response_name
 
 __all__ = [
     "API_VERSION",
@@ -123,8 +123,8 @@ def encode_request(
     Messages:
 
     * Every system message (wherever it stands) goes, in order and joined by a blank line, into
-      the top-level ``"system"`` string; empty ones are left out and so is ``"system"`` when
-      nothing remains.
+      the top-level ``"system"`` string (the rule every encoder applies; see
+      ``docs/context.md``); empty ones are left out and so is ``"system"`` when nothing remains.
     * A user message becomes a ``user`` turn: its images first (base64 ``image`` blocks; a
       ``data:`` URL gives its declared media type and payload, a bare payload is sniffed), then a
       text block unless the content is empty -- Anthropic advises images before text.
@@ -162,14 +162,10 @@ def encode_request(
     opts = options if options is not None else ProviderOptions()
     tool_list = list(tools)
 
-    system: list[str] = []
+    system, conversation = split_system(messages)
     turns: list[_Turn] = []
-    for message in messages:
+    for message in conversation:
         role = message.role
-        if role is Role.SYSTEM:
-            if message.content:
-                system.append(message.content)
-            continue
         if role is Role.ASSISTANT:
             blocks = _assistant_blocks(message)
             if blocks:
@@ -201,7 +197,7 @@ def encode_request(
         "messages": [turn.encode() for turn in turns],
     }
     if system:
-        body["system"] = "\n\n".join(system)
+        body["system"] = system
     if tool_list:
         body["tools"] = [_tool(tool) for tool in tool_list]
     choice = _tool_choice(opts.tool_choice, tool_list)
@@ -425,6 +421,10 @@ class _UsageCounts:
 # Stream reader
 
 
+#: What ``message_stop`` contributes: the end of the response.
+_STOP = Increment(terminal=True, final=True)
+
+
 class AnthropicReader:
     """Reads the server-sent events of one Messages stream (use one reader per stream).
 
@@ -450,7 +450,12 @@ class AnthropicReader:
     * ``message_delta``: ``stop_reason`` -> finish (``end_turn``/``stop_sequence`` -> stop,
       ``max_tokens``/``model_context_window_exceeded`` -> length, ``tool_use`` -> tool_calls,
       ``refusal`` -> content_filter, anything else such as ``pause_turn`` -> other) and usage.
-    * ``message_stop``: ``terminal=True``. ``ping`` and unknown types: nothing.
+    * ``message_stop``: ``terminal=True`` and ``final=True``: it ends the response. Every
+      event after it -- more deltas, another ``message_delta``, an ``error``, a trailing
+      ``data: [DONE]``, data that is not JSON -- gives nothing and raises nothing, unread (the
+      first one other than ``[DONE]`` is logged at debug level), so what comes after the end
+      never changes the response.
+    * ``ping`` and unknown types: nothing.
     * ``error``: raises :class:`~protocols.errors.ProviderError` (see :func:`error_details` for
       the codes) whose message quotes at most 300 characters of the vendor's message.
 
@@ -463,7 +468,7 @@ class AnthropicReader:
     field has the wrong shape.
     """
 
-    __slots__ = ("_blocks", "_ignored", "_thinking", "_usage")
+    __slots__ = ("_blocks", "_ended", "_ignored", "_logged", "_thinking", "_usage")
 
     def __init__(self) -> None:
         self._usage = _UsageCounts()
@@ -473,9 +478,17 @@ class AnthropicReader:
         self._blocks: list[tuple[int, dict[str, Any]]] = []
         # Blocks of types this reader does not handle, whose deltas it ignores.
         self._ignored: set[int] = set()
+        # message_stop was read (what follows is ignored), and an ignored event was logged.
+        self._ended = False
+        self._logged = False
 
     def read(self, event: SSEEvent) -> Increment:
         """The increment one event contributes (see the class documentation)."""
+        if self._ended:
+            data = event.data
+            kind = "[DONE]" if data.strip() == "[DONE]" else f"event {event.event!r}"
+            self._logged = ignore_after_end("Anthropic", kind, logged=self._logged)
+            return NOTHING
         record = _object(loads(event.data), "stream event")
         kind = record.get("type", event.event)
         if kind == "content_block_delta":
@@ -499,7 +512,8 @@ class AnthropicReader:
             merged = None if reported is None else self._usage.merge(_object(reported, "usage"))
             return Increment(usage=merged, finish=finish)
         if kind == "message_stop":
-            return Increment(terminal=True)
+            self._ended = True
+            return _STOP
         if kind == "error":
             raise _stream_error(record)
         return Increment()  # ping, and event types this reader does not know

@@ -10,7 +10,9 @@ whole answer is one such object, the final one.
 
 What the request body does with each part of the data model:
 
-- Messages become ``{"role", "content"}``. A user or tool message's images go in ``images`` as
+- System messages, wherever they stand, become one ``system`` message, first (their texts
+  joined by a blank line). The others become ``{"role", "content"}``, in order. A user or tool
+  message's images go in ``images`` as
   bare base64 (a ``data:`` URL prefix is stripped); an assistant message's calls go in
   ``tool_calls`` as ``{"function": {"name", "arguments"}}`` with the arguments as an object; a
   tool message names its tool in ``tool_name``. Thinking, the interrupted mark and continuation
@@ -44,7 +46,15 @@ from ..messages import (
     Usage,
     new_id,
 )
-from ._stream import CallFragment, Increment, StreamAssembler, response_name
+from ._common import split_system
+from ._stream import (
+    NOTHING,
+    CallFragment,
+    Increment,
+    StreamAssembler,
+    ignore_after_end,
+    response_name,
+)
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -82,7 +92,10 @@ def encode_request(
 ) -> dict[str, Any]:
     """The JSON body of one ``/api/chat`` request (see the module docstring for the mapping).
 
-    Guarantees: the body is strict JSON (serialisable with :func:`protocols._json.dumps`); it holds
+    Guarantees: system messages, wherever they stand, become one ``system`` message, first:
+    their texts in order, joined by a blank line (empty ones left out; see ``docs/context.md``),
+    and none when no message is a system message -- never two. The body is strict JSON
+    (serialisable with :func:`protocols._json.dumps`); it holds
     ``model``, ``messages`` and ``stream`` always, ``tools`` only when there are tools to offer,
     and ``think``, ``format`` and ``options`` only when an option sets them. Nested values (tool
     arguments, schemas, ``extra`` values) are shared with the inputs, not copied: treat the body
@@ -107,7 +120,10 @@ def encode_request(
                 f"ProviderOptions.extra may not set {key!r}: the Ollama encoder writes it"
             )
 
-    body: dict[str, Any] = {"model": model, "messages": [_message(m) for m in messages]}
+    system, others = split_system(messages)
+    encoded = [] if system is None else [{"role": "system", "content": system}]
+    encoded.extend(_message(message) for message in others)
+    body: dict[str, Any] = {"model": model, "messages": encoded}
     if tools and choice != "none":
         body["tools"] = [_tool(tool) for tool in tools]
     body["stream"] = stream
@@ -184,12 +200,17 @@ class OllamaReader:
       the assembler to mint), and whose ``arguments`` are the arguments as compact JSON text (an
       object is serialised; a string, which some Ollama-compatible servers send, is passed through
       for the assembler to parse).
-    * ``done: true`` makes the increment terminal, with the usage (``prompt_eval_count``,
+    * ``done: true`` makes the increment terminal and final, with the usage (``prompt_eval_count``,
       ``eval_count``, sanitised; ``None`` when the line has neither) and the finish reason
       from ``done_reason``: ``stop`` is ``stop``
       (``tool_calls`` when the stream made tool calls, since Ollama reports ``stop`` then),
       ``length`` is ``length``, and any other reason (``load``, ``unload``, ...) is ``other``. A
       missing ``done_reason`` leaves the finish to the assembler's default.
+    * The ``done: true`` line ends the response: every value after it -- more content, another
+      ``done`` line, an ``error`` line, anything at all -- gives nothing and raises nothing,
+      unread (the first one is logged at debug level), so what comes after the end never
+      changes the response. (A line after it that is not JSON at all fails in the NDJSON
+      decoder, before it reaches a reader: the provider engine stops decoding at the end.)
     * The line's ``model`` is the increment's ``model`` on the first line that has an
       acceptable one (a non-empty string of at most 256 characters; anything else is ignored,
       never an error), and not again. Ollama names no response: ``response_id`` stays ``None``.
@@ -199,14 +220,22 @@ class OllamaReader:
       characters of the vendor's message.
     """
 
-    __slots__ = ("_calls", "_model")
+    __slots__ = ("_calls", "_ended", "_logged", "_model")
 
     def __init__(self) -> None:
         self._calls = 0
         self._model: str | None = None  # the model reported, once known
+        # The done line was read (what follows is ignored), and an ignored value was logged.
+        self._ended = False
+        self._logged = False
 
     def read(self, record: Any) -> Increment:
         """The increment of one parsed NDJSON value (see the class docstring)."""
+        if self._ended:
+            self._logged = ignore_after_end(
+                "Ollama", f"a line holding {_kind(record)}", logged=self._logged
+            )
+            return NOTHING
         if not isinstance(record, dict):
             raise ProtocolError(
                 f"Ollama stream line is not a JSON object (got {_kind(record)})",
@@ -241,18 +270,22 @@ class OllamaReader:
         if done is not True:
             raise ProtocolError(f"Ollama 'done' is not true or false (got {_kind(done)})")
         prompt, completion = record.get("prompt_eval_count"), record.get("eval_count")
+        # A server that counts nothing (some Ollama-compatible ones) leaves usage unknown.
+        usage = (
+            None
+            if prompt is None and completion is None
+            else Usage.sanitize(prompt=prompt, completion=completion)
+        )
+        finish = self._finish(record.get("done_reason"))
+        self._ended = True
         return Increment(
             content=content,
             thinking=thinking,
             calls=calls,
-            # A server that counts nothing (some Ollama-compatible ones) leaves usage unknown.
-            usage=(
-                None
-                if prompt is None and completion is None
-                else Usage.sanitize(prompt=prompt, completion=completion)
-            ),
-            finish=self._finish(record.get("done_reason")),
+            usage=usage,
+            finish=finish,
             terminal=True,
+            final=True,
             model=model,
         )
 

@@ -32,8 +32,15 @@ from ..messages import (
     Usage,
 )
 from ..sse import SSEEvent
-from ._common import data_url, label
-from ._stream import NOTHING, CallFragment, Increment, StreamAssembler, response_name
+from ._common import data_url, label, split_system
+from ._stream import (
+    NOTHING,
+    CallFragment,
+    Increment,
+    StreamAssembler,
+    ignore_after_end,
+    response_name,
+)
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -95,8 +102,11 @@ def encode_request(
 
     Guarantees:
 
-    * Messages keep their order. ``system`` and ``tool`` messages map to their wire roles
-      (a tool message carries ``tool_call_id``); a ``user`` message with images becomes a list of
+    * System messages, wherever they stand, become one ``system`` message, first: their texts
+      in order, joined by a blank line (empty ones left out; see ``docs/context.md``). There is
+      none when no message is a system message, and never two.
+    * The other messages keep their order. ``tool`` messages map to their wire role (a tool
+      message carries ``tool_call_id``); a ``user`` message with images becomes a list of
       parts -- its text first (left out when empty), then one ``image_url`` part per image as a
       ``data:`` URL (a payload that already is a ``data:`` URL is sent as is, otherwise its media
       type is sniffed by :func:`~protocols.wire.image_media_type`); an ``assistant`` message sends
@@ -136,9 +146,12 @@ def encode_request(
     """
     if not isinstance(model, str) or not model:
         raise ConfigError("the OpenAI chat request needs a non-empty model name")
+    system, others = split_system(messages)
     encoded: list[dict[str, Any]] = []
+    if system is not None:
+        encoded.append({"role": "system", "content": system})
     pictures: list[dict[str, Any]] = []  # the images of the current run of tool messages
-    for message in messages:
+    for message in others:
         if pictures and message.role is not Role.TOOL:
             encoded.append({"role": "user", "content": pictures})
             pictures = []
@@ -184,9 +197,8 @@ def _encode_message(message: Message) -> dict[str, Any]:
                 for call in message.calls
             ]
         return encoded
-    if role is Role.TOOL:
-        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
-    return {"role": "system", "content": message.content}
+    assert role is Role.TOOL, "system messages are merged by split_system"
+    return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
 
 
 def _image_parts(images: Sequence[str]) -> list[dict[str, Any]]:
@@ -417,12 +429,20 @@ def _string_colons(*objects: dict[str, Any]) -> int:
     return total
 
 
+#: What ``data: [DONE]`` contributes: the end of the response.
+_DONE: Final = Increment(terminal=True, final=True)
+
+
 class OpenAIChatReader:
     """Reads the server-sent events of one streamed response (use one reader per stream).
 
     :meth:`read` guarantees, for each event:
 
-    * ``data: [DONE]`` gives a terminal increment with nothing else.
+    * ``data: [DONE]`` gives a final increment (terminal too) with nothing else. It ends the
+      response: every event after it -- another chunk, a usage chunk, an error record, data that
+      is not JSON, another ``[DONE]`` -- gives nothing and raises nothing, unread (the first one
+      other than ``[DONE]`` is logged at debug level), so what comes after the end never changes
+      the response.
     * ``delta.content`` (and ``delta.refusal``, a model's refusal text) is content, as sent: it may
       hold inline ``<think>`` tags for the assembler to split. ``delta.reasoning_content`` or, when
       that is empty, ``delta.reasoning`` is native thinking.
@@ -435,8 +455,9 @@ class OpenAIChatReader:
       sent in place of text is written out as compact JSON).
     * A non-empty ``finish_reason`` is normalised (``stop``, ``length``, ``tool_calls`` and
       ``function_call``, ``content_filter``, anything else ``other``) and makes the increment
-      terminal. ``[DONE]`` and a usage-only chunk may still follow it: keep reading to the end of
-      the stream.
+      terminal but not final: with ``stream_options.include_usage`` a usage-only chunk follows
+      it, then ``[DONE]``, so everything up to ``[DONE]`` is still read (a stream that ends
+      after a finish reason without ``[DONE]`` is complete all the same).
     * A top-level ``usage`` object (normally in a last chunk with no choices) becomes
       :class:`~protocols.messages.Usage`, sanitised (one without any count is no report: usage
       stays unknown, ``None``, as when a server never sends usage);
@@ -456,10 +477,12 @@ class OpenAIChatReader:
     """
 
     __slots__ = (
+        "_ended",
         "_hits",
         "_id_of_slot",
         "_last_slot",
         "_learned",
+        "_logged",
         "_model",
         "_prefix",
         "_response_id",
@@ -488,11 +511,18 @@ class OpenAIChatReader:
         self._model: str | None = None
         self._response_id: str | None = None
         self._unnamed = True
+        # [DONE] was read (what follows is ignored), and an ignored event was logged.
+        self._ended = False
+        self._logged = False
 
     def read(self, event: SSEEvent) -> Increment | str:
         """What ``event`` contributes to the response; see the class docstring. A record that
         carries only answer text gives that text as a ``str`` (``Increment(content=text)``)."""
         data = event.data
+        if self._ended:
+            kind = "[DONE]" if data.strip() == "[DONE]" else f"event {event.event!r}"
+            self._logged = ignore_after_end("OpenAI chat", kind, logged=self._logged)
+            return NOTHING
         if event.event == "message":
             prefix = self._prefix
             if prefix is not None and data.startswith(prefix) and data.endswith(self._suffix):
@@ -561,7 +591,8 @@ class OpenAIChatReader:
         """:meth:`read` without the fast path for plain text records."""
         data = event.data
         if data.strip() == "[DONE]":
-            return Increment(terminal=True)
+            self._ended = True
+            return _DONE
         if event.event == "error":  # some servers name the event instead of the record
             _raise_error(error_details(data), "in the stream")
         record = loads(data)

@@ -39,8 +39,15 @@ from ..messages import (
     Usage,
 )
 from ..sse import SSEEvent
-from ._common import classify_status, data_url, label
-from ._stream import NOTHING, CallFragment, Increment, StreamAssembler, response_name
+from ._common import classify_status, data_url, label, split_system
+from ._stream import (
+    NOTHING,
+    CallFragment,
+    Increment,
+    StreamAssembler,
+    ignore_after_end,
+    response_name,
+)
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -114,18 +121,20 @@ def encode_request(
 
     * ``"store": false`` always, and never ``previous_response_id``: the whole history goes as
       ``input`` items, in order.
-    * A ``system`` message becomes a ``system`` message item in place (its position kept). A
-      ``user`` message becomes a message item whose content is its text as an ``input_text``
-      part (left out when empty and there are images) then one ``input_image`` part per image as
-      a ``data:`` URL (sniffed by :func:`~protocols.wire.image_media_type` unless it already is
-      one). An ``assistant`` message sends, in order: the reasoning items stored in its
-      ``continuation`` by this adapter, its text as an ``output_text`` message item (left out
-      when empty and there are calls), then one ``function_call`` item per call (``call_id``,
-      ``name``, ``arguments`` as compact JSON text). A ``tool`` message becomes a
-      ``function_call_output`` item (``call_id``, ``output``): ``output`` is its text, or, when
-      it has images, a list of an ``input_text`` item (left out when the text is empty) then one
-      ``input_image`` item per image as for a user message. Thinking text and the interrupted
-      mark are never sent.
+    * System messages, wherever they stand, become one ``system`` message item, the first input
+      item: their texts in order, joined by a blank line (empty ones left out; see
+      ``docs/context.md``). There is none when no message is a system message, and never two;
+      ``instructions`` is not sent. A ``user`` message becomes a message item whose content is its
+      text as an ``input_text`` part (left out when empty and there are images) then one
+      ``input_image`` part per image as a ``data:`` URL (sniffed by
+      :func:`~protocols.wire.image_media_type` unless it already is one). An ``assistant`` message
+      sends, in order: the reasoning items stored in its ``continuation`` by this adapter, its text
+      as an ``output_text`` message item (left out when empty and there are calls), then one
+      ``function_call`` item per call (``call_id``, ``name``, ``arguments`` as compact JSON text). A
+      ``tool`` message becomes a ``function_call_output`` item (``call_id``, ``output``): ``output``
+      is its text, or, when it has images, a list of an ``input_text`` item (left out when the text
+      is empty) then one ``input_image`` item per image as for a user message. Thinking text and the
+      interrupted mark are never sent.
     * ``tools`` become flat ``function`` tools (``name``, ``description`` unless empty,
       ``parameters``, ``"strict": false`` -- the Responses API is strict by default, which
       refuses most schemas); no ``tools`` key when there are none.
@@ -144,8 +153,11 @@ def encode_request(
     """
     if not isinstance(model, str) or not model:
         raise ConfigError("the OpenAI Responses request needs a non-empty model name")
+    system, others = split_system(messages)
     items: list[dict[str, Any]] = []
-    for message in messages:
+    if system is not None:
+        items.append({"type": "message", "role": "system", "content": system})
+    for message in others:
         _encode_message(message, items)
     body: dict[str, Any] = {"model": model, "input": items, "store": False}
     if tools:
@@ -199,7 +211,7 @@ def _encode_message(message: Message, items: list[dict[str, Any]]) -> None:
             {"type": "function_call_output", "call_id": message.tool_call_id, "output": output}
         )
     else:
-        items.append({"type": "message", "role": "system", "content": message.content})
+        raise AssertionError("system messages are merged by split_system")
 
 
 def _stored_reasoning(continuation: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -486,9 +498,14 @@ class OpenAIResponsesReader:
     * ``response.output_item.done`` with a ``reasoning`` item that carries ``encrypted_content``
       stores it; the increment carries ``continuation={"openai_responses": {"reasoning":
       [...]}}`` with every item stored so far, in output order.
-    * ``response.completed``: terminal; usage (see below); finish ``tool_calls`` when the stream
-      started a call, else ``stop``. ``response.incomplete``: terminal; usage; finish ``length``
-      for ``max_output_tokens``, ``content_filter`` for ``content_filter``, else ``other``.
+    * ``response.completed``: final (see below); usage (see below); finish ``tool_calls`` when
+      the stream started a call, else ``stop``. ``response.incomplete``: final; usage; finish
+      ``length`` for ``max_output_tokens``, ``content_filter`` for ``content_filter``, else
+      ``other``.
+    * After a final event, every event -- more deltas, another ``response.completed``, an
+      ``error``, a trailing ``data: [DONE]`` as some compatible servers send, data that is not
+      JSON -- gives nothing and raises nothing, unread (the first one other than ``[DONE]`` is
+      logged at debug level): what comes after the end never changes the response.
     * ``response.failed`` and ``error`` (also an ``error`` event whose data is plain text) raise
       :class:`~protocols.errors.ProviderError` with the vendor's type and code and at most 300
       characters of its message: ``context_length_exceeded`` (or a message saying the context
@@ -511,7 +528,16 @@ class OpenAIResponsesReader:
     field of the wrong shape.
     """
 
-    __slots__ = ("_calls", "_model", "_reasoning", "_response_id", "_streamed", "_thinking_part")
+    __slots__ = (
+        "_calls",
+        "_ended",
+        "_logged",
+        "_model",
+        "_reasoning",
+        "_response_id",
+        "_streamed",
+        "_thinking_part",
+    )
 
     def __init__(self) -> None:
         # output_index of every call started, and of those whose arguments arrived in pieces.
@@ -524,9 +550,17 @@ class OpenAIResponsesReader:
         # The model and response id reported so far.
         self._model: str | None = None
         self._response_id: str | None = None
+        # A final event was read (what follows is ignored), and an ignored one was logged.
+        self._ended = False
+        self._logged = False
 
     def read(self, event: SSEEvent) -> Increment | str:
         """What ``event`` contributes to the response; see the class docstring."""
+        if self._ended:
+            data = event.data
+            kind = "[DONE]" if data.strip() == "[DONE]" else f"event {event.event!r}"
+            self._logged = ignore_after_end("OpenAI Responses", kind, logged=self._logged)
+            return NOTHING
         try:
             parsed = loads(event.data)
         except ProtocolError:
@@ -558,20 +592,26 @@ class OpenAIResponsesReader:
             response = _optional_object(record, "response", kind)
             finish = FinishReason.TOOL_CALLS if self._calls else FinishReason.STOP
             model, response_id = self._names(response)
+            usage = _usage(response)
+            self._ended = True
             return Increment(
-                usage=_usage(response),
+                usage=usage,
                 finish=finish,
                 terminal=True,
+                final=True,
                 model=model,
                 response_id=response_id,
             )
         if kind == "response.incomplete":
             response = _optional_object(record, "response", kind)
             model, response_id = self._names(response)
+            finish, usage = _incomplete_finish(response), _usage(response)
+            self._ended = True
             return Increment(
-                usage=_usage(response),
-                finish=_incomplete_finish(response),
+                usage=usage,
+                finish=finish,
                 terminal=True,
+                final=True,
                 model=model,
                 response_id=response_id,
             )

@@ -161,6 +161,24 @@ def test_strict_json_rules_apply(line: bytes, detail: str) -> None:
     assert "line 2" in str(info.value)
 
 
+def test_the_values_before_a_failing_line_of_the_chunk_are_kept_aside() -> None:
+    """Nothing of the failing chunk is returned, but the values of its lines before the one
+    that failed are in ``before_failure`` (a stream may have ended among them)."""
+    decoder = NDJSONDecoder()
+    assert decoder.before_failure == []
+    assert decoder.feed(b'{"a": 1}\n{"b"') == [{"a": 1}]
+    with pytest.raises(ProtocolError, match="line 4"):
+        decoder.feed(b': 2}\n\n[DONE]\n{"c": 3}\n')
+    assert decoder.before_failure == [{"b": 2}]
+    assert decoder.failed_line == b"[DONE]"
+    at_close = NDJSONDecoder()
+    at_close.feed(b"1\n")
+    at_close.feed(b"2\nnope")
+    with pytest.raises(ProtocolError, match="line 3"):
+        at_close.close()
+    assert at_close.before_failure == []  # the chunk before it was returned whole
+
+
 def test_feed_after_an_error_raises() -> None:
     decoder = NDJSONDecoder()
     with pytest.raises(ProtocolError, match="line 1"):

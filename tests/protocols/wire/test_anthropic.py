@@ -629,16 +629,20 @@ def test_unknown_fields_are_tolerated() -> None:
 
 
 def test_message_stop_is_terminal() -> None:
-    assert AnthropicReader().read(event("message_stop")) == Increment(terminal=True)
+    assert AnthropicReader().read(event("message_stop")) == Increment(terminal=True, final=True)
 
 
 def test_the_data_type_is_trusted_over_the_event_name() -> None:
     data = json.dumps({"type": "message_stop"})
-    assert AnthropicReader().read(SSEEvent(data, event="ping")) == Increment(terminal=True)
+    assert AnthropicReader().read(SSEEvent(data, event="ping")) == Increment(
+        terminal=True, final=True
+    )
 
 
 def test_the_event_name_is_used_when_the_data_has_no_type() -> None:
-    assert AnthropicReader().read(SSEEvent("{}", event="message_stop")) == Increment(terminal=True)
+    assert AnthropicReader().read(SSEEvent("{}", event="message_stop")) == Increment(
+        terminal=True, final=True
+    )
 
 
 @pytest.mark.parametrize("data", ["", "{", "not json", '{"type": "ping"} trailing', "NaN"])

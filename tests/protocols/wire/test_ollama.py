@@ -493,6 +493,7 @@ def test_done_record() -> None:
             usage=Usage(prompt=12, completion=34),
             finish=FinishReason.STOP,
             terminal=True,
+            final=True,
         )
     ]
 
@@ -555,7 +556,7 @@ def test_usage_is_sanitised(fields: dict[str, Any], usage: Usage | None) -> None
 
 
 def test_usage_when_counts_are_absent_is_unknown_not_zero() -> None:
-    assert read({"done": True})[0] == Increment(usage=None, terminal=True)
+    assert read({"done": True})[0] == Increment(usage=None, terminal=True, final=True)
     assert read({"done": True, "eval_count": 4})[0].usage == Usage(completion=4)
 
 

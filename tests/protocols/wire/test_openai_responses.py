@@ -101,7 +101,7 @@ def test_non_streaming_request_has_no_stream_key_and_never_a_previous_response()
     assert "previous_response_id" not in request
 
 
-def test_the_whole_history_is_sent_in_order_as_items() -> None:
+def test_the_whole_history_is_sent_in_order_as_items_with_one_system_item_first() -> None:
     call = ToolCall("call_1", "get_weather", {"city": "Paris"})
     history = [
         Message.system("Be terse."),
@@ -112,7 +112,7 @@ def test_the_whole_history_is_sent_in_order_as_items() -> None:
         Message.assistant("Il fait 18 degrés."),
     ]
     assert body(history)["input"] == [
-        {"type": "message", "role": "system", "content": "Be terse."},
+        {"type": "message", "role": "system", "content": "Be terse.\n\nAnswer in French."},
         {
             "type": "message",
             "role": "user",
@@ -130,7 +130,6 @@ def test_the_whole_history_is_sent_in_order_as_items() -> None:
             "arguments": '{"city":"Paris"}',
         },
         {"type": "function_call_output", "call_id": "call_1", "output": "18 C"},
-        {"type": "message", "role": "system", "content": "Answer in French."},
         {
             "type": "message",
             "role": "assistant",
@@ -432,6 +431,7 @@ def test_completed_reports_usage_and_a_terminal_stop() -> None:
         usage=Usage(prompt=100, completion=30, total=130, cached=64, reasoning=20),
         finish=FinishReason.STOP,
         terminal=True,
+        final=True,
     )
 
 
@@ -470,7 +470,7 @@ def test_incomplete_is_terminal_with_its_reason(reason: str | None, finish: Fini
         "usage": {"input_tokens": 2, "output_tokens": 1},
     }
     increment = OpenAIResponsesReader().read(event("response.incomplete", response=response))
-    assert increment == Increment(usage=Usage(2, 1), finish=finish, terminal=True)
+    assert increment == Increment(usage=Usage(2, 1), finish=finish, terminal=True, final=True)
 
 
 def test_a_reasoning_item_with_encrypted_content_is_kept_in_order() -> None:

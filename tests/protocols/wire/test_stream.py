@@ -232,3 +232,47 @@ def test_a_stream_that_names_nothing_has_no_model_or_response_id() -> None:
     assembler.flush()
     result = assembler.result()
     assert (result.model, result.response_id) == (None, None)
+
+
+def test_nothing_after_a_final_increment_changes_the_result() -> None:
+    """The assembler holds every reader to the end of the response: after a final increment it
+    ignores every increment -- text, thinking, calls, usage, finish, names, continuation."""
+    usage = Usage(prompt=3, completion=2)
+    baseline = StreamAssembler()
+    for increment in (
+        Increment(content="Hi", model="m", response_id="r"),
+        Increment(usage=usage, finish=FinishReason.STOP, terminal=True, final=True),
+    ):
+        baseline.add(increment)
+    assert (baseline.terminal, baseline.final) == (True, True)
+    after = (
+        "more text",
+        Increment(
+            content="<think>x</think>y",
+            thinking="t",
+            calls=(CallFragment(0, "c", "f", "{}"),),
+            usage=Usage(prompt=99, completion=99),
+            finish=FinishReason.LENGTH,
+            terminal=True,
+            final=True,
+            continuation={"k": 1},
+            model="other",
+            response_id="other",
+        ),
+    )
+    for increment in after:
+        assert baseline.add(increment) == []
+    baseline.flush()
+    result = baseline.result()
+    assert (result.content, result.thinking, result.calls) == ("Hi", "", ())
+    assert (result.usage, result.finish, result.continuation) == (usage, FinishReason.STOP, {})
+    assert (result.model, result.response_id) == ("m", "r")
+
+
+def test_a_terminal_increment_that_is_not_final_leaves_the_stream_open() -> None:
+    """OpenAI chat's finish reason: the stream may end there, but a usage chunk still counts."""
+    assembler = StreamAssembler()
+    assembler.add(Increment(content="Hi", finish=FinishReason.STOP, terminal=True))
+    assert (assembler.terminal, assembler.final) == (True, False)
+    assembler.add(Increment(usage=Usage(prompt=1, completion=1)))
+    assert assembler.result().usage == Usage(prompt=1, completion=1)
