@@ -199,7 +199,8 @@ class AgentEvent:
       budget by estimate because it was not reported);
     * ``guard``: a guard refused a batch (``reason``);
     * ``fault``: automatic compaction failed and the run goes on (``error``);
-    * ``abort``: the run was cut, or withdrawn before it began (``reason``, ``stop``);
+    * ``abort``: the run was cut, or withdrawn before it began (``reason``, ``stop``; ``error``:
+      a failure that raced the cut, its cause -- ``None`` when the cut was the only one);
     * ``exhaust``: the turn limit was reached;
     * ``finish``: the run ended (``partial``, ``stop``);
     * ``error``: the run raised ``error``;

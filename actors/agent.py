@@ -539,6 +539,23 @@ class AgentRun:
         raise StopAsyncIteration
 
 
+def _raced(error: BaseException, scope: trio.CancelScope) -> BaseException | None:
+    """The failure that raced the run's own cut (notes/000.md G17): ``error`` leaving the run
+    once its scope had been cancelled (its abort, deadline or budget) -- the cut outranks it,
+    and it becomes the cut's cause -- or ``None``: not cut, so a genuine failure that
+    propagates; or only ``Cancelled`` (the scope takes it) or something that is no
+    ``Exception`` (``KeyboardInterrupt``), which propagate. Out of a group, the failures
+    without the ``Cancelled`` (the one failure itself when there is one)."""
+    if not scope.cancel_called:
+        return None
+    if isinstance(error, BaseExceptionGroup):
+        _, rest = error.split(trio.Cancelled)
+        if rest is None or not isinstance(rest, ExceptionGroup):
+            return None
+        return rest.exceptions[0] if len(rest.exceptions) == 1 else rest
+    return error if isinstance(error, Exception) else None
+
+
 def _input_messages(input: str | Message | Sequence[Message] | None) -> tuple[Message, ...]:
     if input is None:
         return ()
@@ -1093,6 +1110,7 @@ class Agent:
                 await run.close_batch(resume.decisions)
             run.event("abort", reason=token.reason or "budget", stop=stop)
             return run.result(stop)
+        raced: BaseException | None = None
         with trio.CancelScope() as scope, token.bind(scope):
             deadline = request.deadline
             if timeout is not None:
@@ -1107,14 +1125,16 @@ class Agent:
                     stop = await run.turns(limit)
                     if run.handoff is not None:
                         stop = await self._hand_off(run)
-            except BaseException:
+            except BaseException as error:
                 # A genuine failure, a cut (committed once: a second commit finds nothing), or
                 # the agent stopped from outside: the history is left well formed either way.
                 await run.commit_partial()
-                raise
+                raced = _raced(error, scope)
+                if raced is None:
+                    raise
             finally:
                 untrip()
-        if scope.cancelled_caught:
+        if scope.cancelled_caught or raced is not None:
             if run.budget_tripped:
                 stop = StopReason.BUDGET
             elif trio.current_time() >= scope.deadline:
@@ -1125,7 +1145,7 @@ class Agent:
                 stop = StopReason.CANCELLED
             await run.commit_partial()
             reason = "budget" if stop is StopReason.BUDGET else token.reason or stop.value
-            run.event("abort", reason=reason, stop=stop)
+            run.event("abort", reason=reason, stop=stop, error=raced)
         elif stop is StopReason.BUDGET:  # spent by a turn's reported usage, between turns
             run.event("abort", reason="budget", stop=stop)
         return run.result(stop)

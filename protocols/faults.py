@@ -118,14 +118,30 @@ def _optional_text(instance: object, attribute: attrs.Attribute[Any], value: obj
         _text(instance, attribute, value)
 
 
+def _header_value(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    if (
+        not isinstance(value, str)
+        or len(value) > 200
+        or not all(" " <= char <= "~" for char in value)
+    ):
+        raise ValidationError(
+            f"{attribute.name} must be a header value (at most 200 printable ASCII characters),"
+            f" not {value!r}"
+        )
+
+
 @attrs.frozen
 class HttpError:
     """An error response with ``status`` and body ``{"error": {"message": ...}}``: ``message``,
-    or ``"fault <status>"`` when it is ``None``."""
+    or ``"fault <status>"`` when it is ``None``; with a ``Retry-After: <retry_after>`` header
+    when ``retry_after`` is given (sent as written: seconds, an HTTP date, or anything else)."""
 
     kind: ClassVar[str] = "http-error"
     status: int = attrs.field(validator=_status)
     message: str | None = attrs.field(default=None, validator=_optional_text)
+    retry_after: str | None = attrs.field(default=None, validator=_header_value)
 
     @property
     def text(self) -> str:
@@ -196,7 +212,10 @@ _KINDS: dict[str, tuple[type[Any], dict[str, str]]] = {
     "connection-refused": (ConnectionRefused, {}),
     "timeout-before-first-byte": (TimeoutBeforeFirstByte, {"milliseconds": "milliseconds"}),
     "stream-cut": (StreamCut, {"afterBytes": "after_bytes"}),
-    "http-error": (HttpError, {"status": "status", "message": "message"}),
+    "http-error": (
+        HttpError,
+        {"status": "status", "message": "message", "retryAfter": "retry_after"},
+    ),
     "bad-json": (BadJson, {"record": "record"}),
     "stream-error": (StreamError, {"message": "message", "text": "text"}),
     "slow": (Slow, {"text": "text", "tokensPerSecond": "tokens_per_second"}),

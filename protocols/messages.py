@@ -22,6 +22,7 @@ from jsonschema import SchemaError
 from jsonschema.validators import validator_for
 
 from ._json import JSON, check_json, dumps
+from ._schema_root import object_root
 from .accounting import Usage
 from .errors import ValidationError
 
@@ -185,7 +186,9 @@ def _to_arguments(value: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _to_parameters(value: Mapping[str, Any]) -> dict[str, Any]:
-    return _object("ToolDefinition.parameters", value)
+    schema = _object("ToolDefinition.parameters", value)
+    rooted = object_root(schema)  # a typeless anyOf/oneOf of objects gets its "type": "object"
+    return schema if rooted is None else dict(rooted)
 
 
 def _to_schema(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -344,7 +347,7 @@ def _check_parameters(
     if value.get("type") != "object":
         raise ValidationError(
             f"ToolDefinition.parameters for {instance.name!r} must have "
-            '"type": "object" at its root'
+            '"type": "object" at its root (or be an anyOf/oneOf of object schemas)'
         )
     _check_schema(f"ToolDefinition.parameters for {instance.name!r}", value)
 
@@ -363,7 +366,11 @@ def _empty_object_schema() -> dict[str, Any]:
 @attrs.frozen
 class ToolDefinition:
     """What a model is told about one tool: its name, a description and a JSON Schema for its
-    arguments (an object schema, checked against its JSON Schema metaschema)."""
+    arguments (an object schema, checked against its JSON Schema metaschema). A schema with no
+    root ``type`` that is an ``anyOf``/``oneOf`` whose members are all object schemas (a union
+    of argument sets, as MCP servers write them) is taken with ``"type": "object"`` added at its
+    root, which changes nothing it accepts; vendors get it flattened (see
+    :func:`protocols.wire.schema.project`), and arguments are checked against it as it is."""
 
     name: str = attrs.field(validator=_check_tool_name)
     description: str = attrs.field(default="", validator=_str)

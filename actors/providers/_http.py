@@ -7,6 +7,7 @@ import email.utils
 import logging
 import math
 import random
+import re
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
@@ -106,8 +107,12 @@ class Timeouts:
 class RetryPolicy:
     """Retries before the first delta reaches the caller (never after: a stream the caller has
     seen is never replayed). ``retries`` extra attempts, waiting a random time up to
-    ``min(maximum, initial * 2**n)`` (full jitter), or what the vendor's ``Retry-After`` asks
-    for when that is at most ``max_retry_after``."""
+    ``min(maximum, initial * 2**n)`` (full jitter), or what the vendor's ``Retry-After`` (or
+    ``retry-after-ms``) asks for when that is at most ``max_retry_after`` seconds -- the cap: a
+    longer ask (``Retry-After: 86400``) is not waited for, the jittered backoff applies
+    instead, as for a header that is not a number of seconds or an HTTP date. A wait that would
+    pass the call's deadline (``Timeouts.deadline``) is not begun: the failure is raised at
+    once, with no retry reported."""
 
     retries: int = 2
     initial: float = attrs.field(default=0.5, validator=_positive)
@@ -135,25 +140,47 @@ def _report_retry(event: RetryEvent, own: Callable[[RetryEvent], object] | None,
             log.exception("a retry listener of %s raised", name)
 
 
+#: A delay in seconds as a ``Retry-After`` (RFC 9110: digits) or ``retry-after-ms`` header
+#: gives it; a fraction is tolerated. ASCII only: ``float`` would also take ``-5``, ``nan``,
+#: ``inf``, ``1e3``, ``1_0`` and digits of other scripts.
+_DELAY = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?")
+
+
 def _retry_after(headers: httpx.Headers) -> float | None:
-    milliseconds = headers.get("retry-after-ms")
-    if milliseconds is not None:
-        try:
-            return max(0.0, float(milliseconds) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
+    return parse_retry_after(
+        headers.get("retry-after-ms"),
+        headers.get("retry-after"),
+        now=datetime.datetime.now(datetime.UTC),
+    )
+
+
+def parse_retry_after(
+    milliseconds: str | None, value: str | None, *, now: datetime.datetime
+) -> float | None:
+    """The wait, in seconds, a response's ``retry-after-ms`` (OpenAI's, tried first) or
+    ``Retry-After`` header asks for: a number of seconds, or an HTTP date (a date without a
+    zone, as the obsolete asctime form writes it, is in GMT) less ``now``, and 0 for a date
+    already past. ``None`` for a header that is absent or not one of those -- a negative
+    number, ``nan``, garbage: the ordinary backoff applies then. Never raises, and never
+    returns anything but ``None`` or a finite number >= 0."""
+    if milliseconds is not None and _DELAY.fullmatch(milliseconds.strip()):
+        return float(milliseconds) / 1000
     if value is None:
         return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
+    value = value.strip()
+    if _DELAY.fullmatch(value):
+        return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
-    return max(0.0, (when - datetime.datetime.now(datetime.UTC)).total_seconds())
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    try:
+        wait = (when - now).total_seconds()
+    except OverflowError:  # pragma: no cover - both dates are within datetime's range
+        return None
+    return max(0.0, wait) if math.isfinite(wait) else None
 
 
 class _Attempt(Exception):
@@ -288,11 +315,13 @@ class _HTTPStream(ProviderStream):
         if not error.retryable or attempt >= provider.retry.retries:
             raise error from error.__cause__
         delay = provider.retry.delay(attempt, provider.rng, error.retry_after)
+        if trio.current_time() + delay >= self._deadline:
+            # The wait would outlast the call's deadline: no retry (and none reported), the
+            # failure now rather than a deadline error later.
+            raise error from error.__cause__
         self._attempts = attempt + 1
         event = RetryEvent(attempt=attempt + 1, delay=delay, code=error.code, status=error.status)
         _report_retry(event, provider.on_retry, provider.name)
-        if trio.current_time() + delay >= self._deadline:
-            raise error from error.__cause__
         await trio.sleep(delay)
         self._assembler = provider.new_assembler()
         self._pending.clear()

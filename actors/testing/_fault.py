@@ -167,7 +167,8 @@ class FaultProviderServer(LoopbackServer):
             # Closing here (the `async with stream` exit) cuts the body mid-chunk.
         elif isinstance(step, HttpError):
             body = dumpb({"error": {"message": step.text}})
-            await exchange.send_json(step.status, body, close=True)
+            headers = [] if step.retry_after is None else [("retry-after", step.retry_after)]
+            await exchange.send_json(step.status, body, close=True, headers=headers)
         elif isinstance(step, BadJson):
             await sse_start()
             record = b"data: " + step.record.encode("utf-8", "replace") + b"\n\n"

@@ -33,6 +33,9 @@ The policy, applied to the last message of the conversation:
 * Usage: prompt tokens estimate the request's text (:func:`~protocols.accounting.estimate_tokens`);
   completion tokens count the deltas plus the estimate of the thinking and call arguments.
 
+A tool whose schema is not ``"type": "object"`` at its root, or has ``anyOf``, ``oneOf`` or
+``allOf`` there, makes the request invalid, as OpenAI's and Anthropic's APIs refuse those.
+
 Identifiers are derived from a caller-supplied sequence number, so equal inputs give equal bytes.
 """
 

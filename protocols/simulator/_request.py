@@ -221,7 +221,7 @@ def _arguments(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
-def _tool_names(tools: Any, nested: bool) -> tuple[str, ...]:
+def _tool_names(tools: Any, nested: bool, schema_key: str = "parameters") -> tuple[str, ...]:
     if tools is None:
         return ()
     if not isinstance(tools, list):
@@ -233,8 +233,21 @@ def _tool_names(tools: Any, nested: bool) -> tuple[str, ...]:
         name = holder.get("name")
         if not isinstance(name, str) or not name:
             raise ValidationError(f"tools[{index}] has no name")
+        _check_tool_schema(holder.get(schema_key), f"tools[{index}].{schema_key}")
         names.append(name)
     return tuple(names)
+
+
+def _check_tool_schema(schema: Any, where: str) -> None:
+    """What OpenAI's and Anthropic's APIs refuse in a tool's schema, refused alike: a root that
+    is not ``"type": "object"``, or one with ``anyOf``/``oneOf``/``allOf`` beside it."""
+    if schema is None:
+        return
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        raise ValidationError(f"{where}: the schema must have type 'object' at the top level")
+    combined = [keyword for keyword in ("anyOf", "oneOf", "allOf") if keyword in schema]
+    if combined:
+        raise ValidationError(f"{where}: {'/'.join(combined)} is not allowed at the top level")
 
 
 def _chat_turns(messages: list[Any]) -> tuple[SimTurn, ...]:
@@ -352,7 +365,7 @@ def _parse_anthropic(data: dict[str, Any], model: str, messages: list[Any]) -> S
         vendor="anthropic",
         model=model,
         turns=tuple(turns),
-        tools=_tool_names(data.get("tools"), nested=False),
+        tools=_tool_names(data.get("tools"), nested=False, schema_key="input_schema"),
         stream=_stream_flag(data, default=False),
         think=isinstance(thinking, dict) and thinking.get("type") == "enabled",
         include_usage=True,

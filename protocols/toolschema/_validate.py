@@ -17,6 +17,12 @@ from ._schema import _INT_BITS, _KEY_LIMIT, _NAME, _SCAN_LIMIT, MAX_PROBLEMS, _e
 # ---------------------------------------------------------------------------------------------
 # Validation
 
+#: A union whose arms all fit the value's type is reported arm by arm: at most this many arms,
+#: this many problems of each, and this many characters in all.
+_FORMS_SHOWN: Final = 4
+_FORM_PROBLEMS: Final = 3
+_UNION_LIMIT: Final = 600
+
 
 def _key(key: str) -> str:
     return repr(_excerpt(key, _KEY_LIMIT))
@@ -294,7 +300,9 @@ def _messages(error: SchemaViolation, path: str, *, top: bool) -> Iterator[str]:
 
 
 def _alternatives(error: SchemaViolation, path: str, *, top: bool) -> Iterator[str]:
-    """An ``anyOf`` failure: the one arm whose JSON type fits, else what every arm expects."""
+    """An ``anyOf``/``oneOf`` failure: the one arm whose JSON type fits; when several fit (a
+    union of object shapes: argument sets), what each of them found wrong; else what every arm
+    expects."""
     arms: dict[Any, list[SchemaViolation]] = {}
     for sub in error.context or ():
         arms.setdefault(sub.relative_schema_path[0], []).append(sub)
@@ -305,6 +313,20 @@ def _alternatives(error: SchemaViolation, path: str, *, top: bool) -> Iterator[s
     ]
     if len(fitting) == 1:
         yield from _schema_problems(fitting[0], top=top)
+        return
+    if len(fitting) > 1:
+        forms = []
+        for number, errs in enumerate(fitting[:_FORMS_SHOWN], 1):
+            found = list(dict.fromkeys(_schema_problems(errs, top=top)))
+            shown = "; ".join(found[:_FORM_PROBLEMS]) + (
+                "; ..." if len(found) > _FORM_PROBLEMS else ""
+            )
+            forms.append(f"({number}) {shown}")
+        more = " (...)" if len(fitting) > _FORMS_SHOWN else ""
+        yield _excerpt(
+            f"{path}: fits none of the {len(fitting)} accepted forms: {' '.join(forms)}{more}",
+            _UNION_LIMIT,
+        )
         return
     options = error.validator_value if isinstance(error.validator_value, list) else []
     words = " or ".join(dict.fromkeys(_option(option) for option in options))

@@ -12,7 +12,7 @@ mutates its input.
 Rejections (the same for every vendor):
 
 - the root is not a JSON object with ``"type": "object"`` (every vendor wants an object of
-  arguments);
+  arguments), nor one without a ``type`` that is an ``anyOf``/``oneOf`` of object schemas;
 - a cycle (a Python dict or list that contains itself cannot be serialised);
 - ``__proto__``, ``constructor`` or ``prototype`` used as a name: a key of ``properties``,
   ``$defs``, ``definitions``, ``dependentSchemas``, ``dependentRequired`` or ``dependencies``, or
@@ -32,18 +32,39 @@ Rejections (the same for every vendor):
 
 Adaptations, each recorded in ``changes``:
 
+- every vendor: a root ``anyOf``, ``oneOf`` or ``allOf`` is flattened into one object schema --
+  OpenAI's chat and Responses APIs and Anthropic's refuse them at the top level ("schema must
+  have type 'object' and not have 'oneOf'/'anyOf'/'allOf'/'enum'/'not' at the top level",
+  "input_schema does not support oneOf, allOf, or anyOf at the top level"), and Ollama ignores
+  them. MCP servers write a union of argument sets that way. The flat schema has ``"type":
+  "object"``; its ``properties`` are the root's and every member's (a member given as a local
+  ``$ref`` is followed; a name with different schemas in different places gets the ``anyOf``
+  of them); its ``required`` are the root's, with what every member of an ``anyOf``/``oneOf``
+  requires and what any member of an ``allOf`` requires; ``additionalProperties: false`` when
+  the root sets none and every member of the union is closed (``additionalProperties: false``,
+  no ``patternProperties``); the root's other keywords (``$defs``, ``description``, ...) are
+  kept, and for an ``anyOf``/``oneOf`` the ``description`` says which argument sets are
+  accepted (each member's title or description, its fields and what it requires). A member
+  that cannot describe an object (``false``, a ``type`` without ``object``) is left out, and
+  one whose reference cannot be followed adds no fields. The flat schema is a description for
+  the model, never what its arguments are checked against; it accepts everything the original
+  does when the members describe each field alike or are closed (MCP servers' unions are), and
+  a field one member describes and an open one leaves out keeps the description it was given;
+- ``openai`` and ``ollama``: a root ``not``, ``enum`` or ``const`` is dropped as well (OpenAI
+  refuses those at the top level too; they only narrow what the original accepts);
 - every vendor: a ``$schema`` keyword at the root is dropped (vendors do not need the dialect
   URI and some refuse it); nested ``$schema`` keywords are left alone;
 - ``openai`` and ``ollama``: an object schema (``"type"`` is ``"object"`` or a list holding it)
   without ``properties`` gets ``"properties": {}``, and an array schema without ``items`` gets
   ``"items": {}``, wherever a subschema occurs (their validators and grammar builders need both);
-- ``anthropic``: nothing else; it takes JSON Schema as it is.
+- ``anthropic``: nothing else; below the root it takes JSON Schema as it is.
 
-The adaptations other than dropping ``$schema`` do not change which arguments are valid (a missing
-``properties`` or ``items`` means the same as an empty one). Projection does not validate the
-schema itself (``ToolDefinition`` checks it against its metaschema); a keyword whose value has an
-unexpected shape is carried over as data. Whatever the projection, a model's arguments are always
-validated against the ORIGINAL, unprojected schema, never against what was sent to the vendor.
+The adaptations other than dropping ``$schema`` and flattening the root do not change which
+arguments are valid (a missing ``properties`` or ``items`` means the same as an empty one).
+Projection does not validate the schema itself (``ToolDefinition`` checks it against its
+metaschema); a keyword whose value has an unexpected shape is carried over as data. Whatever
+the projection, a model's arguments are always validated against the ORIGINAL, unprojected
+schema, never against what was sent to the vendor.
 """
 
 from __future__ import annotations
@@ -55,6 +76,8 @@ from collections.abc import Mapping
 from typing import Any, Final, Literal, TypeAlias
 
 import attrs
+
+from .._schema_root import object_root, resolve_local
 
 __all__ = ["Outcome", "Projection", "Vendor", "project"]
 
@@ -136,22 +159,231 @@ def project(
         return _reject(f"unknown vendor {vendor!r}; expected one of {sorted(_VENDORS)}")
     if not isinstance(schema, dict):
         return _reject(f"the schema must be a JSON object, not {_kind(schema)}")
-    if schema.get("type") != "object":
-        return _reject('the root schema must have "type": "object"')
+    try:
+        rooted = object_root(schema)
+    except RecursionError:
+        return _reject("the schema is nested too deeply to inspect")
+    if rooted is None:
+        return _reject(
+            'the root schema must have "type": "object" (or be an anyOf/oneOf of object schemas)'
+        )
     walk = _Walk(vendor, max_depth=max_depth, max_nodes=max_nodes)
     try:
-        copy = walk.schema(schema, "$", 1)
+        flat, flattened = _Flatten(schema, vendor, max_nodes=max_nodes).root()
+        copy = walk.schema(flat, "$", 1)
     except _Rejected as rejected:
         return _reject(rejected.reason)
     except RecursionError:
         return _reject("the schema is nested too deeply to inspect")
-    if not walk.changes:
+    changes = [*flattened, *walk.changes]
+    if not changes:
         return Projection("adopted", schema)
-    return Projection("adapted", copy, tuple(walk.changes))
+    return Projection("adapted", copy, tuple(changes))
 
 
 def _reject(reason: str) -> Projection:
     return Projection("rejected", None, (), reason)
+
+
+#: Root keywords flattened away for every vendor, and those only dropped for OpenAI's rules.
+_COMBINATORS: Final = ("anyOf", "oneOf", "allOf")
+_NARROWING: Final = ("not", "enum", "const")
+#: How many argument sets the flat schema's description names, and how long each may be.
+_SETS_NAMED: Final = 8
+_SET_TEXT: Final = 160
+
+
+@attrs.frozen
+class _Shape:
+    """What a member of a root union says about the arguments object: its properties (name ->
+    the subschemas given for it), the names it requires, whether it admits no other names, and
+    how the model may be told of it."""
+
+    properties: dict[str, list[Any]]
+    required: tuple[str, ...]
+    closed: bool
+    label: str | None
+
+
+class _Flatten:
+    """A root ``anyOf``/``oneOf``/``allOf`` made one object schema (see the module docstring).
+    Work is bounded by ``max_nodes`` member visits; a schema that contains itself is refused."""
+
+    def __init__(self, schema: dict[str, Any], vendor: str, *, max_nodes: int) -> None:
+        self.schema = schema
+        self.narrowing = _NARROWING if vendor in ("openai", "ollama") else ()
+        self.budget = max_nodes
+        self.active: set[int] = set()
+
+    def root(self) -> tuple[dict[str, Any], list[str]]:
+        """(the schema to walk, the changes made): the input itself when nothing is flattened.
+        A combinator whose value is not a list is carried over as data, as the walk does."""
+        schema = self.schema
+        unions = [k for k in _COMBINATORS if isinstance(schema.get(k), list)]
+        dropped = [k for k in self.narrowing if k in schema]
+        if not unions and not dropped:
+            return schema, []
+        changes: list[str] = []
+        if "type" not in schema:
+            changes.append("added 'type': 'object' at $ (its members are all objects)")
+        shapes = [self.shape(schema, "$", unions=False)]
+        described: list[str] = []
+        self.active.add(id(schema))
+        for keyword in unions:
+            members = schema[keyword]
+            shapes.append(self.union(keyword, members, _child("$", keyword)))
+            changes.append(
+                f"flattened '{keyword}' of {len(members)} schemas at $ into one object "
+                "(arguments are still checked against the original)"
+            )
+            if keyword != "allOf":
+                described.append(self.describe(keyword, members))
+        changes.extend(f"dropped '{key}' at $ (refused at the top level)" for key in dropped)
+        merged = _merge(shapes, every=True)
+        flat: dict[str, Any] = {"type": "object"}
+        flat.update(
+            (key, value)
+            for key, value in schema.items()
+            if key not in (*unions, *dropped, "type", "properties", "required")
+        )
+        flat["properties"] = {
+            name: subs[0] if len(subs) == 1 else {"anyOf": subs}
+            for name, subs in merged.properties.items()
+        }
+        if merged.required or "required" in schema:
+            flat["required"] = list(merged.required)
+        if merged.closed and "additionalProperties" not in schema:
+            flat["additionalProperties"] = False
+        if described:
+            text = " ".join(described)
+            base = schema.get("description")
+            flat["description"] = f"{base}\n\n{text}" if isinstance(base, str) and base else text
+        return flat, changes
+
+    def union(self, keyword: str, members: list[Any], path: str) -> _Shape:
+        """The shape of ``members`` under ``keyword`` at ``path``."""
+        self._enter(members, path)
+        try:
+            shapes = [self.member(m, f"{path}[{i}]") for i, m in enumerate(members)]
+        finally:
+            self.active.discard(id(members))
+        viable = [shape for shape in shapes if shape is not None]
+        if keyword == "allOf":
+            return _merge(viable, every=True)
+        if not viable:
+            return _Shape({}, (), False, None)
+        return _merge(viable, every=False)
+
+    def member(self, member: Any, path: str) -> _Shape | None:
+        """The shape of one union member; ``None`` for one that admits no object."""
+        self.budget -= 1
+        if self.budget < 0:
+            raise _Rejected(f"the root union is too large to flatten (at {path})")
+        if member is True:
+            return _Shape({}, (), False, None)
+        if not isinstance(member, dict):
+            return None  # false (or not a schema): no object fits it
+        kinds = member.get("type", "object")
+        if not (kinds == "object" or (isinstance(kinds, list) and "object" in kinds)):
+            return None
+        self._enter(member, path)
+        try:
+            if "$ref" in member:
+                target = resolve_local(self.schema, member["$ref"])
+                if isinstance(target, dict | bool) and id(target) not in self.active:
+                    shape = self.member(target, _child(path, "$ref"))
+                    if shape is None:
+                        return None
+                    here = self.shape(member, path, unions=True)
+                    return _merge([shape, here], every=True, label=here.label or shape.label)
+                # Not local, a loop of references, or nothing there: nothing is known of what
+                # it admits, so it adds no fields and may admit anything.
+            return self.shape(member, path, unions=True)
+        finally:
+            self.active.discard(id(member))
+
+    def shape(self, node: dict[str, Any], path: str, *, unions: bool) -> _Shape:
+        """``node``'s own properties, required names and closedness, with (``unions``) those
+        of the unions it holds."""
+        properties = node.get("properties")
+        required = node.get("required")
+        own = _Shape(
+            {
+                name: [sub]
+                for name, sub in (properties.items() if isinstance(properties, dict) else ())
+                if isinstance(name, str)
+            },
+            tuple(
+                name
+                for name in (required if isinstance(required, list) else ())
+                if isinstance(name, str)
+            ),
+            node.get("additionalProperties") is False and "patternProperties" not in node,
+            _label(node),
+        )
+        if not unions:
+            return own
+        shapes = [own]
+        for keyword in _COMBINATORS:
+            members = node.get(keyword)
+            if isinstance(members, list):
+                shapes.append(self.union(keyword, members, _child(path, keyword)))
+        return _merge(shapes, every=True, label=own.label) if len(shapes) > 1 else own
+
+    def describe(self, keyword: str, members: list[Any]) -> str:
+        """What the model is told of a root union: its argument sets, one by one."""
+        sets: list[str] = []
+        for index, member in enumerate(members[:_SETS_NAMED]):
+            shape = self.member(member, f"$.{keyword}[{index}]")
+            if shape is None:
+                continue
+            fields = ", ".join(shape.properties) or "no fields"
+            text = f"{shape.label}: {fields}" if shape.label else fields
+            if shape.required:
+                text += f" (required: {', '.join(shape.required)})"
+            if len(text) > _SET_TEXT:
+                text = text[: _SET_TEXT - 3] + "..."
+            sets.append(f"({len(sets) + 1}) {text}")
+        if len(members) > _SETS_NAMED:
+            sets.append(f"(and {len(members) - _SETS_NAMED} more)")
+        which = "exactly one" if keyword == "oneOf" else "at least one"
+        return f"The arguments must match {which} of these sets: {'; '.join(sets)}."
+
+    def _enter(self, container: dict[str, Any] | list[Any], path: str) -> None:
+        if id(container) in self.active:
+            raise _Rejected(f"the schema contains itself at {path} (a cycle)")
+        self.active.add(id(container))
+
+
+def _label(node: dict[str, Any]) -> str | None:
+    for key in ("title", "description"):
+        value = node.get(key)
+        if isinstance(value, str) and value.strip():
+            return " ".join(value.split())
+    return None
+
+
+def _merge(shapes: list[_Shape], *, every: bool, label: str | None = None) -> _Shape:
+    """The shapes together: all of them hold (``every``: their required names add up, and one
+    closed shape closes them) or at least one does (only the names all require are required,
+    and they are closed only if all are). The properties are all of theirs, either way."""
+    properties: dict[str, list[Any]] = {}
+    for shape in shapes:
+        for name, subs in shape.properties.items():
+            known = properties.setdefault(name, [])
+            for sub in subs:
+                if sub not in known:
+                    known.append(sub)
+    if every:
+        required = tuple(dict.fromkeys(name for shape in shapes for name in shape.required))
+        closed = any(shape.closed for shape in shapes)
+    else:
+        first, *rest = shapes
+        required = tuple(
+            name for name in first.required if all(name in shape.required for shape in rest)
+        )
+        closed = all(shape.closed for shape in shapes)
+    return _Shape(properties, required, closed, label)
 
 
 class _Walk:

@@ -190,14 +190,20 @@ def test_nested_objects_and_arrays_are_filled_everywhere(vendor: Any) -> None:
 
 @pytest.mark.parametrize("keyword", ["not", "if", "then", "else", "contains", "propertyNames"])
 def test_every_single_subschema_keyword_is_walked(keyword: str) -> None:
-    schema = {"type": "object", "properties": {}, keyword: {"type": "array"}}
-    assert projected(schema, "openai").changes == (f"added empty 'items' at $.{keyword}",)
+    # Under a property: at the root, OpenAI's rules drop "not" (see the flattening tests).
+    schema = obj(p={"type": "object", "properties": {}, keyword: {"type": "array"}})
+    assert projected(schema, "openai").changes == (
+        f"added empty 'items' at $.properties.p.{keyword}",
+    )
 
 
 @pytest.mark.parametrize("keyword", ["allOf", "oneOf", "anyOf", "prefixItems"])
 def test_every_subschema_list_keyword_is_walked(keyword: str) -> None:
-    schema = {"type": "object", "properties": {}, keyword: [True, {"type": "array"}]}
-    assert projected(schema, "ollama").changes == (f"added empty 'items' at $.{keyword}[1]",)
+    # Under a property: a root anyOf/oneOf/allOf is flattened (see the flattening tests).
+    schema = obj(p={"type": "object", "properties": {}, keyword: [True, {"type": "array"}]})
+    assert projected(schema, "ollama").changes == (
+        f"added empty 'items' at $.properties.p.{keyword}[1]",
+    )
 
 
 @pytest.mark.parametrize(
@@ -265,12 +271,16 @@ def rejected(schema: Any, vendor: Any = "openai", **kwargs: Any) -> str:
         {"type": "string"},
         {"properties": {}},
         {"type": ["object", "null"]},
-        {"anyOf": [{"type": "object"}]},
+        {"anyOf": [{"type": "object"}, {"type": "string"}]},  # not every member an object
+        {"oneOf": []},
+        {"type": "string", "anyOf": [{"type": "object"}]},
         {},
     ],
 )
 def test_root_must_be_an_object_schema(schema: Any, vendor: Any) -> None:
-    assert rejected(schema, vendor) == 'the root schema must have "type": "object"'
+    assert rejected(schema, vendor) == (
+        'the root schema must have "type": "object" (or be an anyOf/oneOf of object schemas)'
+    )
 
 
 @pytest.mark.parametrize("schema", [[], "object", None, True, 1])
