@@ -85,8 +85,11 @@ _MIGRATION_LOCK: Final = 7_100_423_915
 
 
 def redacted(url: str) -> str:
-    """``url`` without its password (what errors and logs show)."""
-    return re.sub(r"(://[^/@:]*):[^/@]*@", r"\1:***@", url)
+    """``url`` without its password (what errors and logs show): the user's password -- up to
+    the last ``@``, so one with an unescaped ``@``, ``/`` or ``?`` is hidden whole -- and the
+    value of a ``password`` (or ``sslpassword``) parameter."""
+    url = re.sub(r"^([^:/?#]+://[^:@/?#]*):.*@", r"\1:***@", url, flags=re.DOTALL)
+    return re.sub(r"([?&][^=&#]*password=)[^&#]*", r"\1***", url, flags=re.IGNORECASE)
 
 
 def split_url(url: str, default_schema: str = "public") -> tuple[str, str]:
@@ -98,7 +101,11 @@ def split_url(url: str, default_schema: str = "public") -> tuple[str, str]:
     if len(schemas) > 1:
         raise ConfigError(f"the store URL {redacted(url)!r} names more than one schema")
     rest = urllib.parse.urlencode([(name, value) for name, value in query if name != "schema"])
-    return urllib.parse.urlunsplit(parts._replace(query=rest)), (schemas or [default_schema])[0]
+    joined = urllib.parse.urlunsplit(parts._replace(query=rest))
+    if not parts.netloc and url.startswith(f"{parts.scheme}://"):
+        # urlunsplit drops the empty authority: postgresql:///db (a local socket) must stay so.
+        joined = f"{parts.scheme}://{joined[len(parts.scheme) + 1 :]}"
+    return joined, (schemas or [default_schema])[0]
 
 
 def check_url(url: object) -> str:
@@ -121,13 +128,18 @@ def _psycopg() -> Any:
     return psycopg
 
 
+def _line(exc: Exception) -> str:
+    """The first line of what the driver said (the rest are hints)."""
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
 def translate_error(exc: Exception, action: str) -> StoreError:
     """The :class:`StoreError` a psycopg error while doing ``action`` is reported as: ``busy``
     (a lock or deadlock; retryable), ``io`` (the connection or the server; retryable), or
     ``io`` for anything else."""
     psycopg = _psycopg()
     errors = psycopg.errors
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    text = _line(exc)
     busy = (
         errors.LockNotAvailable,
         errors.DeadlockDetected,
@@ -145,13 +157,25 @@ def translate_error(exc: Exception, action: str) -> StoreError:
     return StoreError(f"{action}: {text}", code="io")
 
 
+def _connect(psycopg: Any, url: str, where: str) -> Any:
+    """An autocommit connection to ``url`` (named ``where`` in errors)."""
+    try:
+        return psycopg.connect(url, autocommit=True)
+    except psycopg.OperationalError as exc:  # refused, no such host, database or role, ...
+        raise StoreError(
+            f"cannot connect to {where}: {_line(exc)}", code="io", retryable=True
+        ) from None
+    except psycopg.Error as exc:
+        raise translate_error(exc, f"connecting to {where}") from None
+
+
 def stored_version(url: str, schema: str) -> int:
     """The schema version of the store at ``url`` in ``schema`` as it is (0: none of our
     tables yet), read without changing anything."""
     psycopg = _psycopg()
     where = redacted(url)
     try:
-        with psycopg.connect(url, autocommit=True) as conn:
+        with _connect(psycopg, url, where) as conn:
             row = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".{_META}',)).fetchone()
             if row is None or row[0] is None:
                 return 0
@@ -164,21 +188,28 @@ def stored_version(url: str, schema: str) -> int:
     return int(text) if text.isdecimal() else 0
 
 
-def connect(url: str, schema: str, *, migrate: bool = True) -> Any:
+def connect(url: str, schema: str, *, migrate: bool = True, create: bool = True) -> Any:
     """A connection to the store at ``url`` in ``schema`` (created if missing), autocommit, its
-    schema made current (``migrate=False``: a second connection, once one has migrated it)."""
+    schema made current (``migrate=False``: a second connection, once one has migrated it).
+    ``create=False`` creates nothing: no store in ``schema`` is a :class:`StoreError`
+    ``code="missing"``."""
     psycopg = _psycopg()
     if not _SCHEMA.fullmatch(schema):
         raise ValidationError(
             f"schema must be a plain SQL name (letters, digits, _), not {schema!r}"
         )
     where = redacted(url)
+    conn = _connect(psycopg, url, where)
     try:
-        conn = psycopg.connect(url, autocommit=True)
-    except psycopg.Error as exc:
-        raise translate_error(exc, f"connecting to {where}") from None
-    try:
-        if migrate:
+        if migrate and not create:
+            found = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".{_META}',)).fetchone()
+            if found is None or found[0] is None:
+                raise StoreError(
+                    f"there is no store at {where} in schema {schema} (none of its tables)",
+                    code="missing",
+                    category=Category.USER,
+                )
+        elif migrate:
             conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
         conn.execute(f'SET search_path TO "{schema}"')
         if migrate:

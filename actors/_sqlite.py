@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import pathlib
 import queue
 import sqlite3
 import stat
@@ -163,8 +164,10 @@ class StoreError(AgentsError):
     ``"io"`` (any other failure of the file or of SQLite), ``"unsupported"`` (this Python's SQLite
     cannot be used as required), ``"fenced"`` (a worker's write for a job it no longer holds),
     ``"cancelled"`` (a worker's journal entry that would start new work for a job whose cancel
-    was requested), ``"purged"`` (an idempotency key whose job was purged). ``conversation_id``
-    names the conversation concerned, when one is.
+    was requested), ``"purged"`` (an idempotency key whose job was purged), ``"missing"``
+    (opened with ``create=False``, which creates nothing, where there is no store: no such file
+    or schema, or none of the store's tables in it). ``conversation_id`` names the conversation
+    concerned, when one is.
     """
 
     default_code = "store"
@@ -274,6 +277,18 @@ def _prepare_file(path: str) -> None:
         _check_private(path + suffix, required=False)
 
 
+def _check_existing(path: str) -> None:
+    """Refuse a store file that does not exist (an open that creates nothing), or that others
+    may use."""
+    if not os.path.exists(path):
+        raise StoreError(
+            f"there is no store at {path} (no such file)", code="missing", category=Category.USER
+        )
+    _check_private(path, required=True)
+    for suffix in ("-wal", "-shm", "-journal"):
+        _check_private(path + suffix, required=False)
+
+
 def _tables(conn: sqlite3.Connection) -> set[str]:
     rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
     return {name for (name,) in rows if isinstance(name, str) and name.startswith(_PREFIX)}
@@ -377,17 +392,36 @@ def _enable_wal(conn: sqlite3.Connection, busy_timeout: float) -> object:
 
 
 def connect(
-    path: str, *, busy_timeout: float, durable: bool, what: str, migrate: bool = True
+    path: str,
+    *,
+    busy_timeout: float,
+    durable: bool,
+    what: str,
+    migrate: bool = True,
+    create: bool = True,
 ) -> sqlite3.Connection:
     """Open the store file at ``path`` (creating it owner-only), in WAL mode, its schema made
     current (``migrate=False``: a second connection to a file another has just migrated).
-    ``what`` names the store in errors."""
-    _prepare_file(path)
+    ``create=False`` creates nothing: a file that does not exist, or holds no schema, is a
+    :class:`StoreError` ``code="missing"``. ``what`` names the store in errors."""
+    if create:
+        _prepare_file(path)
+        target, uri = path, False
+    else:
+        _check_existing(path)
+        # mode=rw: SQLite itself never creates the file (it may vanish after the check).
+        target, uri = f"{pathlib.Path(path).absolute().as_uri()}?mode=rw", True
     with translated(f"opening the {what} {path}"):
         conn = sqlite3.connect(
-            path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+            target, timeout=busy_timeout, isolation_level=None, check_same_thread=False, uri=uri
         )
         try:
+            if not create and migrate and _META not in _tables(conn):
+                raise StoreError(
+                    f"there is no store in {path} (the file holds none of its tables)",
+                    code="missing",
+                    category=Category.USER,
+                )
             mode = _enable_wal(conn, busy_timeout)
             if str(mode).lower() != "wal":
                 raise StoreError(

@@ -7,35 +7,87 @@ cancels, answers, purges and waits for jobs, from any process, through the store
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import json
 import os
 import signal
 import sys
+import traceback
 from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
 
 import trio
 
 from actors.durable._open import check_store_url
 from protocols.codec import to_json
-from protocols.errors import ConfigError
+from protocols.errors import AgentsError, ConfigError
 
 if TYPE_CHECKING:
     from actors._core._runtime import Runtime
     from actors.durable import AgentRegistry, RunStore
     from protocols.jobs import JobRecord
 
-__all__ = ["jobs_main", "store_main", "worker_main"]
+__all__ = ["AppError", "call_app", "jobs_main", "load_app", "store_main", "worker_main"]
 
 
-async def _open(url: str) -> RunStore:
+async def _open(url: str, *, create: bool = True) -> RunStore:
+    from actors._sqlite import StoreError  # noqa: PLC0415
     from actors.durable import open_run_store  # noqa: PLC0415
 
-    return await open_run_store(url)
+    try:
+        return await open_run_store(url, create=create)
+    except StoreError as error:
+        if error.code != "missing":
+            raise
+        # A mistyped --store: say so, and what makes a store (this command never does).
+        raise ConfigError(
+            f"{error} -- check --store; a worker, jobs submit or store migrate creates a store"
+        ) from None
+
+
+class AppError(ConfigError):
+    """What ``--app`` names could not be had: its module failed to import, or its function
+    raised. ``error`` is what was raised (``--debug`` shows its traceback, alone)."""
+
+    def __init__(self, spec: str, doing: str, error: BaseException) -> None:
+        told = str(error) if isinstance(error, AgentsError) else _told(error)
+        super().__init__(f"--app {spec}: {doing} failed: {told}{_where(error, spec)}")
+        self.error = error
+
+
+def _told(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _where(error: BaseException, spec: str) -> str:
+    """`` (FILE, line N)``: the innermost line of the app's own code in ``error``'s traceback
+    (a SyntaxError names its own)."""
+    if isinstance(error, SyntaxError):
+        return ""
+    module = sys.modules.get(spec.partition(":")[0])
+    found = getattr(module, "__file__", None) if module is not None else None
+    if found is None:  # (a failed import leaves no module behind: ask where it would be)
+        try:
+            origin = importlib.util.find_spec(spec.partition(":")[0])
+        except Exception:  # (its package's __init__ may fail again)
+            origin = None
+        found = origin.origin if origin is not None else None
+    if not found:
+        return ""
+    home = os.path.dirname(os.path.abspath(found))
+    for frame in reversed(traceback.extract_tb(error.__traceback__)):
+        path = os.path.abspath(frame.filename)
+        installed = {"site-packages", "dist-packages"} & set(path.split(os.sep))
+        if os.path.commonpath([home, path]) == home and not installed:
+            shown = os.path.relpath(path) if path.startswith(os.getcwd() + os.sep) else path
+            return f" ({shown}, line {frame.lineno})"
+    return ""
 
 
 def load_app(spec: str) -> Any:
-    """The object ``MODULE:ATTR`` names (the current directory is importable)."""
+    """The object ``MODULE:ATTR`` names (the current directory is importable). Raises
+    :class:`~protocols.errors.ConfigError` (:class:`AppError` when the module's code fails)."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigError(f"--app takes MODULE:ATTR (for example myapp:registry), not {spec!r}")
@@ -44,26 +96,48 @@ def load_app(spec: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
+        missing = error.name or ""
+        if module_name != missing and not module_name.startswith(missing + "."):
+            # The module was found, but something it imports was not.
+            raise AppError(spec, f"importing {module_name}", error) from error
         raise ConfigError(f"cannot import {module_name!r} for --app: {error}") from None
+    except (Exception, SystemExit) as error:  # its code raised, or it is no valid Python
+        raise AppError(spec, f"importing {module_name}", error) from error
     target: Any = module
     for part in attr.split("."):
-        if not hasattr(target, part):
+        try:
+            found = hasattr(target, part)
+        except Exception as error:  # a module's __getattr__, a property
+            raise AppError(spec, f"reading {attr}", error) from error
+        if not found:
             raise ConfigError(f"{module_name!r} has no {attr!r} for --app")
         target = getattr(target, part)
     return target
 
 
-async def _registry(app: Any, runtime: Runtime) -> AgentRegistry:
+async def call_app(spec: str, function: Any, runtime: Runtime) -> Any:
+    """What the function ``--app`` names returns: given the runtime when it takes an argument,
+    awaited when it returns an awaitable. Whatever it raises is an :class:`AppError` (a
+    cancellation, a Ctrl-C pass)."""
+    name = getattr(function, "__qualname__", None) or type(function).__name__
+    try:
+        wants_runtime = len(inspect.signature(function).parameters) >= 1
+        value = function(runtime) if wants_runtime else function()
+        if inspect.isawaitable(value):
+            value = await value
+    except (Exception, SystemExit) as error:
+        raise AppError(spec, f"calling {name}()", error) from error
+    return value
+
+
+async def _registry(spec: str, app: Any, runtime: Runtime) -> AgentRegistry:
     from actors.durable import AgentRegistry  # noqa: PLC0415
 
     value = app
     if not isinstance(value, AgentRegistry) and (
         inspect.isfunction(value) or inspect.ismethod(value)
     ):
-        wants_runtime = len(inspect.signature(value).parameters) >= 1
-        value = value(runtime) if wants_runtime else value()
-        if inspect.isawaitable(value):
-            value = await value
+        value = await call_app(spec, value, runtime)
     if not isinstance(value, AgentRegistry):
         raise ConfigError(
             "--app must name an AgentRegistry, or a function (taking the runtime, or nothing) "
@@ -88,7 +162,7 @@ def worker_main(
     target = load_app(app)
     check_store_url(store)  # a bad URL fails before anything starts
     settings = _Settings(concurrency, lease, grace, poll)
-    return trio.run(_worker, store, target, settings, out)
+    return trio.run(_worker, store, (app, target), settings, out)
 
 
 class _Settings(NamedTuple):
@@ -98,7 +172,7 @@ class _Settings(NamedTuple):
     poll: float
 
 
-async def _worker(url: str, app: Any, settings: _Settings, out: TextIO) -> int:
+async def _worker(url: str, app: tuple[str, Any], settings: _Settings, out: TextIO) -> int:
     concurrency, lease, grace, poll = settings
     from actors import open_runtime  # noqa: PLC0415
     from actors.durable import open_job_queue  # noqa: PLC0415
@@ -107,7 +181,7 @@ async def _worker(url: str, app: Any, settings: _Settings, out: TextIO) -> int:
         store = await _open(url)
         try:
             async with open_runtime() as runtime:
-                registry = await _registry(app, runtime)
+                registry = await _registry(*app, runtime)
                 async with open_job_queue(
                     store, registry, runtime, concurrency=concurrency, lease=lease, poll=poll
                 ) as queue:
@@ -175,6 +249,10 @@ def _summary(record: JobRecord) -> dict[str, Any]:
     return out
 
 
+def _ended(record: JobRecord, what: str) -> str:
+    return f"job {record.id} has already ended ({record.status.value}): {what}"
+
+
 def _show(record: JobRecord, as_json: bool, out: TextIO) -> None:
     summary = _summary(record)
     if as_json:
@@ -214,13 +292,19 @@ def store_main(action: str, args: Any, out: TextIO) -> int:
     return 0
 
 
-def jobs_main(action: str, args: Any, out: TextIO) -> int:
-    """Run ``trio-agents jobs ACTION``; returns the exit status."""
+#: The exit status of ``jobs wait`` when its ``--timeout`` passed first (as timeout(1)'s).
+TIMED_OUT = 124
+
+
+def jobs_main(action: str, args: Any, out: TextIO, err: TextIO | None = None) -> int:
+    """Run ``trio-agents jobs ACTION``; returns the exit status. Only ``submit`` creates a
+    store; the other actions refuse a ``--store`` where there is none."""
     check_store_url(args.store)
-    return trio.run(_jobs, action, args, out)
+    return trio.run(_jobs, action, args, out, sys.stderr if err is None else err)
 
 
-async def _jobs(action: str, args: Any, out: TextIO) -> int:
+async def _jobs(action: str, args: Any, out: TextIO, err: TextIO) -> int:
+    from actors._postgres import redacted  # noqa: PLC0415
     from actors.durable import (  # noqa: PLC0415
         answer_job,
         cancel_job,
@@ -228,9 +312,11 @@ async def _jobs(action: str, args: Any, out: TextIO) -> int:
         submit_job,
         wait_job,
     )
+    from actors.durable._ops import existing_job  # noqa: PLC0415
+    from actors.durable._sql_store import SQLRunStore  # noqa: PLC0415
     from protocols.jobs import AgentJob, JobStatus  # noqa: PLC0415
 
-    store = await _open(args.store)
+    store = await _open(args.store, create=action == "submit")
     try:
         if action == "submit":
             job = AgentJob.ask(args.agent, args.text)
@@ -240,6 +326,15 @@ async def _jobs(action: str, args: Any, out: TextIO) -> int:
             else:
                 note = "" if created else "  (the key's existing job)"
                 print(f"{record.id}{note}", file=out)
+            if isinstance(store, SQLRunStore) and await store.worker_seen() is None:
+                # Submitted all the same (a worker may start later), but a mistyped --store
+                # (a new store no worker will ever look at) shows here.
+                print(
+                    f"trio-agents jobs: warning: no worker has ever run on "
+                    f"{redacted(args.store)}: the job waits until one does (trio-agents "
+                    "worker --store URL --app MODULE:ATTR)",
+                    file=err,
+                )
             return 0
         if action == "show":
             found = await store.get(args.id)
@@ -261,12 +356,23 @@ async def _jobs(action: str, args: Any, out: TextIO) -> int:
             return 0
         if action == "cancel":
             record, changed = await cancel_job(store, args.id)
-            state = "cancelled" if record.terminal else "cancel requested (running)"
-            if not changed:
-                state = f"left as it is ({record.status.value})"
+            if changed:
+                state = "cancelled" if record.terminal else "cancel requested (running)"
+            elif record.status is JobStatus.CANCELLED:
+                state = "already cancelled"
+            elif not record.terminal:
+                state = f"cancel already requested ({record.status.value})"
+            else:  # it ended otherwise before: the cancel did nothing
+                raise ConfigError(_ended(record, "nothing to cancel"))
             print(f"{record.id}: {state}", file=out)
             return 0
         if action == "answer":
+            # An answer resent after it landed is a no-op that succeeds -- unless the job has
+            # ended since: then nothing is answered, and saying its status would look as if
+            # it worked.
+            before = await existing_job(store, args.id)
+            if before.terminal:
+                raise ConfigError(_ended(before, "nothing to answer"))
             record = await answer_job(store, args.id, args.call_id, args.allow, args.reason or "")
             print(f"{record.id}: {record.status.value}", file=out)
             return 0
@@ -275,8 +381,18 @@ async def _jobs(action: str, args: Any, out: TextIO) -> int:
             print(f"{args.id}: purged", file=out)
             return 0
         assert action == "wait"
-        with trio.fail_after(args.timeout if args.timeout is not None else float("inf")):
-            record = await wait_job(store, args.id, poll=args.poll)
+        ended: JobRecord | None = None
+        with trio.move_on_after(args.timeout if args.timeout is not None else float("inf")):
+            ended = await wait_job(store, args.id, poll=args.poll)
+        # (Timed out: it may have ended just now -- and --timeout 0 asks whether it has.)
+        record = ended if ended is not None else await existing_job(store, args.id)
+        if not record.terminal:
+            print(
+                f"trio-agents jobs: job {record.id} has not ended within {args.timeout:g} s "
+                f"(it is {record.status.value})",
+                file=err,
+            )
+            return TIMED_OUT
         _show(record, args.json, out)
         return 0 if record.status is JobStatus.COMPLETED else 1
     finally:

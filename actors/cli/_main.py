@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import logging
 import sys
+import traceback
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, TextIO
@@ -20,6 +21,7 @@ from .._version import __version__
 
 if TYPE_CHECKING:
     from ._demo import Endpoint
+    from ._jobs import AppError
 
 __all__ = ["build_parser", "describe_error", "main"]
 
@@ -348,7 +350,11 @@ def _durable_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
         _debug_option(sub)
         return sub
 
-    submit = action("submit", "admit a job asking AGENT with TEXT; prints its id")
+    submit = action(
+        "submit",
+        "admit a job asking AGENT with TEXT; prints its id (the only action that creates a "
+        "store; warns when no worker has ever run on it)",
+    )
     submit.add_argument("--agent", required=True, help="the agent's name in the workers' registry")
     submit.add_argument("--key", help="an idempotency key: submitting again returns the same job")
     submit.add_argument("--json", action="store_true", help='print {"id": ...}')
@@ -372,9 +378,11 @@ def _durable_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     )
     listing.add_argument("--limit", type=_count(1, 1000), default=100, metavar="N")
     listing.add_argument("--json", action="store_true", help="print one JSON array")
-    cancel = action("cancel", "cancel a job (a running one is cut wherever it runs)")
+    cancel = action(
+        "cancel", "cancel a job (a running one is cut wherever it runs; exit 1 if it had ended)"
+    )
     cancel.add_argument("id")
-    answer = action("answer", "answer an approval a job waits for")
+    answer = action("answer", "answer an approval a job waits for (exit 1 if it has ended)")
     answer.add_argument("id")
     answer.add_argument("call_id", help="the tool call's id (jobs show lists them)")
     verdict = answer.add_mutually_exclusive_group(required=True)
@@ -383,9 +391,17 @@ def _durable_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     answer.add_argument("--reason", help="what the model reads about the answer")
     purge = action("purge", "remove an ended job, leaving a tombstone")
     purge.add_argument("id")
-    wait = action("wait", "wait until a job ends and show it (exit 1 unless completed)")
+    wait = action(
+        "wait",
+        "wait until a job ends and show it (exit 1 unless completed; 124 if --timeout passed)",
+    )
     wait.add_argument("id")
-    wait.add_argument("--timeout", type=_seconds(0, 10**6), metavar="SECONDS")
+    wait.add_argument(
+        "--timeout",
+        type=_seconds(0, 10**6),
+        metavar="SECONDS",
+        help="give up after this long: one line on stderr, exit status 124",
+    )
     wait.add_argument("--poll", type=_seconds(0.01, 60), default=0.5, metavar="SECONDS")
     wait.add_argument("--json", action="store_true", help="print one JSON object")
     store = commands.add_parser(
@@ -508,12 +524,17 @@ def _warn_without_key(command: str, endpoint: Endpoint | None) -> None:
         )
 
 
+#: The exit status after Ctrl-C (SIGINT), as a shell reports a process it ended.
+INTERRUPTED = 130
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default: ``sys.argv[1:]``) and return the exit status.
 
     With no sub-command it prints the help and returns 0. An error the user can act on (see
     :func:`describe_error`) is one line on stderr and exit status 1; ``--debug`` shows its
-    traceback instead.
+    traceback instead (one: a failing ``--app``'s own). Ctrl-C that reaches here is one line,
+    ``interrupted``, and status 130.
     """
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
@@ -529,12 +550,48 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return _run(args, endpoint)
         except Exception as error:
+            if args.debug and (app := _app_error(error)) is not None:
+                traceback.print_exception(app.error)  # the app's traceback alone, not ours
+                return 1
             where = endpoint.where if endpoint is not None else None
             line = None if args.debug else describe_error(error, where)
             if line is None:
+                _unchain(error)
                 raise
             print(f"trio-agents {args.command}: {line}", file=sys.stderr)
             return 1
+        except BaseException as error:
+            if not _interrupted(error):
+                raise
+            if args.debug:
+                traceback.print_exception(error)
+            print(f"trio-agents {args.command}: interrupted", file=sys.stderr)
+            return INTERRUPTED
+
+
+def _app_error(error: BaseException) -> AppError | None:
+    from ._jobs import AppError  # noqa: PLC0415
+
+    return next((leaf for leaf in _leaves(error) if isinstance(leaf, AppError)), None)
+
+
+def _interrupted(error: BaseException) -> bool:
+    """Whether ``error`` is Ctrl-C (alone, or grouped with the cancellations it caused)."""
+    import trio  # noqa: PLC0415 - loaded by every command already
+
+    leaves = list(_leaves(error))
+    return any(isinstance(leaf, KeyboardInterrupt) for leaf in leaves) and all(
+        isinstance(leaf, KeyboardInterrupt | trio.Cancelled) for leaf in leaves
+    )
+
+
+def _unchain(error: BaseException) -> None:
+    """Show ``error``'s traceback once: a context manager that unwrapped it from an exception
+    group (the runtime's) re-raised it while handling that group, which Python would print
+    first, as "During handling of the above exception ..."."""
+    context = error.__context__
+    if isinstance(context, BaseExceptionGroup) and any(leaf is error for leaf in _leaves(context)):
+        error.__suppress_context__ = True
 
 
 def _run(args: argparse.Namespace, endpoint: Endpoint | None) -> int:

@@ -11,7 +11,9 @@ from typing import Any, TextIO
 
 import trio
 
-from ._jobs import load_app
+from protocols.errors import ConfigError
+
+from ._jobs import call_app, load_app
 
 __all__ = ["mcp_main"]
 
@@ -23,18 +25,22 @@ def mcp_main(
     target = load_app(app)
     if token is None:
         token = os.environ.get("TRIO_AGENTS_MCP_TOKEN") or None
-    return trio.run(_main, target, (http, host, port, path), token, out)
+    return trio.run(_main, (app, target), (http, host, port, path), token, out)
 
 
 async def _main(
-    target: Any, where: tuple[bool, str, int, str], token: str | None, out: TextIO
+    app: tuple[str, Any], where: tuple[bool, str, int, str], token: str | None, out: TextIO
 ) -> int:
     http, host, port, path = where
-    from actors import open_runtime  # noqa: PLC0415
+    from actors import Agent, open_runtime  # noqa: PLC0415
     from actors.mcp import mcp_server, serve_http, serve_stdio  # noqa: PLC0415
     from actors.mcp._server import resolve_app  # noqa: PLC0415
+    from actors.tools import CallableTool, ToolRegistry  # noqa: PLC0415
 
+    spec, target = app
     async with open_runtime() as runtime:
+        if callable(target) and not isinstance(target, Agent | ToolRegistry | CallableTool):
+            target = await call_app(spec, target, runtime)  # what it raises names the app
         served = await resolve_app(target, runtime)
         server = mcp_server(served)
         if not http:
@@ -44,13 +50,28 @@ async def _main(
             return 0
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
-                url = await nursery.start(
-                    functools.partial(
-                        serve_http, server, host=host, port=port, path=path, token=token
+                try:
+                    url = await nursery.start(
+                        functools.partial(
+                            serve_http, server, host=host, port=port, path=path, token=token
+                        )
                     )
-                )
+                except BaseException as error:  # a port taken, an address not this host's
+                    _cannot_listen(error, host, port)
+                    raise
                 print(f"trio-agents mcp: serving at {url}; Ctrl-C to stop", file=out, flush=True)
                 async for _ in signals:
                     break
                 nursery.cancel_scope.cancel()
     return 0
+
+
+def _cannot_listen(error: BaseException, host: str, port: int) -> None:
+    """Raise the one line saying why the server could not listen, if ``error`` (alone or
+    grouped) says it; else return."""
+    from ._main import _leaves  # noqa: PLC0415 - loaded: it runs this command
+
+    leaves = list(_leaves(error))
+    if leaves and all(isinstance(leaf, OSError) for leaf in leaves):
+        reason = leaves[0].strerror if isinstance(leaves[0], OSError) else None
+        raise ConfigError(f"cannot listen on {host}:{port}: {reason or leaves[0]}") from None

@@ -36,7 +36,16 @@ def _postgres(url: str) -> tuple[str, str]:
 def check_store_url(url: str) -> None:
     """Refuse, before anything starts, a store URL no store opens (a
     :class:`~protocols.errors.ConfigError` saying what is accepted)."""
-    scheme = urllib.parse.urlsplit(url).scheme
+    try:
+        scheme = urllib.parse.urlsplit(url).scheme
+        if scheme in ("postgresql", "postgres"):
+            urllib.parse.urlsplit(url).port  # noqa: B018 - raises ValueError for a bad port
+    except ValueError:  # an unclosed [ of an IPv6 address, a port that is no number
+        # (Not the parser's words: they may quote a piece of a password.)
+        raise ConfigError(
+            f"not a store URL: {redacted(url)!r} (its host or port is malformed; "
+            "percent-encode @ / ? # in a password)"
+        ) from None
     if scheme == "sqlite":
         store_path(url)
     elif scheme in ("postgresql", "postgres"):
@@ -49,19 +58,21 @@ def check_store_url(url: str) -> None:
         )
 
 
-async def open_run_store(url: str) -> RunStore:
+async def open_run_store(url: str, *, create: bool = True) -> RunStore:
     """Open the run store ``url`` names: ``sqlite:///PATH`` (a :class:`SQLiteRunStore`) or
     ``postgresql://USER@HOST/DB[?schema=NAME]`` (a :class:`PostgresRunStore`). Raises
     :class:`~protocols.errors.ConfigError` for another URL, and what the store's ``open``
-    raises when it cannot be used."""
+    raises when it cannot be used. ``create=False`` creates nothing (no file, schema or
+    tables): where there is no store it raises :class:`~actors.store.StoreError`
+    ``code="missing"``."""
     from ._postgres_store import PostgresRunStore  # noqa: PLC0415
     from ._sqlite_store import SQLiteRunStore  # noqa: PLC0415
 
     check_store_url(url)
     if urllib.parse.urlsplit(url).scheme == "sqlite":
-        return await SQLiteRunStore.open(store_path(url))
+        return await SQLiteRunStore.open(store_path(url), create=create)
     target, schema = _postgres(url)
-    return await PostgresRunStore.open(target, schema=schema)
+    return await PostgresRunStore.open(target, schema=schema, create=create)
 
 
 async def migrate_store(url: str) -> tuple[int, int]:

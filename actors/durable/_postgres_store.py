@@ -178,11 +178,14 @@ class PostgresRunStore(SQLRunStore):
         *,
         schema: str = "public",
         max_bytes: int = DEFAULT_MAX_BYTES,
+        create: bool = True,
     ) -> PostgresRunStore:
         """Connect to the database at ``url`` (``postgresql://...``) and make the store's schema
         current in ``schema`` (created if missing). Raises :class:`~actors.store.StoreError`
         when the database cannot be used (``code="unsupported"`` without psycopg,
-        ``"schema"`` for a schema newer than this code, ``"io"`` when it cannot be reached)."""
+        ``"schema"`` for a schema newer than this code, ``"io"`` when it cannot be reached).
+        ``create=False`` creates nothing -- neither ``schema`` nor the store's tables in it --
+        and raises ``code="missing"`` where there is no store (a mistyped schema name)."""
         target = check_url(url)
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
             raise ValidationError(f"max_bytes must be an integer >= 1, not {max_bytes!r}")
@@ -210,7 +213,7 @@ class PostgresRunStore(SQLRunStore):
 
         def open_database() -> Jobs:
             used = dialect()
-            writer = connect(target, schema)
+            writer = connect(target, schema, create=create)
             try:
                 reader = connect(target, schema, migrate=False)
             except BaseException:

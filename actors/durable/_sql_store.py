@@ -122,6 +122,8 @@ _INSERT_ROWS = 500
 #: How many times one write of a group commit is run when it conflicts with another
 #: transaction (a deadlock), before its caller gets the (retryable) error.
 _TRIES = 4
+#: The meta table's key for when a worker last began taking jobs (no schema change: a row).
+_WORKER_SEEN = "worker_seen"
 
 
 class _Pending:
@@ -446,6 +448,15 @@ class Jobs:
                 pages.append(queued)
         return None
 
+    def note_worker(self, now: float) -> None:
+        """Record that a worker began taking jobs at ``now``."""
+        self._x(
+            self.conn,
+            f"INSERT INTO {_META} (key, value) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (_WORKER_SEEN, repr(now)),
+        )
+
     def _rows(self, keys: Sequence[tuple[object, object]]) -> list[tuple[object, object, Any]]:
         """``(id, revision, text)`` for each ``(id, revision)``: the text read only for those
         not kept decoded at that revision (a page of queued jobs is mostly ones looked at
@@ -628,6 +639,15 @@ class Jobs:
     def purged(self, id: str) -> Tombstone | None:
         return self._tombstone(self.reader, id=id)
 
+    def worker_seen(self) -> float | None:
+        row = self._x(
+            self.reader, f"SELECT value FROM {_META} WHERE key = ?", (_WORKER_SEEN,)
+        ).fetchone()
+        try:
+            return None if row is None else float(row[0])
+        except ValueError:
+            return None
+
     def close(self) -> None:
         for name in ("_reader", "_writer"):
             conn = getattr(self, name)
@@ -661,6 +681,7 @@ class SQLRunStore:
         self._announcer = Announcer()
         self._committing = False
         self._committed = trio.Event()
+        self._worker_noted = False
         #: The database file.
         self.path = path
 
@@ -805,7 +826,16 @@ class SQLRunStore:
         check_id(owner, "an owner")
         held = check_lease(lease)
         moment = time.time() if now is None else check_time(now)
-        return await self._run("acquiring a job", lambda jobs: jobs.acquire(owner, held, moment))
+        noting = not self._worker_noted  # the first of this store: see worker_seen
+
+        def work(jobs: Jobs) -> JobRecord | None:
+            if noting:
+                jobs.note_worker(moment)
+            return jobs.acquire(owner, held, moment)
+
+        taken = await self._run("acquiring a job", work)
+        self._worker_noted = True
+        return taken
 
     async def append(
         self,
@@ -842,6 +872,13 @@ class SQLRunStore:
         """See :meth:`RunStore.purged <actors.durable.RunStore.purged>`."""
         check_id(id)
         return await self._read(f"reading the tombstone of job {id}", lambda jobs: jobs.purged(id))
+
+    async def worker_seen(self) -> float | None:
+        """When a worker last began taking jobs from this store (UNIX time), or ``None`` if
+        none ever has: the first :meth:`acquire` of each store opened on the database records
+        its time, in the transaction that acquires -- a job queue's worker acquires as it
+        starts. (``trio-agents jobs submit`` warns when it is ``None``.)"""
+        return await self._read("reading the store's meta data", lambda jobs: jobs.worker_seen())
 
     def watch(self) -> Watch:
         """See :meth:`RunStore.watch <actors.durable.RunStore.watch>`: this store's own

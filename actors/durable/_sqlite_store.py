@@ -74,10 +74,13 @@ class SQLiteRunStore(SQLRunStore):
         max_bytes: int = DEFAULT_MAX_BYTES,
         busy_timeout: float = 5.0,
         durable: bool = False,
+        create: bool = True,
     ) -> SQLiteRunStore:
         """Open (creating it owner-only if needed) the store at ``path`` and make its schema
         current (an older file is migrated). Raises :class:`~actors.store.StoreError` when the
-        file cannot be used."""
+        file cannot be used. ``create=False`` creates nothing -- neither the file nor the
+        store's tables in it -- and raises :class:`~actors.store.StoreError`
+        ``code="missing"`` where there is no store (so a mistyped path is an error)."""
         target = os.fspath(path)
         check_store_path(target, busy_timeout)
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
@@ -85,10 +88,17 @@ class SQLiteRunStore(SQLRunStore):
 
         def open_file() -> Jobs:
             timeout = float(busy_timeout)
-            conn = connect(target, busy_timeout=timeout, durable=durable, what="run store")
+            conn = connect(
+                target, busy_timeout=timeout, durable=durable, what="run store", create=create
+            )
             try:
                 reader = connect(
-                    target, busy_timeout=timeout, durable=durable, what="run store", migrate=False
+                    target,
+                    busy_timeout=timeout,
+                    durable=durable,
+                    what="run store",
+                    migrate=False,
+                    create=create,
                 )
             except BaseException:
                 conn.close()

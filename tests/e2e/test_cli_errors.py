@@ -11,11 +11,15 @@ import os
 import pathlib
 import socket
 import sys
+import time
+import urllib.parse
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
+import psycopg
 import pytest
 import trio
+from postgres_server import drop_schemas, new_schema, postgres_url
 from rich.console import Console
 
 from actors import SQLiteConversationStore
@@ -23,8 +27,10 @@ from actors.cli import describe_error, main
 from actors.cli._chat import ChatError, chat_session
 from actors.cli._demo import Endpoint, run_team
 from actors.cli._main import _logging
+from actors.durable import SQLiteRunStore, submit_job
 from actors.testing import Simulator
 from protocols.errors import ConfigError, ProviderError, ValidationError
+from protocols.jobs import AgentJob, Applied, JobStatus, finish
 from protocols.messages import Role
 
 KEY = "sk-right-key-for-the-cli-tests"
@@ -374,3 +380,241 @@ def test_library_warnings_are_one_line_and_debug_shows_everything() -> None:
     assert "details" in shown
     assert "after" not in shown
     assert logging.getLogger("trio_agents").handlers == handlers, "put back as it was"
+
+
+# -- every command, the mistakes a new user makes ------------------------------------------------
+
+#: Modules an ``--app`` may name, each failing its own way (and one that works).
+APPS = {
+    "boom.py": 'raise RuntimeError("boom at import")\n',
+    "broken.py": "def registry(:\n    pass\n",
+    "needy.py": "import no_such_dependency_anywhere\n",
+    "raising.py": (
+        "def registry():\n"
+        "    settings = {}\n"
+        '    return settings["MODEL"]\n'
+        "\n"
+        "\n"
+        "async def later(runtime):\n"
+        '    raise RuntimeError("no model configured")\n'
+    ),
+    "exiting.py": 'import sys\n\nsys.exit("no config")\n',
+    "fine.py": (
+        "from actors import tool\n"
+        "from actors.durable import AgentRegistry\n"
+        "\n"
+        "\n"
+        "@tool\n"
+        "async def add(a: int, b: int) -> int:\n"
+        '    """Add."""\n'
+        "    return a + b\n"
+        "\n"
+        "\n"
+        "tools = [add]\n"
+        "\n"
+        "\n"
+        "class Odd(AgentRegistry):\n"
+        "    def __iter__(self):\n"
+        '        raise RuntimeError("a bug of its own")\n'
+        "\n"
+        "\n"
+        "odd = Odd()\n"
+    ),
+}
+SECRET = "s3cret-pw"
+
+
+def _postgres(*, database: str | None = None, schema: str | None = None) -> str:
+    """The tests' PostgreSQL URL with a password, another database or a schema (which it
+    never creates)."""
+    parts = urllib.parse.urlsplit(postgres_url())
+    user = (parts.username or "postgres") + f":{SECRET}"
+    netloc = f"{user}@{parts.netloc.rpartition('@')[2]}"
+    query = parts.query + (f"&schema={schema}" if schema else "") if parts.query else ""
+    if schema and not parts.query:
+        query = f"schema={schema}"
+    path = f"/{database}" if database else parts.path
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, path=path, query=query))
+
+
+async def _store(folder: pathlib.Path) -> dict[str, str]:
+    """A store with a job that waits (queued) and one that ended (failed); their ids."""
+    async with await SQLiteRunStore.open(folder / "jobs.db") as store:
+        first, _ = await submit_job(store, AgentJob.ask("calculator", "hi"))
+        waiting, _ = await submit_job(store, AgentJob.ask("calculator", "hi"))
+        taken = await store.acquire(owner="w", lease=30)
+        assert taken is not None
+        assert taken.id == first.id
+        assert taken.lease is not None
+        done = finish(taken, taken.lease, now=time.time(), status=JobStatus.FAILED, error="x")
+        assert isinstance(done, Applied)
+        assert await store.write(done)
+    return {"queued": waiting.id, "ended": first.id}
+
+
+def _files(folder: pathlib.Path) -> list[str]:
+    return sorted(
+        os.path.join(top, name) for top, dirs, files in os.walk(folder) for name in dirs + files
+    )
+
+
+WORKER = ("worker", "--store", "sqlite:///jobs.db", "--app")
+MISSING = "there is no store at typo.db (no such file)"
+MISTAKES: list[tuple[tuple[str, ...], int, str]] = [
+    # A --store where there is no store: never created by what only reads or changes jobs.
+    (("jobs", "show", "--store", "sqlite:///typo.db", "x"), 1, MISSING),
+    (("jobs", "list", "--store", "sqlite:///typo.db"), 1, MISSING),
+    (("jobs", "wait", "--store", "sqlite:///typo.db", "x", "--timeout", "1"), 1, MISSING),
+    (("jobs", "cancel", "--store", "sqlite:///typo.db", "x"), 1, MISSING),
+    (("jobs", "answer", "--store", "sqlite:///typo.db", "x", "c", "--allow"), 1, MISSING),
+    (("jobs", "purge", "--store", "sqlite:///typo.db", "x"), 1, MISSING),
+    (("jobs", "list", "--store", "sqlite:///empty.db"), 1, "holds none of its tables"),
+    (("jobs", "list", "--store", "sqlite:///notes.txt"), 1, "the database file is damaged"),
+    (("jobs", "submit", "--store", "sqlite:///no/jobs.db", "--agent", "a", "hi"), 1, "no/jobs"),
+    (("store", "migrate", "--store", "sqlite:///no/jobs.db"), 1, "No such file or directory"),
+    (("jobs", "list", "--store", "mysql://db/x"), 1, "unsupported store URL 'mysql'"),
+    (("jobs", "list", "--store", "sqlite://jobs.db"), 1, "is sqlite:///PATH"),
+    # PostgreSQL: unreachable, malformed, no such database or schema -- the password unshown.
+    (("jobs", "list", "--store", f"postgresql://ada:{SECRET}@127.0.0.1:1/x"), 1, "refused"),
+    (("jobs", "list", "--store", f"postgresql://ada:{SECRET}@[::1/x"), 1, "not a store URL"),
+    (("jobs", "list", "--store", f"postgresql://ada:{SECRET}@h:x/db"), 1, "not a store URL"),
+    (("jobs", "list", "--store", f"postgresql://ada:s3c/{SECRET}@h/db"), 1, "ada:***@h/db"),
+    (("jobs", "list", "--store", "{pg_database}"), 1, 'database "no_such_db" does not exist'),
+    (("jobs", "show", "--store", "{pg_schema}", "x"), 1, "in schema {schema} (none of its"),
+    # Ids the store does not know, jobs that have ended, a wait that times out.
+    (("jobs", "show", "--store", "sqlite:///jobs.db", "nope"), 1, "no job 'nope'"),
+    (("jobs", "cancel", "--store", "sqlite:///jobs.db", "nope"), 1, "no job 'nope'"),
+    (("jobs", "answer", "--store", "sqlite:///jobs.db", "nope", "c", "--deny"), 1, "no job"),
+    (("jobs", "purge", "--store", "sqlite:///jobs.db", "nope"), 1, "no job 'nope'"),
+    (("jobs", "wait", "--store", "sqlite:///jobs.db", "nope"), 1, "no job 'nope'"),
+    (("jobs", "purge", "--store", "sqlite:///jobs.db", "{queued}"), 1, "is queued: not ended"),
+    (
+        ("jobs", "answer", "--store", "sqlite:///jobs.db", "{ended}", "c", "--allow"),
+        1,
+        "job {ended} has already ended (failed): nothing to answer",
+    ),
+    (
+        ("jobs", "cancel", "--store", "sqlite:///jobs.db", "{ended}"),
+        1,
+        "job {ended} has already ended (failed): nothing to cancel",
+    ),
+    (
+        ("jobs", "wait", "--store", "sqlite:///jobs.db", "{queued}", "--timeout", "0.5"),
+        124,
+        "job {queued} has not ended within 0.5 s (it is queued)",
+    ),
+    # An --app that fails, whatever it raises: the module, the error, and where.
+    (
+        (*WORKER, "boom:registry"),
+        1,
+        "--app boom:registry: importing boom failed: RuntimeError: boom at import (boom.py, "
+        "line 1)",
+    ),
+    ((*WORKER, "broken:registry"), 1, "importing broken failed: SyntaxError: "),
+    ((*WORKER, "needy:x"), 1, "ModuleNotFoundError: No module named 'no_such_dependency_any"),
+    ((*WORKER, "exiting:x"), 1, "importing exiting failed: SystemExit: no config"),
+    (
+        (*WORKER, "raising:registry"),
+        1,
+        "--app raising:registry: calling registry() failed: KeyError: 'MODEL' (raising.py, line 3)",
+    ),
+    (
+        (*WORKER, "raising:later"),
+        1,
+        "calling later() failed: RuntimeError: no model configured (raising.py, line 7)",
+    ),
+    ((*WORKER, "nowhere:registry"), 1, "cannot import 'nowhere' for --app"),
+    (("mcp", "--app", "boom:tools"), 1, "--app boom:tools: importing boom failed: RuntimeErr"),
+    (("mcp", "--app", "broken:tools"), 1, "--app broken:tools: importing broken failed: Synt"),
+    (("mcp", "--app", "raising:registry"), 1, "calling registry() failed: KeyError: 'MODEL'"),
+    (("mcp", "--app", "raising:later", "--http"), 1, "RuntimeError: no model configured (r"),
+    (("mcp", "--app", "fine:tools", "--http", "--port", "{busy}"), 1, "cannot listen on 127"),
+    # serve's own mistakes.
+    (("serve", "--token", "short"), 2, "at least 16 characters"),
+    (("serve", "--origin", "example.com"), 2, "--origin 'example.com' is not an origin"),
+    (("serve", "--port", "{busy}", "--token", "t" * 20), 1, "cannot listen on 127.0.0.1:"),
+]
+
+
+@pytest.mark.parametrize(("args", "status", "expected"), MISTAKES)
+async def test_a_mistake_is_one_line_a_documented_status_and_creates_nothing(
+    tmp_path: pathlib.Path, args: tuple[str, ...], status: int, expected: str
+) -> None:
+    for name, text in APPS.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    (tmp_path / "empty.db").touch(mode=0o600)
+    (tmp_path / "notes.txt").write_text("not a database\n", encoding="utf-8")
+    (tmp_path / "notes.txt").chmod(0o600)
+    ids = await _store(tmp_path)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        names = {**ids, "busy": str(busy.getsockname()[1])}
+        if any("{pg_" in arg for arg in args):
+            names["schema"] = new_schema()  # (dropped after, had it been made)
+            names["pg_database"] = _postgres(database="no_such_db")
+            names["pg_schema"] = _postgres(schema=names["schema"])
+        before = _files(tmp_path)
+        env = environment(PYTHONDONTWRITEBYTECODE="1")
+        try:
+            done, out, err = await trio_agents(
+                *(arg.format(**names) for arg in args), env=env, cwd=str(tmp_path)
+            )
+        finally:
+            if "schema" in names:
+                await trio.to_thread.run_sync(drop_schemas, names["schema"])
+    assert done == status, (out, err)
+    line = one_line(err, args[0])
+    assert expected.format(**names) in line
+    assert SECRET not in out + err
+    assert _files(tmp_path) == before, "a mistake creates nothing"
+
+
+async def test_a_mistyped_postgresql_schema_is_not_created() -> None:
+    schema = new_schema()
+    for action in (("list",), ("show", "x"), ("wait", "x"), ("cancel", "x"), ("purge", "x")):
+        status, _, err = await trio_agents(
+            "jobs", action[0], "--store", _postgres(schema=schema), *action[1:]
+        )
+        assert status == 1
+        assert "there is no store at " in one_line(err, "jobs")
+        assert SECRET not in err
+
+    def schemas() -> list[str]:
+        with psycopg.connect(postgres_url(), autocommit=True) as conn:
+            rows = conn.execute("SELECT nspname FROM pg_namespace").fetchall()
+        return [name for (name,) in rows]
+
+    try:
+        assert schema not in await trio.to_thread.run_sync(schemas)
+    finally:
+        await trio.to_thread.run_sync(drop_schemas, schema)
+
+
+@pytest.mark.parametrize("command", ["worker", "mcp"])
+async def test_debug_shows_the_apps_traceback_once(command: str, tmp_path: pathlib.Path) -> None:
+    (tmp_path / "raising.py").write_text(APPS["raising.py"], encoding="utf-8")
+    store = ("--store", "sqlite:///jobs.db") if command == "worker" else ()
+    status, _, err = await trio_agents(
+        command, "--debug", *store, "--app", "raising:later", cwd=str(tmp_path)
+    )
+    assert status == 1
+    assert err.count("Traceback (most recent call last)") == 1, err
+    assert "During handling" not in err
+    assert "direct cause" not in err
+    assert 'raising.py", line 7, in later' in err
+    assert err.rstrip().endswith("RuntimeError: no model configured")
+
+
+async def test_a_bug_shows_one_traceback_not_the_runtimes_group_too(tmp_path: pathlib.Path) -> None:
+    """What is not a user's mistake shows its traceback (please report it) -- once: not after
+    the exception group the runtime unwrapped it from ("During handling of the above...")."""
+    (tmp_path / "fine.py").write_text(APPS["fine.py"], encoding="utf-8")
+    status, _, err = await trio_agents(
+        "worker", "--store", "sqlite:///jobs.db", "--app", "fine:odd", cwd=str(tmp_path)
+    )
+    assert status == 1
+    assert err.count("Traceback (most recent call last)") == 1, err
+    assert "During handling" not in err
+    assert "ExceptionGroup" not in err
+    assert err.rstrip().endswith("RuntimeError: a bug of its own")

@@ -7,12 +7,14 @@ bounded.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
 import signal
 import subprocess
 import sys
+import time
 
 import psycopg
 import pytest
@@ -220,6 +222,18 @@ async def test_an_approval_is_answered_from_another_process_and_the_job_goes_on(
     assert waited.returncode == 0, waited.stderr
     assert "completed" in waited.stdout
     assert "Done." in waited.stdout
+    # The job has ended: answering it again, or cancelling it, does nothing -- and says so.
+    again = cli(folder, "jobs", "answer", "--store", "sqlite:///jobs.db", job, "r1", "--allow")
+    assert again.returncode == 1
+    assert again.stdout == ""
+    assert again.stderr == (
+        f"trio-agents jobs: job {job} has already ended (completed): nothing to answer\n"
+    )
+    cancelled = cli(folder, "jobs", "cancel", "--store", "sqlite:///jobs.db", job)
+    assert cancelled.returncode == 1
+    assert cancelled.stderr == (
+        f"trio-agents jobs: job {job} has already ended (completed): nothing to cancel\n"
+    )
 
 
 def test_cancel_and_purge_and_the_purged_key(folder: pathlib.Path) -> None:
@@ -238,9 +252,15 @@ def test_cancel_and_purge_and_the_purged_key(folder: pathlib.Path) -> None:
     job = submitted.stdout.strip()
     cancelled = cli(folder, "jobs", "cancel", "--store", "sqlite:///jobs.db", job)
     assert cancelled.stdout.strip() == f"{job}: cancelled"
+    again = cli(folder, "jobs", "cancel", "--store", "sqlite:///jobs.db", job)
+    assert (again.returncode, again.stdout) == (0, f"{job}: already cancelled\n")
     waited = cli(folder, "jobs", "wait", "--store", "sqlite:///jobs.db", job, "--timeout", "5")
     assert waited.returncode == 1
     assert "cancelled" in waited.stdout
+    # --timeout 0 asks whether it has ended: it has, so it is shown, not timed out.
+    now = cli(folder, "jobs", "wait", "--store", "sqlite:///jobs.db", job, "--timeout", "0")
+    assert (now.returncode, now.stderr) == (1, "")
+    assert f"{job}  cancelled" in now.stdout
     purged = cli(folder, "jobs", "purge", "--store", "sqlite:///jobs.db", job)
     assert purged.stdout.strip() == f"{job}: purged"
     shown = cli(folder, "jobs", "show", "--store", "sqlite:///jobs.db", job)
@@ -276,7 +296,7 @@ def test_cancel_and_purge_and_the_purged_key(folder: pathlib.Path) -> None:
             "ada:***@127.0.0.1:1",
         ),
         (("jobs", "list", "--store", "sqlite://jobs.db"), "is sqlite:///PATH"),
-        (("jobs", "show", "--store", "sqlite:///jobs.db", "nope"), "no job 'nope'"),
+        (("jobs", "show", "--store", "sqlite:///jobs.db", "nope"), "no store at jobs.db"),
         (("worker", "--store", "sqlite:///jobs.db", "--app", "missing:x"), "cannot import"),
         (("worker", "--store", "sqlite:///jobs.db", "--app", "app"), "takes MODULE:ATTR"),
         (("worker", "--store", "sqlite:///jobs.db", "--app", "app:nothing"), "has no 'nothing'"),
@@ -304,6 +324,7 @@ def test_the_same_commands_on_postgresql(folder: pathlib.Path) -> None:
             folder, "jobs", "submit", "--store", store, "--agent", "calculator", "--json", "Sum?"
         )
         assert submitted.returncode == 0, submitted.stderr
+        assert "warning: no worker has ever run on" in submitted.stderr
         id = json.loads(submitted.stdout)["id"]
         worker = start_worker(folder, store=store)
         try:
@@ -311,13 +332,15 @@ def test_the_same_commands_on_postgresql(folder: pathlib.Path) -> None:
         finally:
             out, _ = stop(worker)
         assert waited.returncode == 0, waited.stderr
+        again = cli(folder, "jobs", "submit", "--store", store, "--agent", "calculator", "Sum?")
+        assert (again.returncode, again.stderr) == (0, "")
         shown = json.loads(waited.stdout)
         assert (shown["status"], shown["result"]["content"]) == ("completed", "It is 42.")
         assert "completed 1" in out
         # The jobs are in the schema the URL named, not in public.
         with psycopg.connect(url, autocommit=True) as conn:
             row = conn.execute(f'SELECT count(*) FROM "{schema}".trio_agents_jobs').fetchone()
-        assert row == (1,)
+        assert row == (2,)
     finally:
         drop_schemas(schema)
 
@@ -347,3 +370,73 @@ def test_store_migrate_creates_then_finds_the_schema_up_to_date(folder: pathlib.
         assert "schema version 9, newer than this trio-agents supports (3)" in lines[0]
     finally:
         drop_schemas(schema)
+
+
+def submit(folder: pathlib.Path, store: str = "sqlite:///jobs.db") -> tuple[str, str]:
+    """Submit a job asking the calculator; its id and what was said on stderr."""
+    done = cli(folder, "jobs", "submit", "--store", store, "--agent", "calculator", "Sum?")
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip(), done.stderr
+
+
+def test_submit_says_when_no_worker_has_ever_run_on_the_store(folder: pathlib.Path) -> None:
+    # A new store (a mistyped --store would be one too): submitted, with a warning.
+    first, said = submit(folder)
+    assert said == (
+        "trio-agents jobs: warning: no worker has ever run on sqlite:///jobs.db: the job "
+        "waits until one does (trio-agents worker --store URL --app MODULE:ATTR)\n"
+    )
+    # Still none: still said.
+    assert submit(folder)[1] == said
+    worker = start_worker(folder)
+    try:
+        waited = cli(
+            folder, "jobs", "wait", "--store", "sqlite:///jobs.db", first, "--timeout", "30"
+        )
+    finally:
+        stop(worker)
+    assert waited.returncode == 0, waited.stderr
+    # A worker has run on it (and may again): nothing to say.
+    assert submit(folder)[1] == ""
+    # Another store beside it is another story.
+    assert "no worker has ever run on sqlite:///other.db" in submit(folder, "sqlite:///other.db")[1]
+
+
+def has_open(pid: int, name: str) -> bool:
+    """Whether process ``pid`` has a file called ``name`` open (Linux)."""
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):  # closed meanwhile
+            if os.readlink(f"/proc/{pid}/fd/{fd}").endswith(os.sep + name):
+                return True
+    return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="watches /proc")
+def test_ctrl_c_while_waiting_is_one_line_and_status_130(folder: pathlib.Path) -> None:
+    job, _ = submit(folder)
+    # (Python ignores SIGINT when started with it ignored, as a background job is: restore it.)
+    restore = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "sys.argv[0] = 'trio-agents'; runpy.run_module('actors', run_name='__main__')"
+    )
+    waiting = subprocess.Popen(
+        [sys.executable, "-c", restore, "jobs", "wait", "--store", "sqlite:///jobs.db", job],
+        cwd=folder,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # Once it has the store open it is past its imports and waiting.
+        deadline = time.monotonic() + 60
+        while not has_open(waiting.pid, "jobs.db"):
+            assert waiting.poll() is None, waiting.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        waiting.send_signal(signal.SIGINT)
+        out, err = waiting.communicate(timeout=60)
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+            waiting.communicate()
+    assert (waiting.returncode, out, err) == (130, "", "trio-agents jobs: interrupted\n")
