@@ -462,7 +462,11 @@ async def test_a_stray_companion_others_may_read_is_refused(tmp_path: pathlib.Pa
 
 @pytest.mark.parametrize(
     ("version", "expected"),
-    [("4", "newer than this trio-agents supports"), ("99", "newer"), ("0", "not a version")],
+    [
+        (str(SCHEMA_VERSION + 1), "newer than this trio-agents supports"),
+        ("99", "newer"),
+        ("0", "not a version"),
+    ],
 )
 async def test_an_unknown_schema_version_is_refused(
     tmp_path: pathlib.Path, version: str, expected: str

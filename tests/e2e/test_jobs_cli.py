@@ -348,16 +348,16 @@ def test_the_same_commands_on_postgresql(folder: pathlib.Path) -> None:
 def test_store_migrate_creates_then_finds_the_schema_up_to_date(folder: pathlib.Path) -> None:
     created = cli(folder, "store", "migrate", "--store", "sqlite:///jobs.db")
     assert created.returncode == 0, created.stderr
-    assert created.stdout == "sqlite:///jobs.db: created at schema version 3\n"
+    assert created.stdout == "sqlite:///jobs.db: created at schema version 4\n"
     again = cli(folder, "store", "migrate", "--store", "sqlite:///jobs.db")
-    assert again.stdout == "sqlite:///jobs.db: schema version 3, up to date\n"
+    assert again.stdout == "sqlite:///jobs.db: schema version 4, up to date\n"
     schema = new_schema()
     url = postgres_url()
     store = f"{url}{'&' if '?' in url else '?'}schema={schema}"
     try:
         first = cli(folder, "store", "migrate", "--store", store)
         assert first.returncode == 0, first.stderr
-        assert first.stdout.endswith(": created at schema version 3\n")
+        assert first.stdout.endswith(": created at schema version 4\n")
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(
                 f'UPDATE "{schema}".trio_agents_meta SET value = %s WHERE key = %s',
@@ -367,7 +367,7 @@ def test_store_migrate_creates_then_finds_the_schema_up_to_date(folder: pathlib.
         assert newer.returncode == 1
         lines = newer.stderr.strip().splitlines()
         assert len(lines) == 1, newer.stderr
-        assert "schema version 9, newer than this trio-agents supports (3)" in lines[0]
+        assert "schema version 9, newer than this trio-agents supports (4)" in lines[0]
     finally:
         drop_schemas(schema)
 
