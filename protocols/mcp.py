@@ -25,15 +25,18 @@ from .messages import ToolDefinition, ToolFailure, ToolResult, ToolSuccess
 from .wire._common import image_media_type, sniff_image
 
 __all__ = [
+    "MAX_PROBLEM_CHARS",
     "MAX_RESULT_CHARS",
     "MAX_RESULT_IMAGES",
     "MAX_RESULT_IMAGE_CHARS",
     "MAX_TOOLS",
     "Listing",
     "content_text",
+    "describe_problems",
     "local_name",
     "read_listing",
     "read_result",
+    "shown_name",
     "write_result",
 ]
 
@@ -50,6 +53,9 @@ MAX_RESULT_IMAGE_CHARS: Final = 5 * 1024 * 1024
 #: The most tools taken from one server (the rest are left out, and that said).
 MAX_TOOLS: Final = 1000
 
+#: The most characters :func:`describe_problems` gives.
+MAX_PROBLEM_CHARS: Final = 300
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _NAME_LIMIT: Final = 64
 
@@ -62,6 +68,16 @@ def local_name(remote: str, prefix: str = "") -> str | None:
     if not remote or len(name) > _NAME_LIMIT:
         return None
     return name
+
+
+def shown_name(name: object) -> str:
+    """A tool's name as a server sent it (any JSON value), for a message: its ``repr``, cut
+    to 80 characters."""
+    text = repr(name)
+    return text if len(text) <= _SHOWN_NAME else text[: _SHOWN_NAME - 3] + "..."
+
+
+_SHOWN_NAME: Final = 80
 
 
 @attrs.frozen
@@ -85,7 +101,8 @@ def read_listing(
     recorded in ``skipped`` -- when its name cannot be made a tool name, when it would take a
     name in ``taken`` (tools not from this server) or one an earlier tool of the list took,
     or when its input schema is not a valid object schema, and every tool after the first
-    :data:`MAX_TOOLS` kept. Unknown fields are ignored.
+    :data:`MAX_TOOLS` kept; each reason is one line of at most :data:`MAX_PROBLEM_CHARS`
+    characters. Unknown fields are ignored.
     """
     blocked = set(taken)
     definitions: dict[str, ToolDefinition] = {}
@@ -93,21 +110,25 @@ def read_listing(
     skipped: list[str] = []
     for entry in tools:
         if len(definitions) >= MAX_TOOLS:
-            skipped.append(f"{entry.get('name')!r}: the server lists more than {MAX_TOOLS} tools")
+            skipped.append(
+                f"{shown_name(entry.get('name'))}: the server lists more than {MAX_TOOLS} tools"
+            )
             continue
         raw_name = entry.get("name")
         if not isinstance(raw_name, str):
-            skipped.append(f"{raw_name!r}: the tool's name is not a string")
+            skipped.append(f"{shown_name(raw_name)}: the tool's name is not a string")
             continue
         name = local_name(raw_name, prefix)
         if name is None:
-            skipped.append(f"{raw_name!r}: not a usable tool name (empty or too long)")
+            skipped.append(f"{shown_name(raw_name)}: not a usable tool name (empty or too long)")
             continue
         if name in blocked:
-            skipped.append(f"{raw_name!r}: its name {name!r} is taken by another tool")
+            skipped.append(f"{shown_name(raw_name)}: its name {name!r} is taken by another tool")
             continue
         if name in definitions:
-            skipped.append(f"{raw_name!r}: its name {name!r} is taken by {remote[name]!r}")
+            skipped.append(
+                f"{shown_name(raw_name)}: its name {name!r} is taken by {remote[name]!r}"
+            )
             continue
         description = entry.get("description")
         schema = entry.get("inputSchema")
@@ -120,11 +141,42 @@ def read_listing(
                 parameters=schema,
             )
         except (ValidationError, TypeError, ValueError) as error:
-            skipped.append(f"{raw_name!r}: its input schema is not usable: {error}")
+            skipped.append(f"{shown_name(raw_name)}: its input schema is not usable: {error}")
             continue
         definitions[name] = definition
         remote[name] = raw_name
-    return Listing(definitions, remote, tuple(skipped))
+    return Listing(definitions, remote, tuple(_one_line(line) for line in skipped))
+
+
+def describe_problems(problems: Sequence[Any], *, skip: int = 0) -> str:
+    """What is wrong with something a server sent, from a validator's problems (each a mapping
+    with a ``loc`` -- a path of keys and indexes -- and a ``msg``, as pydantic gives them), in
+    one line a person reads: where the first problem is (its path less the first ``skip``
+    parts) and what it is, and how many more there are.
+
+    Guarantees: one line (whitespace runs made one space) of at most
+    :data:`MAX_PROBLEM_CHARS` characters, holding only the first problem's path and message;
+    never raises for what it is given.
+    """
+    first = next((p for p in problems if isinstance(p, Mapping)), None)
+    if first is None:
+        return "not valid"
+    loc = first.get("loc")
+    parts = tuple(loc)[skip:] if isinstance(loc, list | tuple) else ()
+    where = ".".join(str(part) for part in parts)
+    message = first.get("msg")
+    what = message if isinstance(message, str) and message.strip() else "not valid"
+    text = f"{where}: {what}" if where else what
+    if len(problems) > 1:
+        text += f" (and {len(problems) - 1} more)"
+    return _one_line(text)
+
+
+def _one_line(text: str) -> str:
+    text = " ".join(text.split())
+    if len(text) > MAX_PROBLEM_CHARS:
+        text = text[: MAX_PROBLEM_CHARS - 3] + "..."
+    return text
 
 
 def _size(data: object) -> str:

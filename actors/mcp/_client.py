@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import random
 import sys
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
@@ -30,6 +31,7 @@ from .._core._actor import Actor, ActorRef
 from .._core._supervisor import Backoff, ChildSpec, Restart, Supervisor
 from .._egress import connect_judged
 from ..tools import ToolRegistry
+from ._wire import Exchange, Wire, brief_invalid
 
 if TYPE_CHECKING:
     import httpcore2
@@ -128,7 +130,8 @@ class MCPStatistics:
     tools: tuple[str, ...]
     #: Tools the server listed that were left out, each with why.
     skipped: tuple[str, ...]
-    #: Calls sent to the server, and those whose session died under them.
+    #: Calls sent to the server, and those whose outcome is unknown because their session
+    #: ended under them (it died, or the connection was closed).
     calls: int
     lost: int
 
@@ -137,11 +140,20 @@ class _SessionLost(Exception):
     """The session died: its actor fails, and its supervisor starts another one."""
 
 
-class _Live:
-    """One session while it is up: the SDK client and the nursery its calls run in."""
+class _ListingRefused(Exception):
+    """The server answered ``tools/list`` with an error, or with a list that is not valid
+    MCP as a whole: it is alive, but gave no tools."""
 
-    def __init__(self, client: Any, nursery: trio.Nursery, down: Callable[[], None]) -> None:
+
+class _Live:
+    """One session while it is up: the SDK client, its watched transport, and the nursery
+    its calls run in."""
+
+    def __init__(
+        self, client: Any, wire: Wire, nursery: trio.Nursery, down: Callable[[], None]
+    ) -> None:
         self.client = client
+        self.wire = wire
         self.nursery = nursery
         self.lost = trio.Event()
         self.reason = ""
@@ -204,11 +216,11 @@ class _SessionActor(Actor[None, None]):
         # The start (the process or the connection, the handshake, the tool list) must be
         # done within `timeout`; the deadline is lifted once it is.
         with trio.CancelScope(deadline=trio.current_time() + connection.timeout) as starting:
-            async with connection._open(on_message) as client:
-                await connection._relist(client)
+            async with connection._open(on_message) as (client, wire):
+                await connection._relist(client, wire)
                 starting.deadline = math.inf
                 connection._sessions += 1
-                await self._keep(client, changed, task_status)
+                await self._keep(client, wire, changed, task_status)
         if starting.cancelled_caught:
             raise _SessionLost(
                 f"MCP server {connection.name!r} did not answer within {connection.timeout:g} s"
@@ -217,13 +229,17 @@ class _SessionActor(Actor[None, None]):
     async def _keep(
         self,
         client: Any,
+        wire: Wire,
         changed: trio.MemoryReceiveChannel[None],
         task_status: trio.TaskStatus[None],
     ) -> None:
         connection = self._connection
         try:
             async with trio.open_nursery() as nursery:
-                live = _Live(client, nursery, connection._down)
+                live = _Live(client, wire, nursery, connection._down)
+                # The transport ending is the session's death, noticed at once: with a call
+                # in flight or not, with a heartbeat or not.
+                wire.when_ended(live.lose)
                 connection._live = live
                 connection._up.set()
                 task_status.started()
@@ -238,76 +254,113 @@ class _SessionActor(Actor[None, None]):
 
     async def _heartbeat(self, live: _Live) -> None:
         """Every ``heartbeat`` seconds, ask the server for its tools (MCP 2026-07-28 has no
-        ping; every server answers ``tools/list``). No answer within the interval, a closed
-        connection or a transport error means the session died; an error answer is still an
-        answer."""
+        ping; every server answers ``tools/list``). No answer within the interval, or a
+        transport that failed (see :class:`~actors.mcp._wire.Wire`), means the session died;
+        an answer -- an error of any code too -- means the server is alive."""
         interval = self._connection.heartbeat
         if interval is None:
             return
         while True:
             await trio.sleep(interval)
-            try:
-                with trio.fail_after(interval):
-                    await live.client.list_tools()
-            except trio.TooSlowError:
-                live.lose(f"no answer within {interval:g} s")
-                return
-            except Exception as error:
-                if _answered(error):
-                    continue
-                live.lose(f"it stopped answering: {_describe(error)}")
-                return
+            with live.wire.exchange() as exchange:
+                try:
+                    with trio.fail_after(interval):
+                        await live.client.list_tools()
+                except trio.TooSlowError:
+                    live.lose(f"no answer within {interval:g} s")
+                    return
+                except Exception as error:
+                    if exchange.answered:
+                        continue  # the server answered: it refused, or listed nonsense
+                    why = live.wire.failure(exchange) or _describe(error)
+                    live.lose(f"it stopped answering: {why}")
+                    return
 
     async def _watch_list(self, live: _Live, changed: trio.MemoryReceiveChannel[None]) -> None:
         """List the tools again whenever the server says they changed: through a
         ``subscriptions/listen`` stream (MCP 2026-07-28), else through the
-        ``notifications/tools/list_changed`` the message handler hears (earlier versions)."""
-        from mcp.client.subscriptions import (  # noqa: PLC0415
-            ListenNotSupportedError,
-            SubscriptionLost,
-        )
+        ``notifications/tools/list_changed`` the message handler hears (earlier versions).
 
-        try:
-            async with live.client.listen(tools_list_changed=True) as subscription:
-                async for _ in subscription:
-                    await self._relist_or_lose(live)
-        except ListenNotSupportedError:
-            pass  # a handshake-era server: its notifications come to the message handler
-        except Exception as error:
-            if isinstance(error, SubscriptionLost) or _connection_closed(error):
-                live.lose(f"its change notifications stopped: {_describe(error)}")
-                return
-            log.debug("MCP server %r: no subscriptions/listen (%s)", self._connection.name, error)
+        A subscription the server refuses (an error answer, of any code) means it has none:
+        its notifications are heard instead. One that the server ends without its graceful
+        close while the transport is up is opened again after the connection's backoff, and
+        the tools listed again (what changed in between would be missed otherwise). Only the
+        transport failing ends the session."""
+        from mcp.client.subscriptions import ListenNotSupportedError  # noqa: PLC0415
+
+        connection = self._connection
+        rng = random.Random()
+        attempt = 0
+        while True:
+            acked = False
+            reason = ""
+            try:
+                async with live.client.listen(tools_list_changed=True) as subscription:
+                    acked = True
+                    if attempt:
+                        await self._relist_live(live)
+                    async for _ in subscription:
+                        attempt = 0
+                        await self._relist_live(live)
+                break  # closed gracefully: what it says now comes as notifications
+            except ListenNotSupportedError:
+                break  # a handshake-era server: its notifications come to the handler
+            except Exception as error:
+                if live.wire.ended is not None or live.lost.is_set():
+                    why = live.wire.ended or _describe(error)
+                    live.lose(f"its change notifications stopped: {why}")
+                    return
+                if not acked:
+                    log.debug(
+                        "MCP server %r: no subscriptions/listen (%s)",
+                        connection.name,
+                        _describe(error),
+                    )
+                    break
+                reason = _describe(error)
+            delay = connection.backoff.delay(attempt, rng)
+            attempt += 1
+            log.info(
+                "MCP server %r ended its change subscription (%s); listening again in %.2g s",
+                connection.name,
+                reason,
+                delay,
+            )
+            await trio.sleep(delay)
         async for _ in changed:
-            await self._relist_or_lose(live)
+            await self._relist_live(live)
 
-    async def _relist_or_lose(self, live: _Live) -> None:
+    async def _relist_live(self, live: _Live) -> None:
+        """List the tools again; a server that answers with an error keeps its session and
+        its last tools, and only a failed transport ends it."""
         try:
-            await self._connection._relist(live.client)
+            await self._connection._relist(live.client, live.wire)
+        except _ListingRefused as refused:
+            log.warning(
+                "MCP server %r: listing its tools again failed, the last list stays: %s",
+                self._connection.name,
+                refused,
+            )
         except Exception as error:
-            live.lose(f"listing its tools failed: {_describe(error)}")
+            live.lose(f"listing its tools failed: {live.wire.ended or _describe(error)}")
 
 
 def _describe(error: BaseException) -> str:
     if isinstance(error, BaseExceptionGroup):
         return "; ".join(_describe(inner) for inner in error.exceptions)
+    if _invalid(error):
+        return f"an answer that is not valid MCP ({brief_invalid(error)})"
     text = str(error).strip() or type(error).__name__
     return text[:_MESSAGE_LIMIT]
 
 
-def _connection_closed(error: BaseException) -> bool:
-    """Whether ``error`` is the SDK's "connection closed": the session is gone."""
-    from mcp import MCPError  # noqa: PLC0415 - loaded with the session that raised it
-    from mcp.types import CONNECTION_CLOSED  # noqa: PLC0415
-
-    return isinstance(error, MCPError) and error.code == CONNECTION_CLOSED
-
-
-def _answered(error: BaseException) -> bool:
-    """Whether ``error`` is the server's own error answer: it refused, but it is alive."""
-    from mcp import MCPError  # noqa: PLC0415
-
-    return isinstance(error, MCPError) and not _connection_closed(error)
+def _invalid(error: BaseException) -> bool:
+    """Whether ``error`` is pydantic's: something the SDK read is not valid MCP."""
+    try:
+        from pydantic import ValidationError  # noqa: PLC0415 - the optional SDK's
+    except ImportError:  # pragma: no cover - installed with the SDK
+        return False
+    return isinstance(error, ValidationError)
 
 
 class MCPConnection:
@@ -325,16 +378,26 @@ class MCPConnection:
     * The agent's authority decides each call before it is sent, as for any tool.
     * A call whose run is cut (a cancel, a deadline, a budget) is cancelled on the server too:
       MCP's cancellation notification is sent.
-    * When the session dies (its process exits, its connection closes, or it leaves the
-      heartbeat's ``tools/list`` unanswered), every call in flight is answered with an error
-      saying the server went away and the call's outcome is unknown; calls made while it is
-      down are answered at once that it is not connected (never sent, never waiting for
-      ever). A new session is started after a backoff, for as long as the connection is open,
-      and lists the tools again: the registry follows.
+    * A server's answer is an answer: a call it answers with a JSON-RPC error -- of any
+      code, -32000 (which the SDK also uses for a closed connection) among them -- gets a
+      result saying what the server said, and its session stays. Whether a server died is
+      decided from its transport, never from what it sends: its process's output ended, a
+      write to it failed, an HTTP exchange with it failed or it no longer knows the session
+      (HTTP 404), or it left the heartbeat's ``tools/list`` unanswered.
+    * When the session dies, every call in flight is answered with an error saying the
+      server went away and the call's outcome is unknown -- or, for a call the transport
+      knows never reached the server (it could not connect), that it was not sent; calls
+      made while it is down are answered at once that it is not connected (never sent, never
+      waiting for ever). A new session is started after a backoff, for as long as the
+      connection is open, and lists the tools again: the registry follows.
+    * A tool the protocol does not allow (an input schema that is not an object's, a name
+      that is not a string) costs that tool only: it is left out and named, with why, in
+      :meth:`statistics`, at the start and at every new listing.
     * ``notifications/tools/list_changed`` makes the session list the tools again and the
       registry follow: new tools added, changed ones replaced, gone ones removed.
     * :meth:`aclose` stops the session (ending a stdio server's process) and removes the
-      tools from the registry.
+      tools from the registry; a call in flight then, or made later through a tool kept
+      from the registry, is answered that the connection is closed.
     """
 
     def __init__(
@@ -347,8 +410,11 @@ class MCPConnection:
         heartbeat: float | None,
         timeout: float,
         max_result_chars: int,
+        backoff: Backoff | None = None,
     ) -> None:
         self.server = server
+        #: How restarts (and re-opened change subscriptions) are spaced.
+        self.backoff = backoff or Backoff(initial=0.5, maximum=30.0, reset_after=60.0)
         self.timeout = timeout
         self.registry = registry
         self.name = name
@@ -414,6 +480,7 @@ class MCPConnection:
             heartbeat=heartbeat,
             timeout=timeout,
             max_result_chars=max_result_chars,
+            backoff=backoff,
         )
 
         def session() -> _SessionActor:
@@ -429,7 +496,7 @@ class MCPConnection:
                 [spec],
                 max_restarts=sys.maxsize,
                 period=1.0,
-                backoff=backoff or Backoff(initial=0.5, maximum=30.0, reset_after=60.0),
+                backoff=connection.backoff,
             )
 
         supervisor.__name__ = label
@@ -446,33 +513,51 @@ class MCPConnection:
         return connection
 
     @asynccontextmanager
-    async def _open(self, on_message: Callable[[Any], Any]) -> AsyncIterator[Any]:
-        """The SDK client of one session, entered and left in the calling task."""
+    async def _open(self, on_message: Callable[[Any], Any]) -> AsyncIterator[tuple[Any, Wire]]:
+        """The SDK client of one session and its watched transport, entered and left in the
+        calling task."""
         mcp = _sdk()
         server = self.server
+        wire = Wire()
         if isinstance(server, StdioServer):
             from mcp.client.stdio import stdio_client  # noqa: PLC0415
 
             params = mcp.StdioServerParameters(
                 command=server.command, args=list(server.args), env=server.env, cwd=server.cwd
             )
-            transport = stdio_client(params, errlog=server.stderr or sys.stderr)
+            transport = wire.watch(stdio_client(params, errlog=server.stderr or sys.stderr))
             async with mcp.Client(transport, message_handler=on_message, cache=None) as client:
-                yield client
+                wire.version = client.protocol_version
+                yield client, wire
             return
         from mcp.client.streamable_http import streamable_http_client  # noqa: PLC0415
 
-        async with _http_client(server, self) as http:
-            transport = streamable_http_client(server.url, http_client=http)
+        async with _http_client(server, self, wire) as http:
+            transport = wire.watch(streamable_http_client(server.url, http_client=http))
             async with mcp.Client(transport, message_handler=on_message, cache=None) as client:
-                yield client
+                wire.version = client.protocol_version
+                yield client, wire
 
-    async def _relist(self, client: Any) -> None:
-        """List the server's tools (every page) and make the registry match."""
+    async def _relist(self, client: Any, wire: Wire) -> None:
+        """List the server's tools (every page) and make the registry match. Raises
+        :class:`_ListingRefused` when the server answered with an error (or with a list that
+        is not valid MCP as a whole); a tool it may not list is left out, and said why."""
         entries: list[dict[str, Any]] = []
+        invalid: list[str] = []
         cursor: str | None = None
         for _ in range(1000):  # a server whose pages never end cannot hold a session for ever
-            page = await client.list_tools(cursor=cursor)
+            with wire.exchange() as exchange:
+                try:
+                    page = await client.list_tools(cursor=cursor)
+                except Exception as error:
+                    if exchange.answered:
+                        if _invalid(error):
+                            why = f"its tool list is not valid MCP ({brief_invalid(error)})"
+                        else:
+                            why = f"it refused to list its tools: {_describe(error)}"
+                        raise _ListingRefused(why) from None
+                    raise
+            invalid.extend(exchange.skipped)
             entries.extend(
                 tool.model_dump(by_alias=True, mode="json", exclude_none=True)
                 for tool in page.tools
@@ -482,7 +567,7 @@ class MCPConnection:
                 break
         taken = [name for name in _names(self.registry) if name not in self._tools]
         listing = read_listing(entries, prefix=self.prefix, taken=taken)
-        self._install(listing)
+        self._install(attrs.evolve(listing, skipped=(*invalid, *listing.skipped)))
 
     def _install(self, listing: Listing) -> None:
         if self._closed:
@@ -516,16 +601,19 @@ class MCPConnection:
                 name=call.name,
                 error="invalid arguments, the call was not sent: " + "; ".join(problems),
             )
+        if self._closed:
+            return self._closed_result(call, sent=False)
         live = self._live
         if live is None or live.lost.is_set():
             return self._not_connected(call)
         outcome: list[Any] = []
         finished = trio.Event()
         cancel = trio.CancelScope()
+        exchange = Exchange()
 
         async def attempt() -> None:
             try:
-                with cancel:
+                with live.wire.exchange(exchange), cancel:
                     outcome.append(await live.client.call_tool(tool.remote, dict(call.arguments)))
             except Exception as error:
                 outcome.append(error)
@@ -535,6 +623,8 @@ class MCPConnection:
         try:
             live.nursery.start_soon(attempt)
         except RuntimeError:  # the session's nursery is closing: it is going down
+            if self._is_closed():
+                return self._closed_result(call, sent=False)
             return self._not_connected(call)
         self._calls += 1
         try:
@@ -542,24 +632,49 @@ class MCPConnection:
         finally:
             if not finished.is_set():
                 cancel.cancel()  # the caller was cut: the SDK tells the server to stop
-        if not outcome:
-            return self._went_away(call, live.reason or "the session ended")
-        answer = outcome[0]
-        if isinstance(answer, Exception):
-            if _answered(answer):
-                return ToolFailure(
-                    id=call.id,
-                    name=call.name,
-                    error=f"the MCP server refused the call: {_describe(answer)}",
-                )
-            live.lose(_describe(answer))
-            return self._went_away(call, _describe(answer))
-        return read_result(
-            call.id,
-            call.name,
-            answer.model_dump(by_alias=True, mode="json", exclude_none=True),
-            limit=self.max_result_chars,
+        answer = outcome[0] if outcome else None
+        if answer is not None and not isinstance(answer, Exception):
+            return read_result(
+                call.id,
+                call.name,
+                answer.model_dump(by_alias=True, mode="json", exclude_none=True),
+                limit=self.max_result_chars,
+            )
+        if answer is not None and exchange.answered:
+            return self._answered_with(call, answer)
+        # No answer came: what the transport saw decides, never the error's code.
+        sent = exchange.sent
+        if self._is_closed():
+            return self._closed_result(call, sent=sent)
+        if live.wire.ended is not None or answer is None or live.lost.is_set():
+            reason = live.wire.failure(exchange) or live.reason or "the session ended"
+            live.lose(reason)
+            return self._went_away(call, reason, sent=sent)
+        # The transport is up, and the server said nothing: the call's own exchange broke
+        # off (its answer went quiet), or the SDK failed the call itself.
+        why = exchange.why or _describe(answer)
+        return ToolFailure(
+            id=call.id,
+            name=call.name,
+            error=(
+                f"the MCP call failed{'' if sent else ' before it was sent'}: {why}"
+                + ("; whether the call had an effect is unknown" if sent else "")
+            ),
         )
+
+    def _answered_with(self, call: ToolCall, error: Exception) -> ToolFailure:
+        """The result of a call the server answered with a JSON-RPC error, or with an answer
+        the SDK could not read or use."""
+        from mcp import MCPError  # noqa: PLC0415 - loaded with the session that raised it
+
+        if isinstance(error, MCPError):
+            text = (
+                f"the MCP server answered with an error: {_describe(error)} "
+                f"(JSON-RPC error {error.code})"
+            )
+        else:
+            text = f"the MCP server's answer could not be used: {_describe(error)}"
+        return ToolFailure(id=call.id, name=call.name, error=text)
 
     def _not_connected(self, call: ToolCall) -> ToolFailure:
         return ToolFailure(
@@ -571,7 +686,28 @@ class MCPConnection:
             ),
         )
 
-    def _went_away(self, call: ToolCall, reason: str) -> ToolFailure:
+    def _closed_result(self, call: ToolCall, *, sent: bool) -> ToolFailure:
+        if sent:
+            self._lost += 1
+            error = (
+                f"the MCP connection {self.name!r} was closed during the call; whether the "
+                "call had an effect is unknown"
+            )
+        else:
+            error = f"the MCP connection {self.name!r} is closed; the call was not sent"
+        return ToolFailure(id=call.id, name=call.name, error=error)
+
+    def _went_away(self, call: ToolCall, reason: str, *, sent: bool = True) -> ToolFailure:
+        if not sent:
+            return ToolFailure(
+                id=call.id,
+                name=call.name,
+                error=(
+                    f"the MCP server {self.name!r} went away before the call was sent "
+                    f"({reason}); the call was not sent. The server is being restarted: try "
+                    "again later."
+                ),
+            )
         self._lost += 1
         return ToolFailure(
             id=call.id,
@@ -581,6 +717,9 @@ class MCPConnection:
                 "the call had an effect is unknown. The server is being restarted."
             ),
         )
+
+    def _is_closed(self) -> bool:
+        return self._closed
 
     def _down(self) -> None:
         if self._up.is_set():
@@ -649,10 +788,11 @@ def _names(registry: ToolRegistry) -> Iterable[str]:
 
 @asynccontextmanager
 async def _http_client(
-    server: StreamableHTTPServer, connection: MCPConnection
+    server: StreamableHTTPServer, connection: MCPConnection, wire: Wire
 ) -> AsyncIterator[httpx2.AsyncClient]:
     """The SDK's HTTP client for ``server``: its timeouts, the server's headers, no proxies
-    from the environment, and every connection judged by the server's egress policy."""
+    from the environment, every connection judged by the server's egress policy, and every
+    exchange watched by the session's ``wire``."""
     import httpx2  # noqa: PLC0415 - the mcp SDK's HTTP client
 
     timeout = httpx2.Timeout(server.timeout, read=max(server.timeout, 300.0))
@@ -660,7 +800,7 @@ async def _http_client(
     if server.egress is not None:
         _guard(transport, server.egress, connection)
     async with httpx2.AsyncClient(
-        transport=transport,
+        transport=wire.http_transport(transport),
         headers=server.headers or {},
         timeout=timeout,
         trust_env=False,

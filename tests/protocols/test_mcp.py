@@ -10,10 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocols.mcp import (
+    MAX_PROBLEM_CHARS,
     MAX_RESULT_IMAGE_CHARS,
     MAX_RESULT_IMAGES,
     MAX_TOOLS,
     content_text,
+    describe_problems,
     local_name,
     read_listing,
     read_result,
@@ -88,6 +90,23 @@ def test_a_listing_keeps_at_most_max_tools() -> None:
 def test_a_listing_never_raises(tools: list[dict[str, Any]]) -> None:
     listing = read_listing(tools)
     assert len(listing.tools) + len(listing.skipped) == len(tools)
+    for line in listing.skipped:  # each reason a short line, whatever the server sent
+        assert len(line) <= MAX_PROBLEM_CHARS
+        assert line == " ".join(line.split())
+
+
+def test_a_tool_left_out_is_named_briefly() -> None:
+    huge = "x" * 10_000
+    listing = read_listing(
+        [
+            {"name": huge},
+            {"name": "ok", "inputSchema": {"type": "object", "properties": {"a": {"type": huge}}}},
+        ]
+    )
+    assert listing.tools == {}
+    assert all(len(line) <= MAX_PROBLEM_CHARS for line in listing.skipped)
+    assert listing.skipped[0].startswith("'xxxx")
+    assert listing.skipped[1].startswith("'ok': its input schema is not usable")
 
 
 def test_results_map_onto_tool_results() -> None:
@@ -232,3 +251,35 @@ def test_content_text_skips_what_is_not_a_part() -> None:
     assert content_text([{"type": "text", "text": "a"}, "junk", {"type": "video"}]) == (  # type: ignore[list-item]
         "a\n\n[video content, not shown]"
     )
+
+
+def test_problems_are_described_in_a_line() -> None:
+    problems = [
+        {"loc": ("tools", 3, "inputSchema", "type"), "msg": "Input should be 'object'"},
+        {"loc": ("tools", 4, "name"), "msg": "Input should be a valid string"},
+    ]
+    assert describe_problems(problems) == (
+        "tools.3.inputSchema.type: Input should be 'object' (and 1 more)"
+    )
+    assert describe_problems(problems[:1], skip=2) == "inputSchema.type: Input should be 'object'"
+    assert describe_problems([]) == "not valid"
+    assert describe_problems([{"loc": (), "msg": ""}]) == "not valid"
+
+
+PROBLEM = st.fixed_dictionaries(
+    {},
+    optional={
+        "loc": st.lists(st.text() | st.integers(), max_size=6).map(tuple) | JSON,
+        "msg": st.text() | JSON,
+        "input": JSON,
+    },
+)
+
+
+@SETTINGS
+@given(st.lists(PROBLEM | JSON, max_size=4), st.integers(min_value=0, max_value=4))
+def test_any_problems_are_described_in_one_short_line(problems: list[Any], skip: int) -> None:
+    text = describe_problems(problems, skip=skip)
+    assert text
+    assert len(text) <= MAX_PROBLEM_CHARS
+    assert text == " ".join(text.split())  # one line

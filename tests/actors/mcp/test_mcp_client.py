@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 import trio
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from actors import Abort, Agent, Backoff, ToolRegistry, open_runtime, tool
 from actors.mcp import MCPConnection, StdioServer, StreamableHTTPServer
@@ -41,10 +43,25 @@ PNG = (
 )
 #: The most any one step may take (a subprocess starting, a session restarting).
 WITHIN = 60
+#: A heartbeat often enough for a test to see several, rarely enough that a subprocess on a
+#: loaded machine answers each within it (no answer within it is a death).
+BEAT = 0.25
 
 
-def stdio(log: pathlib.Path) -> StdioServer:
-    env = {"MCP_TEST_LOG": str(log), "PATH": os.environ.get("PATH", "")}
+def sdk_codes() -> list[int]:
+    """Every error code the SDK names, -32000 (its CONNECTION_CLOSED) among them."""
+    from mcp import types
+
+    return sorted({v for k, v in vars(types).items() if k.isupper() and type(v) is int})
+
+
+#: Codes a server may answer with: JSON-RPC's own, its server-error range (-32000 is the first),
+#: the SDK's, and codes outside every range.
+CODES = sorted({-32000, -32001, -32050, -32099, -32700, -32603, 0, 1, 42, 2**40, *sdk_codes()})
+
+
+def stdio(log: pathlib.Path, **env: str) -> StdioServer:
+    env = {"MCP_TEST_LOG": str(log), "PATH": os.environ.get("PATH", ""), **env}
     return StdioServer(sys.executable, [str(SERVER)], env=env)
 
 
@@ -85,9 +102,11 @@ async def killed_mid_call(
 
 
 @asynccontextmanager
-async def http_server(log: pathlib.Path, port: int = 0) -> AsyncIterator[tuple[int, trio.Process]]:
+async def http_server(
+    log: pathlib.Path, port: int = 0, **extra: str
+) -> AsyncIterator[tuple[int, trio.Process]]:
     """The fixture server on streamable HTTP, as a subprocess; yields its port and process."""
-    env = {**os.environ, "MCP_TEST_LOG": str(log)}
+    env = {**os.environ, "MCP_TEST_LOG": str(log), **extra}
     process = await trio.lowlevel.open_process(
         [sys.executable, str(SERVER), "http", str(port)],
         stdout=subprocess.PIPE,
@@ -124,6 +143,11 @@ async def test_stdio_tools_enter_the_registry_and_answer(tmp_path: pathlib.Path)
                 "dotted_name",
                 "grow",
                 "traceparent",
+                "refuse",
+                "spoil_listing",
+                "refuse_listing",
+                "garbled",
+                "drop_subscriptions",
             }
             add = registry.get("add")
             assert add is not None
@@ -480,9 +504,11 @@ async def test_an_mcp_call_carries_its_tool_span_to_the_server(tmp_path: pathlib
     assert received.split("-")[1:3] == [f"{context.trace_id:032x}", f"{context.span_id:016x}"]
 
 
-async def test_a_healthy_session_outlives_many_heartbeats() -> None:
+@pytest.mark.parametrize("code", [-32603, -32000, -32001, -32601])
+async def test_a_healthy_session_outlives_many_heartbeats(code: int) -> None:
     """The heartbeat asks for the tools (MCP 2026-07-28 has no ping): a server that answers
-    -- even with an error -- keeps its session, heartbeat after heartbeat."""
+    -- even with an error, of any code: -32000 is the SDK's own "connection closed" -- keeps
+    its session, heartbeat after heartbeat."""
     from mcp import types
     from mcp.server.lowlevel import Server
     from mcp.shared.exceptions import MCPError
@@ -498,7 +524,7 @@ async def test_a_healthy_session_outlives_many_heartbeats() -> None:
         if count == 6:
             probed.set()
         if count % 2 == 0:  # every other answer an error: still an answer
-            raise MCPError(code=types.INTERNAL_ERROR, message="not now")
+            raise MCPError(code=code, message="not now")
         return types.ListToolsResult(tools=[])
 
     server = Server("probed", on_list_tools=tools)
@@ -513,3 +539,390 @@ async def test_a_healthy_session_outlives_many_heartbeats() -> None:
             assert connection.statistics().restarts == 0
             await connection.aclose()
             nursery.cancel_scope.cancel()
+
+
+async def _answer_with_errors(codes: list[int]) -> None:
+    """One session with an in-process server that answers each call, and each heartbeat
+    after the first listing, with a JSON-RPC error of the next code of ``codes``."""
+    from mcp import types
+    from mcp.server.lowlevel import Server
+    from mcp.shared.exceptions import MCPError
+
+    from actors.mcp import serve_http
+
+    listed: list[int] = []
+    heard = trio.Event()
+
+    async def tools(ctx: Any, params: Any) -> Any:
+        listed.append(1)
+        if len(listed) > 1:
+            if len(listed) > len(codes):
+                heard.set()
+            code = codes[len(listed) % len(codes)]
+            raise MCPError(code=code, message=f"listing refused {code}")
+        schema = {"type": "object", "properties": {"code": {"type": "integer"}}}
+        return types.ListToolsResult(tools=[types.Tool(name="refuse", input_schema=schema)])
+
+    async def refuse(ctx: Any, params: Any) -> Any:
+        code = params.arguments["code"]
+        raise MCPError(code=code, message=f"call refused {code}")
+
+    server = Server("refuser", on_list_tools=tools, on_call_tool=refuse)
+    with trio.fail_after(WITHIN):
+        async with open_runtime() as runtime, trio.open_nursery() as nursery:
+            url = await nursery.start(functools.partial(serve_http, server))
+            registry = ToolRegistry()
+            connection = await MCPConnection.start(
+                runtime, StreamableHTTPServer(url), tools=registry, heartbeat=BEAT, backoff=QUICK
+            )
+            for code in codes:
+                refused = await call(registry, "refuse", code=code)
+                assert isinstance(refused, ToolFailure)
+                assert f"call refused {code}" in refused.error
+                assert "went away" not in refused.error
+            await heard.wait()
+            stats = connection.statistics()
+            assert stats.connected
+            assert stats.restarts == 0
+            assert stats.lost == 0
+            assert stats.tools == ("refuse",)
+            await connection.aclose()
+            nursery.cancel_scope.cancel()
+
+
+@settings(max_examples=6, deadline=None)
+@example(codes=[-32000])  # JSON-RPC's first server error, and the SDK's CONNECTION_CLOSED
+@example(codes=sdk_codes())
+@given(
+    codes=st.lists(
+        st.integers(min_value=-(2**63), max_value=2**63 - 1) | st.sampled_from(sdk_codes()),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_no_error_answer_from_a_live_server_counts_as_its_death(codes: list[int]) -> None:
+    """Whatever code a live server answers a call or a heartbeat with -- any integer, the
+    SDK's own codes among them -- it is an answer: no restart, nothing lost."""
+    trio.run(_answer_with_errors, codes)
+
+
+# -- an answer is an answer: only the transport says a server is dead --------------------------
+
+
+@asynccontextmanager
+async def fixture_server(
+    log: pathlib.Path, transport: str, **env: str
+) -> AsyncIterator[StdioServer | StreamableHTTPServer]:
+    """The fixture server over ``transport`` ("stdio" or "http"), with ``env`` for it."""
+    if transport == "stdio":
+        yield stdio(log, **env)
+        return
+    async with http_server(log, **env) as (port, _):
+        yield StreamableHTTPServer(f"http://127.0.0.1:{port}/mcp")
+
+
+async def heartbeats(log: pathlib.Path, count: int) -> None:
+    """Return once the fixture server has answered ``count`` more tool lists."""
+    start = events(log, "list")
+    await until(lambda: events(log, "list") >= start + count)
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_an_error_answer_is_not_a_dead_server(tmp_path: pathlib.Path, transport: str) -> None:
+    """A tool answered with a JSON-RPC error -- -32000, which the SDK also uses for a closed
+    connection, or any other code -- gets a result saying what the server said; the session,
+    and the server's process, stay."""
+    with trio.fail_after(WITHIN):
+        async with open_runtime() as runtime, fixture_server(tmp_path, transport) as server:
+            registry = ToolRegistry()
+            connection = await MCPConnection.start(
+                runtime, server, tools=registry, backoff=QUICK, heartbeat=BEAT
+            )
+            first = (await call(registry, "pid")).value
+            for code in CODES:
+                refused = await call(registry, "refuse", code=code, message=f"not today {code}")
+                assert isinstance(refused, ToolFailure)
+                assert f"not today {code}" in refused.error
+                assert "went away" not in refused.error
+                assert "restart" not in refused.error
+            assert events(tmp_path, "refuse") >= len(CODES)  # HEADER_MISMATCH is resent once
+            await heartbeats(tmp_path, 3)
+            stats = connection.statistics()
+            assert stats.connected
+            assert stats.restarts == 0
+            assert stats.lost == 0
+            assert (await call(registry, "pid")).value == first  # the same process
+            await connection.aclose()
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_heartbeat_answered_with_32000_keeps_the_session(
+    tmp_path: pathlib.Path, transport: str
+) -> None:
+    """A server that answers every ``tools/list`` with -32000 ("busy") is alive: heartbeat
+    after heartbeat, no restart."""
+    with trio.fail_after(WITHIN):
+        async with open_runtime() as runtime, fixture_server(tmp_path, transport) as server:
+            registry = ToolRegistry()
+            connection = await MCPConnection.start(
+                runtime, server, tools=registry, backoff=QUICK, heartbeat=BEAT
+            )
+            first = (await call(registry, "pid")).value
+            assert (await call(registry, "refuse_listing", code=-32000)).value == "refusing"
+            await until(lambda: events(tmp_path, "list-refused") >= 5)
+            stats = connection.statistics()
+            assert stats.connected
+            assert stats.restarts == 0
+            assert (await call(registry, "pid")).value == first
+            assert "add" in stats.tools  # the last tools it listed stay
+            await connection.aclose()
+
+
+async def test_a_refused_change_subscription_is_not_a_dead_server(tmp_path: pathlib.Path) -> None:
+    """A server that answers ``subscriptions/listen`` with -32000 is alive: no restart."""
+    with trio.fail_after(WITHIN):
+        async with open_runtime() as runtime:
+            registry = ToolRegistry()
+            server = stdio(tmp_path, MCP_TEST_REFUSE_LISTEN="-32000")
+            connection = await MCPConnection.start(
+                runtime, server, tools=registry, backoff=QUICK, heartbeat=BEAT
+            )
+            first = (await call(registry, "pid")).value
+            await until(lambda: events(tmp_path, "listen-refused") >= 1)
+            await heartbeats(tmp_path, 3)
+            assert connection.statistics().restarts == 0
+            assert (await call(registry, "pid")).value == first
+            await connection.aclose()
+
+
+async def test_a_change_subscription_the_server_drops_is_opened_again(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A server that ends the change subscription with an error (-32000) after it began is
+    alive: the subscription is opened again (after the backoff), with no restart, and the
+    registry still follows the server's tools."""
+    with trio.fail_after(WITHIN):
+        async with open_runtime() as runtime:
+            registry = ToolRegistry()
+            connection = await MCPConnection.start(
+                runtime, stdio(tmp_path), tools=registry, backoff=QUICK, heartbeat=BEAT
+            )
+            first = (await call(registry, "pid")).value
+            await until(lambda: events(tmp_path, "listen") == 1)
+            assert (await call(registry, "drop_subscriptions")).value == "dropped"
+            await until(lambda: events(tmp_path, "listen") == 2)
+            assert connection.statistics().restarts == 0
+            assert (await call(registry, "pid")).value == first
+            assert (await call(registry, "grow")).value == "grown"
+            await until(lambda: "extra" in registry)
+            assert connection.statistics().restarts == 0
+            await connection.aclose()
+
+
+def short_and_human(line: str) -> bool:
+    return len(line) < 200 and not any(
+        noise in line for noise in ("pydantic", "input_value", "validation error", "\n")
+    )
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_tool_the_protocol_does_not_allow_costs_that_tool_only(
+    tmp_path: pathlib.Path, transport: str
+) -> None:
+    """A listing with a tool whose input schema is an array's (and one whose name is not a
+    string, and one with an x-mcp-header on an object): the session starts, the other tools
+    work, the bad ones are left out and said why in a line a person reads."""
+    with trio.fail_after(WITHIN):
+        async with (
+            open_runtime() as runtime,
+            fixture_server(tmp_path, transport, MCP_TEST_BAD_TOOLS="1") as server,
+        ):
+            registry = ToolRegistry()
+            connection = await MCPConnection.start(
+                runtime, server, tools=registry, backoff=QUICK, heartbeat=BEAT
+            )
+            assert "add" in registry
+            assert "broken" not in registry
+            skipped = connection.statistics().skipped
+            assert any(line.startswith("'broken':") for line in skipped), skipped
+            assert any(line.startswith("42:") for line in skipped), skipped
+            assert any(line.startswith("'headed':") for line in skipped), skipped
+            assert all(short_and_human(line) for line in skipped), skipped
+            assert (await call(registry, "add", a=2, b=3)).value == "5"
+            await heartbeats(tmp_path, 3)  # each heartbeat's listing has them too
+            assert connection.statistics().restarts == 0
+            await connection.aclose()
+
+
+async def test_a_re_list_that_meets_a_bad_tool_skips_it_without_a_restart(
+    tmp_path: pathlib.Path,
+) -> None:
+    with trio.fail_after(WITHIN):
+        async with open_runtime() as runtime:
+            registry = ToolRegistry()
+            connection = await MCPConnection.start(
+                runtime, stdio(tmp_path), tools=registry, backoff=QUICK, heartbeat=BEAT
+            )
+            first = (await call(registry, "pid")).value
+            assert connection.statistics().skipped == ()
+            assert (await call(registry, "spoil_listing")).value == "spoiled"
+            await until(lambda: any("'broken'" in s for s in connection.statistics().skipped))
+            await heartbeats(tmp_path, 3)
+            stats = connection.statistics()
+            assert stats.restarts == 0
+            assert all(short_and_human(line) for line in stats.skipped), stats.skipped
+            assert "broken" not in registry
+            assert (await call(registry, "pid")).value == first
+            assert (await call(registry, "add", a=1, b=1)).value == "2"
+            await connection.aclose()
+
+
+async def test_calls_after_aclose_are_told_the_connection_is_closed(
+    tmp_path: pathlib.Path,
+) -> None:
+    with trio.fail_after(WITHIN):
+        async with open_runtime() as runtime:
+            registry = ToolRegistry()
+            connection = await MCPConnection.start(runtime, stdio(tmp_path), tools=registry)
+            add = registry.get("add")
+            assert add is not None
+            results: list[Any] = []
+
+            async def waiting() -> None:
+                results.append(await call(registry, "wait", seconds=600))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(waiting)
+                await until(lambda: events(tmp_path, "wait-started") == 1)
+                await connection.aclose()
+            (in_flight,) = results
+            assert isinstance(in_flight, ToolFailure)
+            assert "closed" in in_flight.error
+            assert "unknown" in in_flight.error  # it had reached the server
+            assert "restart" not in in_flight.error
+
+            later = await add.call(ToolCall(id="c-late", name="add", arguments={"a": 1, "b": 1}))
+            assert isinstance(later, ToolFailure)
+            assert "closed" in later.error
+            assert "not sent" in later.error
+            assert "restart" not in later.error
+            assert "try again" not in later.error
+
+
+async def test_a_call_to_an_http_server_that_died_idle_says_it_was_not_sent(
+    tmp_path: pathlib.Path,
+) -> None:
+    """With no heartbeat and no change subscription (whose stream breaking would say it
+    died), a call is what finds the server gone: it could not connect, so the call was not
+    sent, and says so."""
+    slow = Backoff(initial=3600, maximum=3600, jitter=0.0)
+    with trio.fail_after(WITHIN):
+        async with (
+            open_runtime() as runtime,
+            http_server(tmp_path, MCP_TEST_REFUSE_LISTEN="-32601") as (port, process),
+        ):
+            registry = ToolRegistry()
+            server = StreamableHTTPServer(f"http://127.0.0.1:{port}/mcp")
+            connection = await MCPConnection.start(
+                runtime, server, tools=registry, backoff=slow, heartbeat=None
+            )
+            assert (await call(registry, "add", a=1, b=2)).value == "3"
+            process.kill()
+            await process.wait()
+            unsent = await call(registry, "add", a=2, b=2)
+            assert isinstance(unsent, ToolFailure)
+            assert "not sent" in unsent.error
+            assert "unknown" not in unsent.error
+            assert connection.statistics().lost == 0
+            await connection.aclose()
+
+
+async def test_a_call_to_a_stdio_server_that_died_idle_says_it_was_not_sent(
+    tmp_path: pathlib.Path,
+) -> None:
+    """With no heartbeat (and no change subscription, as with a server from before them),
+    the end of the server's output is what says it died: a call after that is never sent,
+    and says so."""
+    slow = Backoff(initial=3600, maximum=3600, jitter=0.0)
+    with trio.fail_after(WITHIN):
+        async with open_runtime() as runtime:
+            registry = ToolRegistry()
+            server = stdio(tmp_path, MCP_TEST_REFUSE_LISTEN="-32601")  # method not found
+            connection = await MCPConnection.start(
+                runtime, server, tools=registry, backoff=slow, heartbeat=None
+            )
+            os.kill(int((await call(registry, "pid")).value), signal.SIGKILL)
+            with trio.move_on_after(10):
+                await until(lambda: not connection.statistics().connected)
+            unsent = await call(registry, "add", a=2, b=2)
+            assert isinstance(unsent, ToolFailure)
+            assert "not sent" in unsent.error
+            assert "unknown" not in unsent.error
+            assert connection.statistics().lost == 0
+            await connection.aclose()
+
+
+async def test_an_answer_that_is_not_valid_mcp_is_an_answer(tmp_path: pathlib.Path) -> None:
+    """A call answered with a result that is not valid MCP: the server answered, so the call
+    gets a result saying the answer could not be used, and the session stays."""
+    with trio.fail_after(WITHIN):
+        async with open_runtime() as runtime:
+            registry = ToolRegistry()
+            connection = await MCPConnection.start(
+                runtime, stdio(tmp_path), tools=registry, backoff=QUICK, heartbeat=BEAT
+            )
+            first = (await call(registry, "pid")).value
+            garbled = await call(registry, "garbled")
+            assert isinstance(garbled, ToolFailure)
+            assert "could not be used" in garbled.error
+            assert short_and_human(garbled.error), garbled.error
+            assert "went away" not in garbled.error
+            await heartbeats(tmp_path, 2)
+            assert connection.statistics().restarts == 0
+            assert (await call(registry, "pid")).value == first
+            await connection.aclose()
+
+
+async def test_a_tool_list_not_valid_as_a_whole_fails_the_start_in_a_line(
+    tmp_path: pathlib.Path,
+) -> None:
+    with trio.fail_after(WITHIN):
+        async with open_runtime() as runtime:
+            registry = ToolRegistry()
+            server = stdio(tmp_path, MCP_TEST_GARBLED_LISTING="1")
+            with pytest.raises(ConfigError, match="not valid MCP") as raised:
+                await MCPConnection.start(runtime, server, tools=registry)
+            message = str(raised.value)
+            assert "tools: " in message
+            assert short_and_human(message.split("could not be started: ", 1)[1]), message
+            assert len(registry) == 0
+
+
+async def test_an_http_server_that_forgot_the_session_gets_a_new_one(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A handshake-era server restarted at the same address answers the old session's
+    requests with HTTP 404: the session is gone (whatever the JSON-RPC error says), so the
+    call says it was not run, and a new session starts."""
+    with trio.fail_after(WITHIN):
+        async with (
+            open_runtime() as runtime,
+            http_server(tmp_path, MCP_TEST_LEGACY="1") as (port, process),
+        ):
+            registry = ToolRegistry()
+            server = StreamableHTTPServer(f"http://127.0.0.1:{port}/mcp")
+            connection = await MCPConnection.start(
+                runtime, server, tools=registry, backoff=QUICK, heartbeat=None
+            )
+            assert (await call(registry, "add", a=1, b=2)).value == "3"
+            process.kill()
+            await process.wait()
+            async with http_server(tmp_path, port, MCP_TEST_LEGACY="1"):
+                forgotten = await call(registry, "add", a=2, b=2)
+                assert isinstance(forgotten, ToolFailure)
+                assert "not sent" in forgotten.error
+                await connection.wait_connected()
+                assert connection.statistics().restarts == 1
+                assert (await call(registry, "add", a=2, b=3)).value == "5"
+                assert events(tmp_path, "add") == 2  # the forgotten call never ran
+            await connection.aclose()

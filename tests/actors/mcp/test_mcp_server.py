@@ -223,15 +223,18 @@ def test_the_public_names_are_pinned() -> None:
     )
     assert sorted(protocols.mcp.__all__) == sorted(
         [
+            "MAX_PROBLEM_CHARS",
             "MAX_RESULT_CHARS",
             "MAX_RESULT_IMAGES",
             "MAX_RESULT_IMAGE_CHARS",
             "MAX_TOOLS",
             "Listing",
             "content_text",
+            "describe_problems",
             "local_name",
             "read_listing",
             "read_result",
+            "shown_name",
             "write_result",
         ]
     )
