@@ -32,6 +32,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
+from protocols._schema_root import object_root
 from protocols.errors import ProviderError
 from protocols.mcp import describe_problems, shown_name
 
@@ -52,6 +53,19 @@ _UNSENT: Final = "unsent"  # the transport knows it never reached the server (or
 _current: contextvars.ContextVar[Exchange | None] = contextvars.ContextVar(
     "trio_agents_mcp_exchange", default=None
 )
+
+
+def _typed(entry: Any) -> Any:
+    """A listed tool whose ``inputSchema`` root is a typeless ``anyOf``/``oneOf`` of object
+    schemas, with ``"type": "object"`` added there (:func:`protocols._schema_root.object_root`);
+    any other entry as it is."""
+    if not isinstance(entry, dict):
+        return entry
+    schema = entry.get("inputSchema")
+    if not isinstance(schema, dict) or "type" in schema:
+        return entry
+    typed = object_root(schema)
+    return entry if typed is None else {**entry, "inputSchema": typed}
 
 
 def _cut(text: str) -> str:
@@ -245,12 +259,18 @@ class Wire:
         without a word. An answer that is invalid as a whole passes as it is (the SDK
         refuses it, saying why)."""
         result = item.message.result
-        tools = result.get("tools") if isinstance(result, dict) else None
-        if not isinstance(tools, list):
+        listed = result.get("tools") if isinstance(result, dict) else None
+        if not isinstance(listed, list):
             return item
+        # A union of argument sets at a schema's root, written without ``"type": "object"``
+        # (as many servers do), is given it: it admits only objects already, and the SDK
+        # refuses a root without it.
+        tools = [_typed(entry) for entry in listed]
+        retyped = any(new is not old for new, old in zip(tools, listed, strict=True))
+        result = {**result, "tools": tools}
         whole = self._problem(result)
         if whole is not None and self._problem({**result, "tools": []}) is not None:
-            return item
+            return item  # (invalid as a whole: the SDK says why)
         modern = self.version in self._modern
         kept: list[Any] = []
         lines: list[str] = []
@@ -263,7 +283,7 @@ class Wire:
                 continue
             name = entry.get("name") if isinstance(entry, dict) else None
             lines.append(f"{shown_name(name)}: not a valid MCP tool ({_cut(problem)})")
-        if not lines:
+        if not lines and not retyped:
             return item
         if exchange is not None:
             exchange.skipped.extend(lines)

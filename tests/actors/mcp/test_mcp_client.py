@@ -754,6 +754,38 @@ async def test_a_tool_the_protocol_does_not_allow_costs_that_tool_only(
             await connection.aclose()
 
 
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_tool_whose_schema_is_a_union_of_argument_sets_is_kept(
+    tmp_path: pathlib.Path, transport: str
+) -> None:
+    """A root anyOf of object schemas without "type" (common in MCP servers, refused by the
+    SDK's own check) is given "type": "object" and kept (002 G10, issue 23): its calls are
+    checked against the union and sent."""
+    with trio.fail_after(WITHIN):
+        async with (
+            open_runtime() as runtime,
+            fixture_server(tmp_path, transport, MCP_TEST_UNION_TOOL="1") as server,
+        ):
+            registry = ToolRegistry()
+            connection = await MCPConnection.start(
+                runtime, server, tools=registry, backoff=QUICK, heartbeat=BEAT
+            )
+            assert "lookup" in registry
+            assert connection.statistics().skipped == ()
+            (definition,) = [d for d in registry.definitions() if d.name == "lookup"]
+            assert definition.parameters["type"] == "object"
+            assert len(definition.parameters["anyOf"]) == 2
+            assert (await call(registry, "lookup", id=7)).value == 'found {"id": 7}'
+            (by_name,) = await registry.execute(
+                [ToolCall(id="c-by-name", name="lookup", arguments={"name": "Ada"})]
+            )
+            assert by_name.value == 'found {"name": "Ada"}'
+            # Arguments that fit no argument set are refused before anything is sent.
+            refused = await call(registry, "lookup", id="seven")
+            assert isinstance(refused, ToolFailure)
+            await connection.aclose()
+
+
 async def test_a_re_list_that_meets_a_bad_tool_skips_it_without_a_restart(
     tmp_path: pathlib.Path,
 ) -> None:
