@@ -235,6 +235,7 @@ def _summary(record: JobRecord) -> dict[str, Any]:
             "content": result.content,
             "stop": result.stop.value,
             "partial": result.partial,
+            "finish": None if result.finish is None else result.finish.value,
             "usage": None if result.total_usage is None else to_json(result.total_usage),
         }
     if record.error is not None:
@@ -262,7 +263,10 @@ def _show(record: JobRecord, as_json: bool, out: TextIO) -> None:
     print(f"  attempts {record.attempts}, takeovers {record.takeovers}", file=out)
     if "result" in summary:
         result = summary["result"]
-        print(f"  stop {result['stop']}; usage {result['usage']}", file=out)
+        print(
+            f"  stop {result['stop']}; finish {result['finish']}; usage {result['usage']}",
+            file=out,
+        )
         print(f"  {result['content']}", file=out)
     if "error" in summary:
         print(f"  error: {summary['error']}", file=out)
