@@ -219,7 +219,8 @@ class AgentEvent:
     * ``subagent_start``: the tool ``call`` delegated to ``agent``, whose run is ``child``
       (``subagent:<call id>``);
     * ``subagent_finish``: that run ended: ``status`` (its stop reason, or ``error``),
-      ``duration`` (seconds), ``usage`` (its total, delegations included);
+      ``duration`` (seconds), ``usage`` (its total, delegations included; ``estimated``: it
+      includes estimates);
     * ``handoff``: the tool ``call`` handed the rest of the run to ``agent``.
     """
 
@@ -288,14 +289,19 @@ class Chunk:
 @attrs.frozen
 class Resume:
     """Where a journaled run that is being continued stands: the provider calls it made
-    (``turns``), what its settled responses reported (``usage``), the tokens a call lost in a
-    crash streamed (``unsettled``, by estimate), and what to do with each call of its open
-    batch."""
+    (``turns``), what its settled responses reported (``usage``: ``None`` once part of it is
+    unknown), the tokens a call lost in a crash streamed (``unsettled``, by estimate), and what
+    to do with each call of its open batch. ``known`` is what was reported when ``usage`` is
+    unknown (the sum of the responses that reported), and ``estimate`` the tokens of the
+    settled responses that reported nothing, by estimate: a budget is charged both, as an
+    estimate."""
 
     turns: int = 0
     usage: Usage | None = attrs.field(factory=Usage)
     unsettled: int = 0
     decisions: tuple[Decision, ...] = ()
+    known: Usage = attrs.field(factory=Usage)
+    estimate: int = 0
 
 
 class RunJournal(Protocol):
@@ -439,10 +445,29 @@ class _Run:
         self.emit(Chunk("progress", text=text, call=call, run_id=self.run_id))
         self.event("progress", call=call, text=text, data=dict(data))
 
-    def delegated_to(self, usage: Usage | None) -> None:
-        """A run this run delegated to ended having spent ``usage`` (its total)."""
+    def delegated_to(self, usage: Usage | None, *, estimated: bool = False) -> None:
+        """A run this run delegated to ended having spent ``usage`` (its total; ``estimated``:
+        it includes estimates, which this run's total then does too)."""
         delegated = self.delegated
         self.delegated = None if delegated is None or usage is None else delegated + usage
+        self.estimated = self.estimated or (estimated and usage is not None)
+
+    def resumed(self, resume: Resume) -> None:
+        """A continued run: what its earlier attempts spent counts toward its limits, and its
+        usage. Unknown stays unknown -- unless a budget charges it, by estimate (then the run's
+        usage is that estimate too, and ``estimated``); never the known part as the whole."""
+        self.turns_made = resume.turns
+        self.usage = resume.usage
+        meter = self.meter
+        if meter is None:
+            return
+        guessed = resume.unsettled + (resume.estimate if resume.usage is None else 0)
+        spent = resume.usage if resume.usage is not None else resume.known
+        meter.charge(spent)
+        if resume.usage is None or guessed:
+            meter.charge(Usage(completion=guessed), estimated=True)
+            self.usage = spent + Usage(completion=guessed)
+            self.estimated = True
 
     async def add(self, *messages: Message) -> None:
         # Shielded: a commit is quick (a local actor call) and must be known to have happened

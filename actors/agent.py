@@ -58,7 +58,6 @@ from protocols.messages import (
     AgentResult,
     Message,
     StopReason,
-    Usage,
     new_id,
 )
 from protocols.workspace import Workspace, WorkspaceManager
@@ -1096,13 +1095,7 @@ class Agent:
         token = run.token
         resume = request.resume
         if resume is not None:
-            # A continued run: what it spent before counts toward its limits.
-            run.turns_made = resume.turns
-            run.usage = resume.usage
-            if meter is not None:
-                meter.charge(resume.usage or Usage())
-                if resume.unsettled:
-                    meter.charge(Usage(completion=resume.unsettled, total=resume.unsettled))
+            run.resumed(resume)  # what it spent before counts toward its limits
         if request.input:
             await run.add(*request.input)
         run.event("start")

@@ -259,10 +259,11 @@ def test_a_job_whose_reply_was_cut_short_ends_partial_and_show_says_why(
         "stop": "max_tokens",
         "partial": True,
         "finish": "length",
-        "usage": None,  # the provider reported none
+        "usage": None,  # the provider reported none: unknown, not 0
+        "estimated": False,
     }
     text = cli(folder, "jobs", "show", "--store", "sqlite:///jobs.db", job).stdout
-    assert "  stop max_tokens; finish length; usage None\n" in text
+    assert "  stop max_tokens; finish length; usage unknown\n" in text
 
 
 def test_cancel_and_purge_and_the_purged_key(folder: pathlib.Path) -> None:
