@@ -161,7 +161,8 @@ class AgentTool:
         finally:
             usage = _spent(request.run, result)
             if parent is not None:
-                parent.delegated_to(usage)
+                estimated = _estimated(request.run, result)
+                parent.delegated_to(usage, estimated=estimated)
                 parent.event(
                     "subagent_finish",
                     call=call,
@@ -170,6 +171,7 @@ class AgentTool:
                     status=status,
                     duration=trio.current_time() - started,
                     usage=usage,
+                    estimated=estimated,
                 )
             if fresh is not None:
                 with trio.CancelScope(shield=True):
@@ -187,6 +189,13 @@ def _spent(run: _Run | None, result: AgentResult | None) -> Usage | None:
         return Usage()
     usage, delegated = run.usage, run.delegated
     return None if usage is None or delegated is None else usage + delegated
+
+
+def _estimated(run: _Run | None, result: AgentResult | None) -> bool:
+    """What the delegated run spent includes estimates."""
+    if result is not None:
+        return result.estimated
+    return run is not None and run.estimated
 
 
 def _child_request(child: Agent, parent: _Run | None, call: ToolCall, text: str) -> _Request:

@@ -27,7 +27,9 @@ from protocols.errors import (
 from protocols.history import estimate_messages
 from protocols.jobs import UNKNOWN_EFFECT, CheckpointPolicy, Decision
 from protocols.messages import (
+    CUT_SHORT,
     AgentResult,
+    FinishReason,
     Message,
     ProviderOptions,
     ProviderResult,
@@ -85,6 +87,12 @@ EXHAUSTED = "not executed: the run reached its turn limit"
 
 #: The result text of calls a model made in a run with ``tool_choice="none"`` (which then fails).
 TOOLS_OFF = "not executed: tools are off for this request (tool_choice='none')"
+
+#: How a run ends when the provider cut a reply short, by the reply's finish reason.
+_CUT_STOP: Mapping[FinishReason, StopReason] = {
+    FinishReason.LENGTH: StopReason.MAX_TOKENS,
+    FinishReason.CONTENT_FILTER: StopReason.CONTENT_FILTER,
+}
 
 #: How long a cancelled run may take to commit its partial (seconds, shielded).
 COMMIT_DEADLINE = 5.0
@@ -196,19 +204,23 @@ class AgentEvent:
       model reads;
     * ``deny``: the authority refused ``call`` (``reason``);
     * ``usage``: a turn's ``usage`` (``None``: not reported; ``estimated``: charged to the
-      budget by estimate because it was not reported);
+      budget by estimate because it was not reported) and ``finish``, its finish reason;
     * ``guard``: a guard refused a batch (``reason``);
     * ``fault``: automatic compaction failed and the run goes on (``error``);
     * ``abort``: the run was cut, or withdrawn before it began (``reason``, ``stop``; ``error``:
       a failure that raced the cut, its cause -- ``None`` when the cut was the only one);
     * ``exhaust``: the turn limit was reached;
-    * ``finish``: the run ended (``partial``, ``stop``);
+    * ``finish``: the run ended (``partial``, ``stop``, and ``finish``: the finish reason of
+      its last provider call, ``None`` when it made none -- ``length`` or ``content_filter``
+      with ``stop`` ``max_tokens`` or ``content_filter`` when the provider cut its last reply
+      short);
     * ``error``: the run raised ``error``;
     * ``progress``: a tool reported progress (``call``, ``text``, ``data``);
     * ``subagent_start``: the tool ``call`` delegated to ``agent``, whose run is ``child``
       (``subagent:<call id>``);
     * ``subagent_finish``: that run ended: ``status`` (its stop reason, or ``error``),
-      ``duration`` (seconds), ``usage`` (its total, delegations included);
+      ``duration`` (seconds), ``usage`` (its total, delegations included; ``estimated``: it
+      includes estimates);
     * ``handoff``: the tool ``call`` handed the rest of the run to ``agent``.
     """
 
@@ -251,6 +263,7 @@ class AgentEvent:
     child: str | None = None
     status: str | None = None
     duration: float | None = None
+    finish: FinishReason | None = None
 
 
 @attrs.frozen
@@ -276,14 +289,19 @@ class Chunk:
 @attrs.frozen
 class Resume:
     """Where a journaled run that is being continued stands: the provider calls it made
-    (``turns``), what its settled responses reported (``usage``), the tokens a call lost in a
-    crash streamed (``unsettled``, by estimate), and what to do with each call of its open
-    batch."""
+    (``turns``), what its settled responses reported (``usage``: ``None`` once part of it is
+    unknown), the tokens a call lost in a crash streamed (``unsettled``, by estimate), and what
+    to do with each call of its open batch. ``known`` is what was reported when ``usage`` is
+    unknown (the sum of the responses that reported), and ``estimate`` the tokens of the
+    settled responses that reported nothing, by estimate: a budget is charged both, as an
+    estimate."""
 
     turns: int = 0
     usage: Usage | None = attrs.field(factory=Usage)
     unsettled: int = 0
     decisions: tuple[Decision, ...] = ()
+    known: Usage = attrs.field(factory=Usage)
+    estimate: int = 0
 
 
 class RunJournal(Protocol):
@@ -349,6 +367,8 @@ class _Run:
         # What the runs this run delegated to spent (None once one of them is unknown).
         self.delegated: Usage | None = Usage()
         self.estimated = False
+        # The finish reason of the run's last provider call (None: it made none yet).
+        self.finish: FinishReason | None = None
         self.turns_made = 0
         self.thinking: list[str] = []
         self.budget_tripped = False
@@ -395,6 +415,7 @@ class _Run:
             run_id=self.run_id,
             agent=self.answered_by or self.agent.name,
             total_usage=None if usage is None or delegated is None else usage + delegated,
+            finish=self.finish,
         )
 
     def cut_reason(self) -> StopReason:
@@ -424,10 +445,29 @@ class _Run:
         self.emit(Chunk("progress", text=text, call=call, run_id=self.run_id))
         self.event("progress", call=call, text=text, data=dict(data))
 
-    def delegated_to(self, usage: Usage | None) -> None:
-        """A run this run delegated to ended having spent ``usage`` (its total)."""
+    def delegated_to(self, usage: Usage | None, *, estimated: bool = False) -> None:
+        """A run this run delegated to ended having spent ``usage`` (its total; ``estimated``:
+        it includes estimates, which this run's total then does too)."""
         delegated = self.delegated
         self.delegated = None if delegated is None or usage is None else delegated + usage
+        self.estimated = self.estimated or (estimated and usage is not None)
+
+    def resumed(self, resume: Resume) -> None:
+        """A continued run: what its earlier attempts spent counts toward its limits, and its
+        usage. Unknown stays unknown -- unless a budget charges it, by estimate (then the run's
+        usage is that estimate too, and ``estimated``); never the known part as the whole."""
+        self.turns_made = resume.turns
+        self.usage = resume.usage
+        meter = self.meter
+        if meter is None:
+            return
+        guessed = resume.unsettled + (resume.estimate if resume.usage is None else 0)
+        spent = resume.usage if resume.usage is not None else resume.known
+        meter.charge(spent)
+        if resume.usage is None or guessed:
+            meter.charge(Usage(completion=guessed), estimated=True)
+            self.usage = spent + Usage(completion=guessed)
+            self.estimated = True
 
     async def add(self, *messages: Message) -> None:
         # Shielded: a commit is quick (a local actor call) and must be known to have happened
@@ -551,6 +591,15 @@ class _Run:
                 ),
                 result.usage,
             )
+            cut = _CUT_STOP.get(result.finish)
+            if cut is not None:
+                # The provider cut the reply short (its token limit, its content filter): the
+                # run ends here, partial. None of the reply's calls runs -- the last one's
+                # arguments may be cut, and the model had not finished deciding -- and each is
+                # answered why, so the history stays well formed. A structured answer is never
+                # read from a cut reply, and no retry is spent on it.
+                await self.cut_short(result)
+                return cut
             if not result.calls:
                 if spec is None:
                     return StopReason.COMPLETE
@@ -607,8 +656,8 @@ class _Run:
                     "call tools; answer with what you have."
                 )
                 fallback = UNKNOWN_TOOLS_FALLBACK.format(names=names)
-                await self.final_answer(instruction, provider_options, fallback)
-                return StopReason.COMPLETE
+                final = await self.final_answer(instruction, provider_options, fallback)
+                return _CUT_STOP.get(final.finish, StopReason.COMPLETE)
             unknown_streak = unknown
         return StopReason.COMPLETE
 
@@ -787,14 +836,33 @@ class _Run:
             ) from error
         return batch
 
-    async def final_answer(self, instruction: str, options: ProviderOptions, fallback: str) -> None:
+    async def final_answer(
+        self, instruction: str, options: ProviderOptions, fallback: str
+    ) -> ProviderResult:
         """One last provider call without tools, told ``instruction`` (which is not stored);
-        ``fallback`` is recorded when it answers with nothing."""
+        ``fallback`` is recorded when it answers with nothing. Returns the call's result."""
         prompt = self.prompt([Message.user(instruction)])
         quiet = attrs.evolve(options, tool_choice=None)
         result = await self.provider_turn(prompt, None, quiet)
         text = result.content.strip() or fallback
         await self.respond(Message.assistant(text, thinking=result.thinking), result.usage)
+        return result
+
+    async def cut_short(self, result: ProviderResult) -> None:
+        """Answer every call of a reply the provider cut short (committed already) with why it
+        did not run: the text the result's ``denied`` gives it (:data:`CUT_SHORT`)."""
+        calls = result.calls
+        if not calls:
+            return
+        self.open_calls = calls
+        for call in calls:
+            self.emit(Chunk("tool_call", call=call, run_id=self.run_id))
+        default = CUT_SHORT[result.finish]
+        results = [_failed(call, result.denied.get(call.id, default)) for call in calls]
+        for tool_result in results:
+            self.emit(Chunk("tool_result", result=tool_result, run_id=self.run_id))
+        await self.record(results)
+        self.open_calls = ()
 
     async def provider_turn(
         self,
@@ -886,9 +954,10 @@ class _Run:
         else:
             draw = result.usage
         self.usage = None if self.usage is None or draw is None else self.usage + draw
+        self.finish = result.finish
         self.thinking.append(result.thinking)
         self.emit(Chunk("usage", usage=draw, estimated=estimated, run_id=self.run_id))
-        self.event("usage", usage=draw, estimated=estimated)
+        self.event("usage", usage=draw, estimated=estimated, finish=result.finish)
 
     async def commit_partial(self) -> None:
         """After a cancel or a failure: commit what the cut turn produced, with a result for

@@ -17,6 +17,9 @@ produced:
 * at most ``limit`` provider turns; reaching it while the model still asks for tools ends the
   run with ``stop="exhausted"`` and "not executed" results for those calls; ``limit=0`` makes no
   call;
+* a reply the provider cut short (its token limit, its content filter) ends the run partial,
+  ``stop="max_tokens"`` or ``"content_filter"`` (``AgentResult.finish`` says ``length`` or
+  ``content_filter``); none of that reply's tool calls runs, each is answered why;
 * only genuine failures (a provider error after its retries, a bug) raise, after the partial
   was committed;
 * a cancel of the *caller's* own scope aborts a running run, waits (shielded, briefly) for it
@@ -55,7 +58,6 @@ from protocols.messages import (
     AgentResult,
     Message,
     StopReason,
-    Usage,
     new_id,
 )
 from protocols.workspace import Workspace, WorkspaceManager
@@ -1024,7 +1026,7 @@ class Agent:
                 self._statistics["runs"] += 1
                 stop = run.cut_reason()
                 run.event("abort", reason=run.token.reason or stop.value, stop=stop)
-                run.event("finish", stop=stop, partial=True)
+                run.event("finish", stop=stop, partial=True, finish=run.finish)
             if request.forward is None:
                 # The agent is being stopped: its caller must not wait for the run.
                 request.fail(
@@ -1046,6 +1048,7 @@ class Agent:
                     stop=result.stop,
                     partial=result.partial,
                     run_id=request.run_id,
+                    finish=result.finish,
                 )
                 self._event(request, finish)
         finally:
@@ -1092,13 +1095,7 @@ class Agent:
         token = run.token
         resume = request.resume
         if resume is not None:
-            # A continued run: what it spent before counts toward its limits.
-            run.turns_made = resume.turns
-            run.usage = resume.usage
-            if meter is not None:
-                meter.charge(resume.usage or Usage())
-                if resume.unsettled:
-                    meter.charge(Usage(completion=resume.unsettled, total=resume.unsettled))
+            run.resumed(resume)  # what it spent before counts toward its limits
         if request.input:
             await run.add(*request.input)
         run.event("start")
@@ -1189,6 +1186,8 @@ class Agent:
                 )
                 run.delegated_to(handed.delegated)
                 run.estimated = run.estimated or handed.estimated
+                if handed.finish is not None:  # its last provider call is the run's last
+                    run.finish = handed.finish
         run.answered_by = result.agent  # the target may have handed on in turn
         run.output = result.output
         return result.stop

@@ -15,7 +15,12 @@ and the budgets that cap a run.
   2. When the turn ends, :meth:`BudgetMeter.reconcile` replaces the estimate with the reported
      usage: it charges the prompt tokens, and the completion and total tokens beyond what the
      estimate already charged. The meter's draw for the turn then equals the reported usage (or,
-     when the provider reported none, the estimate of the content and thinking).
+     when the provider reported none, the estimate of the content and thinking -- completion
+     tokens only: the prompt it was sent is not estimated).
+
+  A meter never passes a partial count off as the whole: once it has charged an estimate for
+  usage nobody reported -- or a meter drawing on it has -- its :attr:`~BudgetMeter.estimated`
+  (and a :class:`TeamBudget`'s) says so.
 
 Pure and synchronous: the agent loop calls it and cancels the run when it reports exhaustion.
 """
@@ -234,6 +239,7 @@ class BudgetMeter:
         "_chars",
         "_drawn",
         "_estimate",
+        "_estimated",
         "_settled",
         "_tripped",
         "_trips",
@@ -258,6 +264,24 @@ class BudgetMeter:
         self._drawn = [0, 0, 0]  # prompt, completion, total charged by meters drawing on this one
         self._trips: list[Callable[[], None]] = []
         self._tripped = False
+        self._estimated = False
+
+    @property
+    def estimated(self) -> bool:
+        """What this meter has counted includes estimates: a charge made without reported
+        usage (:meth:`reconcile` or :meth:`charge` given ``None``), here or by a meter drawing
+        on this one. The in-flight estimate of a turn that is still streaming does not count:
+        :meth:`reconcile` replaces it."""
+        return self._estimated
+
+    def _guessed(self) -> None:
+        # An estimate was charged here: this meter and every meter it draws on count one.
+        stack: list[BudgetMeter] = [self]
+        while stack:
+            meter = stack.pop()
+            if not meter._estimated:
+                meter._estimated = True
+                stack.extend(meter.parents)
 
     @property
     def own(self) -> Usage:
@@ -361,24 +385,31 @@ class BudgetMeter:
             self._changed(0, grown, grown)
         return self.spent
 
-    def charge(self, usage: Usage | None, *, text: str = "") -> Usage:
-        """Charge a call made for the run outside its turns (a compaction's summary) and return
-        the draw: the reported ``usage``, or with none reported the estimate of ``text`` (the
-        answer). The current turn's estimate is left as it is."""
+    def charge(self, usage: Usage | None, *, text: str = "", estimated: bool = False) -> Usage:
+        """Charge a call made for the run outside its turns (a compaction's summary, what an
+        earlier attempt of a continued run spent) and return the draw: the reported ``usage``,
+        or with none reported the estimate of ``text`` (the answer) -- then, or when
+        ``estimated`` says ``usage`` is an estimate itself, the meter is :attr:`estimated`.
+        The current turn's estimate is left as it is."""
         if usage is None:
             tokens = estimate_tokens(text)
             usage = Usage(completion=tokens, total=tokens)
+            estimated = True
+        if estimated:
+            self._guessed()
         self._settled = self._settled + usage
         self._changed(usage.prompt, usage.completion, usage.total)
         return usage
 
     def reconcile(self, usage: Usage | None, *, thinking: str = "") -> Usage:
         """End the turn and return its draw: the reported ``usage``, or with none reported the
-        estimate of the content plus ``thinking``. The estimate is replaced, not added to."""
+        estimate of the content plus ``thinking`` -- then :attr:`estimated`. The estimate is
+        replaced, not added to."""
         estimate = self._estimate
         if usage is None:
             tokens = estimate + estimate_tokens(thinking)
             draw = Usage(completion=tokens, total=tokens)
+            self._guessed()
         else:
             draw = usage
         self._settled = self._settled + draw
@@ -449,5 +480,12 @@ class TeamBudget:
         """The budget is spent."""
         return self.meter.exhausted
 
+    @property
+    def estimated(self) -> bool:
+        """What it counts includes estimates: some run drawing on it was charged by estimate
+        for usage its provider did not report (see :attr:`BudgetMeter.estimated`)."""
+        return self.meter.estimated
+
     def __repr__(self) -> str:
-        return f"<TeamBudget {self.used}/{self.budget.max} {self.budget.scope}>"
+        mark = "~" if self.estimated else ""
+        return f"<TeamBudget {mark}{self.used}/{self.budget.max} {self.budget.scope}>"

@@ -15,6 +15,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Any, ClassVar, Literal, TypeAlias, TypeVar
 
 import attrs
@@ -27,6 +28,7 @@ from .accounting import Usage
 from .errors import ValidationError
 
 __all__ = [
+    "CUT_SHORT",
     "AgentResult",
     "Channel",
     "Delta",
@@ -83,13 +85,32 @@ class FinishReason(enum.StrEnum):
 
 
 class StopReason(enum.StrEnum):
-    """Why an agent run ended. Every reason but ``complete`` means the result is partial."""
+    """Why an agent run ended. Every reason but ``complete`` means the result is partial.
+
+    ``max_tokens`` and ``content_filter``: the provider cut the run's last reply short -- at
+    its output token limit, or by its content filter (finish reasons ``length`` and
+    ``content_filter``); the reply is kept as it came, and none of its tool calls ran."""
 
     COMPLETE = "complete"
     CANCELLED = "cancelled"
     TIMEOUT = "timeout"
     BUDGET = "budget"
     EXHAUSTED = "exhausted"
+    MAX_TOKENS = "max_tokens"
+    CONTENT_FILTER = "content_filter"
+
+
+#: What each tool call of a reply the provider cut short is answered with, by the reply's
+#: finish reason (such a call never runs: its arguments may be cut, and the model had not
+#: finished deciding). A :class:`ProviderResult` with one of these finish reasons names every
+#: call it holds in ``denied`` with this text.
+CUT_SHORT: Mapping[FinishReason, str] = MappingProxyType(
+    {
+        FinishReason.LENGTH: "not executed: the reply was cut by the token limit",
+        FinishReason.CONTENT_FILTER: "not executed: the reply was cut by the provider's "
+        "content filter",
+    }
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,6 +196,10 @@ def _to_role(value: Role | str) -> Role:
 
 def _to_finish(value: FinishReason | str) -> FinishReason:
     return _enum(FinishReason, value)
+
+
+def _to_optional_finish(value: FinishReason | str | None) -> FinishReason | None:
+    return None if value is None else _enum(FinishReason, value)
 
 
 def _to_stop_reason(value: StopReason | str) -> StopReason:
@@ -691,7 +716,9 @@ class ProviderResult:
     ``usage`` is ``None`` when the provider reported none; ``finish`` defaults to ``tool_calls``
     when there are calls and ``stop`` otherwise. Call ids are unique within one result.
     ``continuation`` is vendor data to store on the assistant message (see :class:`Message`).
-    ``denied`` names calls the provider side refused, with the text to answer each with.
+    ``denied`` names calls the provider side refused, with the text to answer each with: a
+    relay's policy, and every call of a reply cut short (finish ``length`` or
+    ``content_filter``, whose last call's arguments may be cut: see :data:`CUT_SHORT`).
     ``model`` and ``response_id`` are what the vendor said answered and how it named the
     response (OpenAI's ``chatcmpl-...``, Anthropic's ``msg_...``, the Responses API's
     ``resp_...``; Ollama names no response): ``None`` when it did not say. Each is a non-empty
@@ -711,8 +738,8 @@ class ProviderResult:
         converter=_to_finish,
     )
     continuation: dict[str, JSON] = attrs.field(factory=dict, converter=_to_continuation)
-    #: Calls the provider side refused (a relay's policy): call id -> the text the model is
-    #: answered with. They are never run.
+    #: Calls the provider side refused (a relay's policy, a reply cut short): call id -> the
+    #: text the model is answered with. They are never run.
     denied: dict[str, str] = attrs.field(factory=dict, converter=_to_denied)
     #: The model the vendor reports answered (``None``: not reported).
     model: str | None = attrs.field(default=None, validator=_response_name)
@@ -749,7 +776,12 @@ class AgentResult:
     ``run_id`` identifies the run (its events carry the same id; a delegated run's is
     ``subagent:<call id>``), ``agent`` names the agent that gave the answer (after a handoff, the
     agent handed to). ``total_usage`` adds to ``usage`` what the runs it delegated to spent
-    (equal to ``usage`` when it delegated nothing; ``None`` when any part is unknown).
+    (equal to ``usage`` when it delegated nothing; ``None`` when any part is unknown);
+    ``estimated`` covers it too (a run it delegated to charged an estimate). A count is never
+    a part passed off as the whole: unknown is ``None``, estimated is flagged.
+    ``finish`` is the finish reason of the run's last provider call (``cancelled`` when that
+    call was cut; ``None`` when the run made none): a run whose last reply the provider cut
+    short ends ``max_tokens`` (finish ``length``) or ``content_filter``, partial.
     """
 
     content: str = attrs.field(default="", validator=_str)
@@ -774,6 +806,8 @@ class AgentResult:
         default=attrs.Factory(_default_total_usage, takes_self=True),
         validator=attrs.validators.optional(attrs.validators.instance_of(Usage)),
     )
+    #: The finish reason of the run's last provider call (``None``: it made none).
+    finish: FinishReason | None = attrs.field(default=None, converter=_to_optional_finish)
 
     def __attrs_post_init__(self) -> None:
         if self.partial != (self.stop is not StopReason.COMPLETE):

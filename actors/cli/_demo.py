@@ -34,6 +34,7 @@ from protocols.messages import (
     Message,
     ProviderOptions,
     ProviderResult,
+    StopReason,
     ToolDefinition,
 )
 from protocols.wire.openai_chat import DEFAULT_BASE_URL
@@ -290,6 +291,8 @@ _STYLES = {
     "budget": "magenta",
     "timeout": "red",
     "exhausted": "red",
+    "max_tokens": "red",
+    "content_filter": "red",
     "error": "bold red",
 }
 
@@ -492,7 +495,7 @@ async def run_team(
 def _print_report(console: Console, report: TeamReport, path: str, temporary: bool) -> None:
     console.print(results_table(report.members))
     stops = report.stops()
-    order = ["complete", "cancelled", "budget", "timeout", "exhausted", "error"]
+    order = [*(reason.value for reason in StopReason), "error"]  # every one that can occur
     counts = ", ".join(f"{stops[stop]} {stop}" for stop in order if stops[stop])
     tokens = total_tokens([p.result for p in report.members if p.result is not None])
     console.print(f"{len(report.members)} agents: {counts}; {tokens}", highlight=False)

@@ -235,7 +235,10 @@ def _summary(record: JobRecord) -> dict[str, Any]:
             "content": result.content,
             "stop": result.stop.value,
             "partial": result.partial,
+            "finish": None if result.finish is None else result.finish.value,
+            # None: unknown (some turn reported none); ``estimated``: it includes estimates.
             "usage": None if result.total_usage is None else to_json(result.total_usage),
+            "estimated": result.estimated,
         }
     if record.error is not None:
         out["error"] = record.error
@@ -262,7 +265,12 @@ def _show(record: JobRecord, as_json: bool, out: TextIO) -> None:
     print(f"  attempts {record.attempts}, takeovers {record.takeovers}", file=out)
     if "result" in summary:
         result = summary["result"]
-        print(f"  stop {result['stop']}; usage {result['usage']}", file=out)
+        usage = "unknown" if result["usage"] is None else result["usage"]
+        estimated = " (estimated)" if result["estimated"] else ""
+        print(
+            f"  stop {result['stop']}; finish {result['finish']}; usage {usage}{estimated}",
+            file=out,
+        )
         print(f"  {result['content']}", file=out)
     if "error" in summary:
         print(f"  error: {summary['error']}", file=out)

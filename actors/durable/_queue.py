@@ -554,6 +554,8 @@ class JobQueue:
                     made.usage,
                     made.unsettled,
                     tuple(decide(record.id, made, idempotent=spec.idempotent)),
+                    known=made.known,
+                    estimate=made.estimate,
                 )
             else:
                 history, results = await self._background(record)

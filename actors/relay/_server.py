@@ -31,6 +31,7 @@ from protocols.errors import (
 )
 from protocols.history import estimate_messages
 from protocols.messages import (
+    CUT_SHORT,
     Message,
     ProviderOptions,
     ProviderResult,
@@ -128,7 +129,10 @@ class RelayServer:
 
     ``authority`` (optional) decides the tool calls in each result: a denied call is named in
     the ``result`` frame's ``denied``; an "ask" is put to the client as an ``approval`` frame
-    (no answer within ``approval_timeout``, or over plain HTTP: denied).
+    (no answer within ``approval_timeout``, or over plain HTTP: denied). A call the result
+    refuses already -- every call of a reply the upstream cut short (finish ``length`` or
+    ``content_filter``) -- is not decided: it keeps its ``denied`` text and never runs, in any
+    client that honours ``denied`` (which every client version does).
 
     ``tracer_provider`` (optional; default: the global one, if configured): each relayed call
     is an OpenTelemetry span ``chat {model}`` (SERVER), a child of the trace context the client
@@ -541,7 +545,16 @@ class RelayServer:
                         streamed.append(piece)
                         await emit(piece)
             result = stream.result
-            denied = await self._decide(request_id, result.calls, ask)
+            cut = CUT_SHORT.get(result.finish)
+            if cut is not None and result.calls:
+                # A reply cut short: every call refused, whichever provider gave it (a client
+                # honouring ``denied`` never runs one).
+                refused = dict.fromkeys((call.id for call in result.calls), cut)
+                result = attrs.evolve(result, denied={**refused, **result.denied})
+            # A call the result already refuses is never put to the policy, nor to a human:
+            # it will not run whatever they say.
+            undecided = [call for call in result.calls if call.id not in result.denied]
+            denied = await self._decide(request_id, undecided, ask)
             if denied:
                 result = attrs.evolve(result, denied={**result.denied, **denied})
             await emit(ResultFrame(request_id, result))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -79,6 +80,14 @@ class Simulator(LoopbackServer):
     * ``max_request_bytes``: larger requests get a 413 without their body being read.
     * ``report_usage``: ``False`` makes it answer without any token counts, as servers that
       never report usage do (llama-cpp-python ignores ``stream_options``).
+    * ``max_tokens``: the server's own output cap (a server's default limit, a model's maximum
+      output), applied when a request asks for none or a larger one: a longer answer is cut
+      with finish reason ``length`` -- in a tool call's arguments, too, whose text is then sent
+      cut, as a vendor sends it (see :func:`protocols.simulator.answer`).
+    * ``content_filter``: words its content filter blocks (case-insensitive): an answer is cut
+      just before the first one, in its text or in a call's arguments, with the vendor's
+      filter finish (OpenAI chat ``content_filter``, Responses API ``incomplete`` for
+      ``content_filter``, Anthropic ``refusal``; Ollama has no filter and is never filtered).
     * ``host`` / ``port``: where to listen (default 127.0.0.1 and a free port).
 
     Guarantees: connections are kept alive between requests; a client that goes away mid-stream
@@ -97,6 +106,8 @@ class Simulator(LoopbackServer):
         api_key: str | None = None,
         max_request_bytes: int = 8 * 1024 * 1024,
         report_usage: bool = True,
+        max_tokens: int | None = None,
+        content_filter: Sequence[str] = (),
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -110,7 +121,17 @@ class Simulator(LoopbackServer):
             isinstance(max_request_bytes, int) and max_request_bytes > 0
         ):
             raise ValidationError("max_request_bytes must be an integer > 0")
+        if max_tokens is not None and (
+            isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+        ):
+            raise ValidationError(f"max_tokens must be an integer >= 1 or None, not {max_tokens!r}")
+        if isinstance(content_filter, str) or not all(
+            isinstance(word, str) and word for word in content_filter
+        ):
+            raise ValidationError("content_filter must be a sequence of non-empty strings")
         super().__init__(host=host, port=port)
+        self.max_tokens = max_tokens
+        self.content_filter = tuple(content_filter)
         self.interval = float(interval)
         self.think_style: ThinkStyle = think_style
         self._api_key = api_key
@@ -258,7 +279,7 @@ class Simulator(LoopbackServer):
             return
         seq = len(self._requests)
         self._requests.append(parsed)
-        result = answer(parsed)
+        result = answer(parsed, max_tokens=self.max_tokens, blocked=self.content_filter)
         if not parsed.stream:
             body = response_body(
                 parsed, result, seq=seq, think_style=self.think_style, usage=self.report_usage

@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Literal
 import attrs
 
 from ..accounting import estimate_tokens
-from ..codec import from_json, to_json
+from ..codec import dumps, from_json, to_json
 from ..errors import AgentsError, Category, ProtocolError
 from ..messages import (
     AgentResult,
@@ -275,10 +275,14 @@ class Replay:
     ``messages``: the conversation the run made (input, responses, results; a turn cut before
     it settled is its last checkpoint, an interrupted assistant message, when nothing settled
     after it); ``turns``: the provider calls it started (settled or not); ``usage``: what its
-    settled responses reported (``None`` once one reported none); ``unsettled``: the tokens the
-    last call streamed before it was lost, by estimate (its checkpoint); ``open``: the calls
-    of the last response without a result, in call order, with their intents; ``asked`` and
-    ``answers``: approvals of the open batch; ``terminal``: its end, once it has one."""
+    settled responses reported -- ``None`` once part of what it spent is unknown: a response
+    reported none, or a call was lost (started, never settled); never the known part as the
+    whole -- with ``known``, the sum of what was reported, and ``estimate``, the tokens of the
+    responses that reported none by estimate (their text, thinking and calls' arguments);
+    ``unsettled``: the tokens the last call streamed before it was lost, by estimate (its
+    checkpoint); ``open``: the calls of the last response without a result, in call order,
+    with their intents; ``asked`` and ``answers``: approvals of the open batch; ``terminal``:
+    its end, once it has one."""
 
     messages: tuple[Message, ...] = ()
     turns: int = 0
@@ -291,6 +295,8 @@ class Replay:
     checkpoint: CheckpointEntry | None = None
     terminal: TerminalEntry | None = None
     unsettled: int = 0
+    known: Usage = attrs.field(factory=Usage)
+    estimate: int = 0
 
     @property
     def started(self) -> bool:
@@ -312,6 +318,8 @@ def replay(
     turns = 0  # settled responses
     requested = 0  # provider calls started
     usage: Usage | None = Usage()
+    known = Usage()  # what the settled responses that reported usage reported
+    estimate = 0  # the others' tokens, by estimate
     calls: dict[str, ToolCall] = {}  # of the last response
     intents: dict[str, str] = {}
     results: dict[str, ToolResult] = {}
@@ -364,6 +372,10 @@ def replay(
             turns += 1
             requested = max(requested, turns)
             usage = None if usage is None or entry.usage is None else usage + entry.usage
+            if entry.usage is not None:
+                known = known + entry.usage
+            else:
+                estimate += _answer_tokens(entry.message)
             calls = {call.id: call for call in entry.message.calls}
             intents, results, asked, answers = {}, {}, {}, {}
         elif isinstance(entry, MessageEntry):
@@ -433,6 +445,8 @@ def replay(
         messages.append(
             Message.assistant(checkpoint.content, thinking=checkpoint.thinking, interrupted=True)
         )
+    if requested > turns:
+        usage = None  # a call was lost (started, never settled): what it cost is unknown
     made = Replay(
         tuple(messages),
         max(turns, requested),
@@ -445,10 +459,21 @@ def replay(
         checkpoint,
         terminal,
         unsettled,
+        known,
+        estimate,
     )
     if history is not None:
         _check_history(job, made, history)
     return made
+
+
+def _answer_tokens(message: Message) -> int:
+    """A response's tokens by estimate: its text, thinking and calls' arguments."""
+    return (
+        estimate_tokens(message.content)
+        + estimate_tokens(message.thinking)
+        + sum(estimate_tokens(dumps(call.arguments)) for call in message.calls)
+    )
 
 
 def _check_history(job: str, made: Replay, history: Sequence[Message]) -> None:

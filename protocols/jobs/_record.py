@@ -155,7 +155,9 @@ class JobRecord:
     ``revision`` counts writes (compare-and-swap on it); ``fence`` counts acquisitions;
     ``sequence`` is the admission order, ``execution`` the order of first acquisition (a thread's
     history follows it); ``attempts`` counts acquisitions that started or continued the run;
-    ``turns`` and ``usage`` are what its attempts spent, carried across them; ``children`` are the
+    ``turns`` and ``usage`` are what its attempts spent, carried across them (``usage`` is
+    ``None`` once part of it is unknown: a job that ended with a result whose ``total_usage``
+    is unknown -- never the known part passed off as the whole); ``children`` are the
     ids of the jobs it waits for, in order; ``pending`` the approvals it waits for and
     ``answers`` the ones given; ``not_before`` holds a retry back.
     """
@@ -176,7 +178,7 @@ class JobRecord:
     attempts: int = attrs.field(default=0, validator=_count)
     takeovers: int = attrs.field(default=0, validator=_count)
     turns: int = attrs.field(default=0, validator=_count)
-    usage: Usage = attrs.field(factory=Usage)
+    usage: Usage | None = attrs.field(factory=Usage)
     cancel_requested: bool = False
     pending: tuple[ApprovalRequest, ...] = ()
     answers: tuple[ApprovalAnswer, ...] = ()
@@ -525,8 +527,7 @@ def finish(
     usage, turns = record.usage, record.turns
     if result is not None:
         turns = max(turns, result.turns)
-        if result.total_usage is not None:
-            usage = result.total_usage
+        usage = result.total_usage  # unknown stays unknown: not what was checkpointed before
     return _write(
         record,
         now,

@@ -27,9 +27,13 @@ The policy, applied to the last message of the conversation:
   ``reasoning_content`` with the ``"field"`` style, a Responses reasoning summary with
   ``encrypted_content``) or inline ``<think>...</think>`` content (the OpenAI ``"tags"`` style,
   like llama.cpp serving a reasoning model).
-* A output-token cap (``max_tokens``, ``max_completion_tokens``, ``max_output_tokens``, Ollama
-  ``num_predict``) smaller than the answer cuts it to that many deltas with finish reason
-  ``length`` (a Responses API stream ends with ``response.incomplete``).
+* An output-token cap (``max_tokens``, ``max_completion_tokens``, ``max_output_tokens``, Ollama
+  ``num_predict``, or the server's own, :func:`answer`'s ``max_tokens``) smaller than the answer
+  cuts it to that many deltas with finish reason ``length`` (a Responses API stream ends with
+  ``response.incomplete``); tool calls are cut where their arguments' tokens pass the cap, the
+  call it falls in sent with its arguments' JSON text cut (Ollama: as a string).
+* A content filter (:func:`answer`'s ``blocked`` words) cuts the answer just before the first
+  blocked word with the vendor's filter finish (``content_filter``; Anthropic ``refusal``).
 * Usage: prompt tokens estimate the request's text (:func:`~protocols.accounting.estimate_tokens`);
   completion tokens count the deltas plus the estimate of the thinking and call arguments.
 

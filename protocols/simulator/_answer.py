@@ -10,7 +10,7 @@ from typing import Any, Final
 
 import attrs
 
-from .._json import dumpb, dumps
+from .._json import dumpb
 from ..accounting import estimate_tokens
 from ..messages import FinishReason, Usage
 from ._request import (
@@ -18,6 +18,7 @@ from ._request import (
     _CREATED_AT,
     _WORDS,
     SimAnswer,
+    SimCall,
     SimRequest,
     ThinkStyle,
     Vendor,
@@ -120,7 +121,7 @@ def _openai_frames(
             ]
         }
         yield chunk(dumpb(start))
-        for fragment in _fragments(dumps(call.arguments)):
+        for fragment in _fragments(call.text):
             more = {"tool_calls": [{"index": index, "function": {"arguments": fragment}}]}
             yield chunk(dumpb(more))
     yield head + b'{},"finish_reason":' + _string(result.finish.value) + b"}]}\n\n"
@@ -149,6 +150,13 @@ _ANTHROPIC_STOP: Final[Mapping[FinishReason, str]] = {
     FinishReason.STOP: "end_turn",
     FinishReason.LENGTH: "max_tokens",
     FinishReason.TOOL_CALLS: "tool_use",
+    FinishReason.CONTENT_FILTER: "refusal",
+}
+
+#: The Responses API's ``incomplete_details.reason`` of an answer cut short.
+_INCOMPLETE: Final[Mapping[FinishReason, str]] = {
+    FinishReason.LENGTH: "max_output_tokens",
+    FinishReason.CONTENT_FILTER: "content_filter",
 }
 
 
@@ -206,7 +214,7 @@ def _anthropic_frames(
             "input": {},
         }
         yield _event("content_block_start", _block_start(index, block))
-        for fragment in _fragments(dumps(call.arguments)):
+        for fragment in _fragments(call.text):
             delta = {"type": "input_json_delta", "partial_json": fragment}
             yield _event("content_block_delta", _block_delta(index, delta))
         yield _event("content_block_stop", {"type": "content_block_stop", "index": index})
@@ -248,15 +256,16 @@ def _responses_object(
 ) -> dict[str, Any]:
     """The response object; ``output=None`` for the in-progress shell of the first events."""
     status = "in_progress"
+    reason = _INCOMPLETE.get(result.finish)
     if output is not None:
-        status = "incomplete" if result.finish is FinishReason.LENGTH else "completed"
+        status = "incomplete" if reason is not None else "completed"
     return {
         "id": f"resp_sim{seq}",
         "object": "response",
         "created_at": 0,
         "status": status,
         "error": None,
-        "incomplete_details": ({"reason": "max_output_tokens"} if status == "incomplete" else None),
+        "incomplete_details": ({"reason": reason} if status == "incomplete" else None),
         "model": request.model,
         "output": output or [],
         "parallel_tool_calls": True,
@@ -291,10 +300,10 @@ def _responses_items(result: SimAnswer, seq: int) -> list[dict[str, Any]]:
         {
             "id": f"fc_sim{seq}_{index}",
             "type": "function_call",
-            "status": "completed",
+            "status": "completed" if call.cut is None else "incomplete",
             "call_id": _call_id("openai", seq, index),
             "name": call.name,
-            "arguments": dumps(call.arguments),
+            "arguments": call.text,
         }
         for index, call in enumerate(result.calls)
     )
@@ -384,12 +393,15 @@ def _ollama_frames(request: SimRequest, result: SimAnswer, usage: bool) -> Itera
     for piece in result.pieces:
         yield head + b'"content":' + _string(piece) + tail
     if result.calls:
-        calls = [
-            {"function": {"name": call.name, "arguments": call.arguments}} for call in result.calls
-        ]
+        calls = [{"function": _ollama_function(call)} for call in result.calls]
         yield head + b'"content":"","tool_calls":' + dumpb(calls) + tail
     final = _ollama_final(request, result, {"role": "assistant", "content": ""}, usage)
     yield dumpb(final) + b"\n"
+
+
+def _ollama_function(call: SimCall) -> dict[str, Any]:
+    # Arguments are an object; those of a call cut short go as the text that was sent.
+    return {"name": call.name, "arguments": call.arguments if call.cut is None else call.cut}
 
 
 def _ollama_final(
@@ -449,7 +461,7 @@ def _response_body(
                 {
                     "id": _call_id("openai", seq, index),
                     "type": "function",
-                    "function": {"name": call.name, "arguments": dumps(call.arguments)},
+                    "function": {"name": call.name, "arguments": call.text},
                 }
                 for index, call in enumerate(result.calls)
             ]
@@ -478,7 +490,8 @@ def _response_body(
                 "type": "tool_use",
                 "id": _call_id("anthropic", seq, index),
                 "name": call.name,
-                "input": call.arguments,
+                # (A whole body holds objects: a call cut short has what parsed, nothing.)
+                "input": call.arguments if call.cut is None else {},
             }
             for index, call in enumerate(result.calls)
         )
@@ -499,9 +512,7 @@ def _response_body(
     if result.thinking:
         reply["thinking"] = result.thinking
     if result.calls:
-        reply["tool_calls"] = [
-            {"function": {"name": call.name, "arguments": call.arguments}} for call in result.calls
-        ]
+        reply["tool_calls"] = [{"function": _ollama_function(call)} for call in result.calls]
     return _ollama_final(request, result, reply, True)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
+
 from .._json import dumps, loads
 from ..accounting import estimate_tokens
 from ..errors import ProtocolError
@@ -25,12 +27,22 @@ from ._request import (
 # The policy
 
 
-def answer(request: SimRequest) -> SimAnswer:
+def answer(
+    request: SimRequest, *, max_tokens: int | None = None, blocked: Sequence[str] = ()
+) -> SimAnswer:
     """What the simulator answers to ``request`` (see the module docstring for the policy).
 
+    ``max_tokens`` is the server's own output cap (the request's, when smaller, wins);
+    ``blocked`` are the words its content filter blocks (matched case-insensitively; Ollama's
+    native format has no filter and is never filtered).
+
     Guarantees: deterministic (equal requests give equal answers); never raises for a parsed
-    request; ``finish`` is ``tool_calls`` exactly when there are calls, ``length`` when the output
-    cap cut the answer, else ``stop``; usage is consistent (``total = prompt + completion``).
+    request; ``finish`` is ``content_filter`` when the filter cut the answer (just before the
+    first blocked word, in its text or in a call's arguments), ``length`` when the output cap
+    cut it (text after the cap's count of deltas; calls once their arguments' tokens exceed it
+    -- the call the cap falls in is sent with its arguments' text cut, later ones not at all),
+    else ``tool_calls`` exactly when there are calls and ``stop`` otherwise; usage is
+    consistent (``total = prompt + completion``).
     """
     tools = _usable_tools(request)
     last = next((turn for turn in reversed(request.turns) if turn.role != "system"), None)
@@ -69,14 +81,26 @@ def answer(request: SimRequest) -> SimAnswer:
     thinking = plan if request.think else ""
     pieces = tuple(_WORDS.findall(text))
     finish = FinishReason.TOOL_CALLS if calls else FinishReason.STOP
-    if request.max_tokens is not None and not calls and len(pieces) > request.max_tokens:
-        pieces = pieces[: request.max_tokens]
-        finish = FinishReason.LENGTH
+    words = tuple(word.lower() for word in blocked if word) if request.vendor != "ollama" else ()
+    if words:
+        filtered = _filtered(pieces, calls, words)
+        if filtered is not None:
+            pieces, calls = filtered
+            finish = FinishReason.CONTENT_FILTER
+    caps = [cap for cap in (request.max_tokens, max_tokens) if cap is not None]
+    cap = min(caps) if caps else None
+    if cap is not None and finish is not FinishReason.CONTENT_FILTER:
+        if not calls and len(pieces) > cap:
+            pieces = pieces[:cap]
+            finish = FinishReason.LENGTH
+        elif calls:
+            capped = _capped(calls, cap)
+            if capped is not None:
+                calls = capped
+                finish = FinishReason.LENGTH
     prompt = sum(estimate_tokens(turn.text) for turn in request.turns) + len(request.tools)
     completion = (
-        len(pieces)
-        + estimate_tokens(thinking)
-        + sum(estimate_tokens(dumps(call.arguments)) for call in calls)
+        len(pieces) + estimate_tokens(thinking) + sum(estimate_tokens(call.text) for call in calls)
     )
     return SimAnswer(
         thinking=thinking,
@@ -85,6 +109,35 @@ def answer(request: SimRequest) -> SimAnswer:
         finish=finish,
         usage=Usage(prompt=prompt, completion=completion),
     )
+
+
+def _filtered(
+    pieces: tuple[str, ...], calls: list[SimCall], words: tuple[str, ...]
+) -> tuple[tuple[str, ...], list[SimCall]] | None:
+    """The answer cut just before the first blocked word (``None``: none is in it)."""
+    for index, piece in enumerate(pieces):
+        if any(word in piece.lower() for word in words):
+            return pieces[:index], []
+    for index, call in enumerate(calls):
+        text = call.text
+        found = [at for at in (text.lower().find(word) for word in words) if at >= 0]
+        if found:
+            return pieces, [*calls[:index], attrs.evolve(call, cut=text[: min(found)])]
+    return None
+
+
+def _capped(calls: list[SimCall], cap: int) -> list[SimCall] | None:
+    """The calls cut where their arguments' tokens pass ``cap`` (``None``: they fit)."""
+    left = cap
+    for index, call in enumerate(calls):
+        need = estimate_tokens(call.text)
+        if need > left:
+            kept = calls[:index]
+            if left > 0:  # the call the cap falls in: its arguments cut
+                kept.append(attrs.evolve(call, cut=call.text[: left * 4]))
+            return kept
+        left -= need
+    return None
 
 
 def _usable_tools(request: SimRequest) -> tuple[str, ...]:

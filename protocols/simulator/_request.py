@@ -8,7 +8,7 @@ from typing import Any, Final, Literal, TypeAlias
 
 import attrs
 
-from .._json import loads
+from .._json import dumps, loads
 from ..errors import ProtocolError, ValidationError
 from ..messages import FinishReason, Usage
 from ..wire.openai_chat import TOOL_IMAGES_LABEL
@@ -58,10 +58,20 @@ _WORDS = re.compile(r"\s*\S+")
 
 @attrs.frozen
 class SimCall:
-    """A tool call the simulator makes (or one found in a request's assistant turn)."""
+    """A tool call the simulator makes (or one found in a request's assistant turn).
+
+    ``cut`` is set when the answer was cut short inside this call: the part of its arguments'
+    JSON text that was sent (``None``: the arguments went whole). :attr:`text` is what is sent.
+    """
 
     name: str
     arguments: dict[str, Any] = attrs.field(factory=dict)
+    cut: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The arguments' JSON text as sent: whole, or cut."""
+        return dumps(self.arguments) if self.cut is None else self.cut
 
 
 @attrs.frozen

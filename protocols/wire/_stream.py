@@ -37,9 +37,10 @@ from typing import Any
 import attrs
 
 from .._json import loads
-from ..errors import ProtocolError
+from ..errors import ProtocolError, ValidationError
 from ..messages import (
     _MAX_RESPONSE_NAME,
+    CUT_SHORT,
     Delta,
     FinishReason,
     ProviderResult,
@@ -159,8 +160,14 @@ class StreamAssembler:
       non-empty values seen for its index; a call with no id gets one from ``mint_id``.
     * :meth:`result` is the complete result; it raises :class:`~protocols.errors.ProtocolError`
       when a call has no name or its arguments are not a JSON object (malformed JSON is never
-      silently dropped). :meth:`partial` never raises: it is what was produced so far, for a
-      stream cut short (calls whose arguments are incomplete are left out).
+      silently dropped) -- unless the provider cut the reply short (finish ``length`` or
+      ``content_filter``): then the last call's arguments may be cut, so a named call whose
+      arguments are not a JSON object is kept with empty arguments (a call with no name or a
+      repeated id is left out), and every call is named in the result's ``denied`` with the
+      text of :data:`~protocols.messages.CUT_SHORT` -- no call of a cut reply is ever run, by
+      the agent or by anyone honouring ``denied`` (a relay client from before this rule
+      included). :meth:`partial` never raises: it is what was produced so far, for a stream
+      cut short (calls whose arguments are incomplete are left out).
     * ``terminal`` tells whether the vendor's end-of-stream record has been seen, ``final``
       whether the record that ends the response has been: from then on :meth:`add` ignores
       every increment (it returns no delta and changes nothing), so what comes after the end
@@ -259,8 +266,9 @@ class StreamAssembler:
 
     def result(self) -> ProviderResult:
         """The complete result. Call after the stream ended (and after :meth:`flush`)."""
-        calls = self._built_calls(strict=True)
         finish = self.finish
+        cut = CUT_SHORT.get(finish) if finish is not None else None
+        calls = self._built_calls(strict=cut is None, cut=cut is not None)
         if finish is None:
             finish = FinishReason.TOOL_CALLS if calls else FinishReason.STOP
         return ProviderResult(
@@ -270,6 +278,7 @@ class StreamAssembler:
             usage=self.usage,
             finish=finish,
             continuation=self.continuation,
+            denied=dict.fromkeys((call.id for call in calls), cut) if cut is not None else {},
             model=self.model,
             response_id=self.response_id,
         )
@@ -288,15 +297,17 @@ class StreamAssembler:
             response_id=self.response_id,
         )
 
-    def _built_calls(self, *, strict: bool) -> tuple[ToolCall, ...]:
+    def _built_calls(self, *, strict: bool, cut: bool = False) -> tuple[ToolCall, ...]:
         """The calls in index order. ``strict``: a malformed call or a repeated id is a
-        ProtocolError; otherwise incomplete calls and repeated ids are left out."""
+        ProtocolError; otherwise incomplete calls and repeated ids are left out -- except, for
+        a reply the provider cut short (``cut``), a named call whose arguments were cut: it is
+        kept with empty arguments, to be answered (it never runs)."""
         calls: list[ToolCall] = []
         seen: set[str] = set()
         for index, call in sorted(self._calls.items()):
             try:
-                built = self._build(index, call)
-            except ProtocolError:
+                built = self._build(index, call, cut=cut)
+            except (ProtocolError, ValidationError):
                 if strict:
                     raise
                 continue  # its arguments never finished arriving
@@ -308,7 +319,7 @@ class StreamAssembler:
             calls.append(built)
         return tuple(calls)
 
-    def _build(self, index: int, call: _PartialCall) -> ToolCall:
+    def _build(self, index: int, call: _PartialCall, *, cut: bool = False) -> ToolCall:
         if not call.name:
             raise ProtocolError(f"tool call {index} has no name")
         text = "".join(call.arguments)
@@ -317,9 +328,14 @@ class StreamAssembler:
             try:
                 arguments = loads(text)
             except ProtocolError as error:
-                raise ProtocolError(
-                    f"tool call {index} ({call.name!r}) has malformed arguments: {error.message}"
-                ) from None
+                if not cut:
+                    raise ProtocolError(
+                        f"tool call {index} ({call.name!r}) has malformed arguments: "
+                        f"{error.message}"
+                    ) from None
+                arguments = {}  # cut by the limit: kept to be answered, never run
+        if cut and not isinstance(arguments, dict):
+            arguments = {}
         if not isinstance(arguments, dict):
             raise ProtocolError(
                 f"tool call {index} ({call.name!r}) arguments are not a JSON object"

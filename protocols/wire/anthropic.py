@@ -30,6 +30,7 @@ from .._json import loads
 from ..accounting import sanitize_count
 from ..errors import ConfigError, ProtocolError, ProviderError, ValidationError
 from ..messages import (
+    CUT_SHORT,
     FinishReason,
     Message,
     ProviderOptions,
@@ -597,7 +598,8 @@ def read_response(body: Any) -> ProviderResult:
     separator, as the stream reader's deltas are); thinking and redacted thinking blocks go into
     ``continuation`` as :class:`AnthropicReader` stores them; ``tool_use`` blocks become calls
     keeping their ids (a missing id is minted); usage and ``stop_reason`` are mapped as by the
-    stream reader, and the message's ``model`` and ``id`` are taken as it takes them. Other
+    stream reader (a reply cut short names every call in ``denied``, as the stream's result
+    does), and the message's ``model`` and ``id`` are taken as it takes them. Other
     block types are ignored. A body of type ``error`` raises
     :class:`~protocols.errors.ProviderError`; a body of the wrong shape raises
     :class:`~protocols.errors.ProtocolError`.
@@ -649,6 +651,9 @@ def read_response(body: Any) -> ProviderResult:
     }
     if finish is not None:
         fields["finish"] = finish
+        cut = CUT_SHORT.get(finish)
+        if cut is not None:  # a reply cut short: none of its calls runs (as when streamed)
+            fields["denied"] = dict.fromkeys((call.id for call in calls), cut)
     if stored:
         fields["continuation"] = {_NAMESPACE: {"thinking_blocks": stored}}
     try:

@@ -99,6 +99,24 @@ async def test_usage_nobody_reported_stays_unknown() -> None:
     assert [(c.usage, c.estimated) for c in chunks] == [(None, False)]
 
 
+async def test_a_total_that_includes_a_delegated_runs_estimate_says_so() -> None:
+    events: list[AgentEvent] = []
+    async with open_runtime() as runtime:
+        child = await Agent.start(runtime, ScriptedProvider(Reply("abcdefgh")), name="child")
+        provider = ScriptedProvider(
+            Reply(calls=[ToolCall("d1", "child", {"input": "go"})], usage=Usage(3, 1)),
+            Reply("done", usage=Usage(4, 1)),
+        )
+        parent = await Agent.start(runtime, provider, tools=[child.as_tool()], on=[events.append])
+        result = await parent.generate("go", budget=TokenBudget(max=100))
+    # Its own turns were reported; the child's was not, and the budget charged an estimate.
+    assert result.usage == Usage(7, 2)
+    assert result.total_usage == Usage(7, 2) + Usage(completion=2, total=2)
+    assert result.estimated
+    (finished,) = [e for e in events if e.kind == "subagent_finish"]
+    assert (finished.usage, finished.estimated) == (Usage(completion=2, total=2), True)
+
+
 async def test_a_budget_charges_unreported_usage_by_estimate_and_says_so() -> None:
     provider = ScriptedProvider(Reply("abcdefgh"), Reply("x", usage=Usage(3, 1)))
     events: list[AgentEvent] = []

@@ -27,6 +27,10 @@ from actors.cli._demo import (
     BUDGET,
     CANCEL_AFTER,
     Endpoint,
+    MemberProgress,
+    TeamReport,
+    _print_report,
+    results_table,
     run_demo,
     run_team,
     team,
@@ -143,6 +147,26 @@ def test_token_counts_are_shown_as_known_unknown_or_estimated() -> None:
     assert total_tokens([reported, unreported]) == "7 tokens (1 run(s) unknown)"
     assert total_tokens([unreported]) == "tokens unknown"
     assert total_tokens([]) == "0 tokens"
+
+
+def test_the_results_table_and_summary_show_a_reply_cut_short(tmp_path: pathlib.Path) -> None:
+    members = [
+        MemberProgress(member, result=AgentResult("1 2 3", stop=stop, turns=1))
+        for member, stop in zip(
+            team(3),
+            [StopReason.COMPLETE, StopReason.MAX_TOKENS, StopReason.CONTENT_FILTER],
+            strict=True,
+        )
+    ]
+    console, out = buffer_console(terminal=True)
+    console.print(results_table(members))
+    table = out.getvalue()
+    assert "\x1b[31mmax_tokens" in table, "a cut reply is marked as a failure to finish"
+    assert "\x1b[31mcontent_filter" in table
+    console, out = buffer_console()
+    report = TeamReport(tuple(members), None, 3, "here")
+    _print_report(console, report, str(tmp_path / "x"), True)
+    assert "3 agents: 1 complete, 1 max_tokens, 1 content_filter;" in out.getvalue()
 
 
 @pytest.mark.parametrize("interval", ["-1", "11", "fast"])

@@ -51,6 +51,7 @@ def registry():
     for _ in range(20):
         steps += [Reply(calls=[ToolCall("c1", "add", {"a": 19, "b": 23})]), Reply("It is 42.")]
     agents.add("calculator", ScriptedProvider(*steps), tools=[add])
+    agents.add("cut", ScriptedProvider(Reply("Once upon a", finish="length")))
     asks = Authority(rules=(Rule("ask", tools=("refund",), reason="needs a human"),))
     agents.add(
         "support",
@@ -234,6 +235,35 @@ async def test_an_approval_is_answered_from_another_process_and_the_job_goes_on(
     assert cancelled.stderr == (
         f"trio-agents jobs: job {job} has already ended (completed): nothing to cancel\n"
     )
+
+
+def test_a_job_whose_reply_was_cut_short_ends_partial_and_show_says_why(
+    folder: pathlib.Path,
+) -> None:
+    submitted = cli(
+        folder, "jobs", "submit", "--store", "sqlite:///jobs.db", "--agent", "cut", "A story."
+    )
+    job = submitted.stdout.strip()
+    worker = start_worker(folder)
+    try:
+        waited = cli(
+            folder, "jobs", "wait", "--store", "sqlite:///jobs.db", job, "--timeout", "30", "--json"
+        )
+    finally:
+        stop(worker)
+    assert waited.returncode == 1, waited.stderr  # it did not complete
+    shown = json.loads(waited.stdout)
+    assert shown["status"] == "partial"
+    assert shown["result"] == {
+        "content": "Once upon a",
+        "stop": "max_tokens",
+        "partial": True,
+        "finish": "length",
+        "usage": None,  # the provider reported none: unknown, not 0
+        "estimated": False,
+    }
+    text = cli(folder, "jobs", "show", "--store", "sqlite:///jobs.db", job).stdout
+    assert "  stop max_tokens; finish length; usage unknown\n" in text
 
 
 def test_cancel_and_purge_and_the_purged_key(folder: pathlib.Path) -> None:

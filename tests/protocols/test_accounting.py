@@ -282,3 +282,51 @@ def test_a_parent_always_counts_exactly_what_its_children_charged(steps: list[tu
     assert parent.consumed == under_parent
     under_team = sum((child.consumed for child in children[2:]), under_parent)
     assert team.consumed == under_team
+
+
+def test_a_meter_says_when_what_it_counts_includes_an_estimate() -> None:
+    team = TeamBudget(max=1000)
+    parent = BudgetMeter(TokenBudget(max=500), parents=[team.meter])
+    child = BudgetMeter(None, parents=[parent])
+    child.charge_content("x" * 40)  # an estimate in flight is replaced at reconcile
+    assert [child.estimated, parent.estimated, team.estimated] == [False, False, False]
+    child.reconcile(Usage(3, 4))
+    assert [child.estimated, parent.estimated, team.estimated] == [False, False, False]
+    assert repr(team) == "<TeamBudget 7/1000 total>"
+    child.reconcile(None, thinking="hmm")  # nothing reported: charged by estimate
+    assert child.estimated
+    assert parent.estimated
+    assert team.estimated
+    assert repr(team).startswith("<TeamBudget ~")
+    other = BudgetMeter(TokenBudget(max=10))
+    other.charge(None, text="a summary nobody counted")
+    assert other.estimated
+    counted = BudgetMeter(TokenBudget(max=10))
+    counted.charge(Usage(1, 1))
+    assert not counted.estimated
+    counted.charge(Usage(completion=2), estimated=True)  # an estimate made elsewhere
+    assert counted.estimated
+
+
+@given(charges)
+def test_a_meter_is_estimated_exactly_when_it_or_a_meter_drawing_on_it_guessed(
+    steps: list[tuple],
+) -> None:
+    team = TeamBudget(max=MAX_COUNT)
+    parent = BudgetMeter(TokenBudget(max=MAX_COUNT), parents=[team.meter])
+    children = [BudgetMeter(None, parents=[parent]) for _ in range(2)] + [
+        BudgetMeter(None, parents=[team.meter]) for _ in range(2)
+    ]
+    guessed = [False] * 4
+    for kind, which, value in steps:
+        meter = children[which]
+        if kind == "content":
+            meter.charge_content(value)
+        elif kind == "reconcile":
+            meter.reconcile(value)
+            guessed[which] = guessed[which] or value is None
+        else:
+            meter.begin_turn()
+    assert [child.estimated for child in children] == guessed
+    assert parent.estimated == any(guessed[:2])
+    assert team.estimated == any(guessed)

@@ -279,6 +279,9 @@ def agent_results(draw: st.DrawFn) -> AgentResult:
         kwargs["stop"] = stop
         if draw(st.booleans()):
             kwargs["partial"] = stop is not StopReason.COMPLETE
+    finish = draw(optional(st.sampled_from(FinishReason)))
+    if finish is not None:  # the last provider call's (None: the run made none)
+        kwargs["finish"] = draw(st.sampled_from([finish, finish.value]))
     return AgentResult(**kwargs)
 
 

@@ -307,6 +307,34 @@ def test_a_usages_reasoning_is_never_sent_but_is_accepted(cls: type, field: str)
     assert decode_server_frame(json.dumps(sent)) == cls("r1", thought)
 
 
+@settings(max_examples=100)
+@given(
+    usage=st.none()
+    | usages().flatmap(
+        lambda u: st.sampled_from([u, Usage(u.prompt, u.completion, reasoning=u.completion)])
+    ),
+    cut=st.booleans(),
+)
+def test_a_frames_usage_counts_every_token_or_says_none_were_reported(
+    usage: Usage | None, cut: bool
+) -> None:
+    # (Leaving the reasoning part out drops a breakdown, never a token of the counts.)
+    result = ProviderResult(content="hi", usage=usage)
+    frame = AbortFrame("r1", result) if cut else ResultFrame("r1", result)
+    back = decode_server_frame(encode_frame(frame))
+    got = back.partial.usage if isinstance(back, AbortFrame) else back.result.usage
+    if usage is None:
+        assert got is None  # unknown, not zero
+    else:
+        assert got is not None
+        assert (got.prompt, got.completion, got.total, got.cached) == (
+            usage.prompt,
+            usage.completion,
+            usage.total,
+            usage.cached,
+        )
+
+
 def test_a_tool_messages_images_are_never_sent_but_are_accepted() -> None:
     # A server from before tool messages had images refuses a tool message with them: a client
     # leaves them out, and says so in the message's text...

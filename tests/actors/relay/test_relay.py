@@ -33,18 +33,20 @@ from actors import open_runtime, tool
 from actors.agent import Agent
 from actors.providers import OpenAIChat, ProviderStream, RetryPolicy, StreamingProvider
 from actors.relay import RelayLimits, RelayProvider, RelayServer, RelayToken, serve
-from actors.testing import FaultProviderServer, Simulator
+from actors.testing import FaultProviderServer, Reply, ScriptedProvider, Simulator
 from protocols.authority import NO_APPROVER_REASON, Authority, Rule
 from protocols.codec import to_json
 from protocols.egress import EgressPolicy
 from protocols.errors import ConfigError, ProviderError
 from protocols.messages import (
+    CUT_SHORT,
     Delta,
     FinishReason,
     Message,
     ProviderOptions,
     ProviderResult,
     Role,
+    StopReason,
     ToolCall,
     ToolDefinition,
     Usage,
@@ -2356,3 +2358,75 @@ async def test_the_client_escapes_what_a_relay_sent_in_its_log_lines(
     assert any("invalid frame" in message for message in logged)
     for message in logged:
         assert message.isprintable(), message
+
+
+# -- a reply the upstream cut short (issue 23 item 3) --------------------------------------------
+
+#: The fields of a result frame's result before issue 23: a client of that time decodes a frame
+#: with these only (relay frames are strict), and the values of ``finish`` it knows.
+OLD_RESULT_FIELDS = {"content", "thinking", "calls", "usage", "finish", "continuation", "denied"}
+OLD_FINISHES = {"stop", "length", "tool_calls", "content_filter", "cancelled", "other"}
+
+
+async def test_a_reply_cut_short_upstream_ends_the_clients_run_and_its_call_never_runs(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    runs: list[tuple[int, int]] = []
+    asked: list[str] = []
+
+    @tool
+    async def add(a: int, b: int) -> int:
+        """Add two integers."""
+        runs.append((a, b))
+        return a + b
+
+    async def approve(call: ToolCall, reason: str | None) -> bool:
+        asked.append(call.id)
+        return True
+
+    # Even a policy that would put the call to a human does not: it will not run anyway.
+    authority = Authority([Rule("ask", tools=("add",), reason="sums need a human")])
+    async with simulated(max_tokens=2) as (sim, upstream):
+        app = server(upstream, authority=authority)
+        async with (
+            running(app) as url,
+            relay(url, approve=approve) as provider,
+            open_runtime() as runtime,
+        ):
+            agent = await Agent.start(runtime, provider, tools=[add])
+            result = await agent.generate('call add with {"a": 123456, "b": 654321}')
+    assert (result.stop, result.partial, result.finish) == (
+        StopReason.MAX_TOKENS,
+        True,
+        FinishReason.LENGTH,
+    )
+    assert runs == []
+    assert asked == []
+    assert list(tool_texts(result.messages).values()) == [CUT_SHORT[FinishReason.LENGTH]]
+    assert len(sim.requests) == 1
+
+
+async def test_an_older_client_decodes_a_cut_reply_and_is_told_not_to_run_its_calls(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    # A cut reply adds nothing to the frame an older client could refuse: its finish is one it
+    # knows, and every call is in ``denied`` -- which every client version answers instead of
+    # running (its own loop then goes on with the model, as before this rule).
+    # The upstream is any provider -- here one that names no call in ``denied`` itself: the
+    # server does, and puts none of them to its policy.
+    calls = [ToolCall("c1", "add", {"a": 1, "b": 2})]
+    for finish in (FinishReason.LENGTH, FinishReason.CONTENT_FILTER):
+        upstream = ScriptedProvider(Reply("sum", calls=calls, finish=finish))
+        app = server(upstream, authority=Authority([Rule("ask", tools=("add",))]))
+        async with running(app) as url, Raw.connect(url) as raw:
+            await raw.ready()
+            await raw.send(stream("a", "sum", tools=[ADD]))
+            frames = await raw.frames_until("a")
+        result = frames[-1]
+        assert isinstance(result, ResultFrame), frames  # no approval frame came first
+        assert result.result.finish is finish
+        assert result.result.calls == tuple(calls)
+        assert result.result.denied == {"c1": CUT_SHORT[finish]}
+        sent = json.loads(raw.texts[-1])["result"]
+        assert set(sent) <= OLD_RESULT_FIELDS
+        assert sent["finish"] in OLD_FINISHES

@@ -270,6 +270,74 @@ def test_usage_is_unknown_once_one_response_reported_none() -> None:
     assert replay(JOB, entries).usage is None
 
 
+def test_usage_unknown_keeps_what_was_reported_and_an_estimate_of_the_rest_apart() -> None:
+    unreported = Message.assistant(
+        "four", thinking="eightish", calls=[ToolCall("c9", "lookup", {"q": 1})]
+    )
+    entries: list[Entry] = [
+        INPUT,
+        RequestEntry(1),
+        ResponseEntry(assistant("a"), Usage(1, 1)),
+        RequestEntry(2),
+        ResponseEntry(unreported, None),
+        ResultEntry(ToolSuccess("c9", "lookup", "ok")),
+        RequestEntry(3),
+        ResponseEntry(assistant("c"), Usage(5, 5)),
+    ]
+    made = replay(JOB, entries)
+    assert made.usage is None  # never the known part as the whole
+    assert made.known == Usage(6, 6)
+    text = estimate_tokens("four") + estimate_tokens("eightish") + estimate_tokens('{"q":1}')
+    assert made.estimate == text
+
+
+def test_usage_is_unknown_once_a_call_was_lost() -> None:
+    # Its worker died while the second call streamed: what that call cost was never reported.
+    entries: list[Entry] = [
+        INPUT,
+        RequestEntry(1),
+        ResponseEntry(FIRST, Usage(1, 1)),
+        ok(C1),
+        ok(C2),
+        RequestEntry(2),
+        CheckpointEntry(2, "half an ans"),
+    ]
+    made = replay(JOB, entries)
+    assert (made.usage, made.known, made.estimate) == (None, Usage(1, 1), 0)
+    assert made.unsettled == estimate_tokens("half an ans")
+    # A call lost before it streamed anything is unknown too.
+    assert replay(JOB, entries[:-1]).usage is None
+    assert replay(JOB, entries[:-2]).usage == Usage(1, 1)
+
+
+@settings(max_examples=150)
+@given(
+    turns=st.lists(
+        st.tuples(
+            st.text(max_size=20),
+            st.none() | st.builds(Usage, st.integers(0, 99), st.integers(0, 99)),
+        ),
+        max_size=6,
+    ),
+    lost=st.none() | st.text(max_size=20),
+)
+def test_a_replays_usage_is_the_whole_or_unknown_never_a_part(
+    turns: list[tuple[str, Usage | None]], lost: str | None
+) -> None:
+    entries: list[Entry] = [INPUT]
+    for number, (text, usage) in enumerate(turns, start=1):
+        entries += [RequestEntry(number), ResponseEntry(assistant(text), usage)]
+    if lost is not None:  # its worker died while the next call streamed
+        entries += [RequestEntry(len(turns) + 1), CheckpointEntry(len(turns) + 1, lost)]
+    made = replay(JOB, entries)
+    reported = [usage for _, usage in turns if usage is not None]
+    known = sum(reported, Usage())
+    assert made.known == known
+    assert made.estimate == sum(estimate_tokens(text) for text, usage in turns if usage is None)
+    whole = lost is None and len(reported) == len(turns)
+    assert made.usage == (known if whole else None)
+
+
 def test_a_journal_without_request_entries_counts_its_responses() -> None:
     entries: list[Entry] = [INPUT, ResponseEntry(FIRST), ok(C1), ok(C2), ResponseEntry(assistant())]
     assert replay(JOB, entries).turns == 2

@@ -26,6 +26,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from protocols.codec import decode, encode
 from protocols.errors import ValidationError
 from protocols.jobs import (
     TERMINAL,
@@ -61,7 +62,7 @@ from protocols.jobs import (
     runnable,
     suspend,
 )
-from protocols.messages import AgentResult, StopReason, ToolCall, ToolFailure, Usage
+from protocols.messages import AgentResult, FinishReason, StopReason, ToolCall, ToolFailure, Usage
 
 T0 = 1_000.0
 LEASE = 30.0
@@ -473,6 +474,19 @@ def test_finish_without_a_result_keeps_the_checkpointed_usage_and_the_error() ->
         None,
         2,
     )
+
+
+def test_finish_with_a_result_whose_usage_is_unknown_leaves_the_jobs_usage_unknown() -> None:
+    # What was checkpointed is a part: shown as the job's usage it would be an undercount.
+    record, lease = take(queued())
+    marked = applied(checkpoint(record, lease, now=T0, turns=1, usage=Usage(5, 5)))
+    result = AgentResult("cut", usage=None, stop=StopReason.MAX_TOKENS, finish="length")
+    ended = applied(finish(marked, lease, now=T0 + 1, status=JobStatus.PARTIAL, result=result))
+    assert ended.usage is None
+    assert ended.result == result
+    assert (ended.result.stop, ended.result.finish) == (StopReason.MAX_TOKENS, FinishReason.LENGTH)
+    # And it is stored as such: the record's JSON reads back the same.
+    assert decode(JobRecord, encode(ended)) == ended
 
 
 @pytest.mark.parametrize("status", [JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.ABANDONED])

@@ -12,6 +12,7 @@ from typing import Any
 
 from protocols._json import dumpb, loads
 from protocols.messages import (
+    FinishReason,
     Message,
     ProviderOptions,
     ProviderResult,
@@ -145,7 +146,11 @@ def read_body(vendor: Vendor, body: dict[str, Any]) -> ProviderResult:
 
 
 def calls_of(result: ProviderResult | SimAnswer) -> list[tuple[str, dict[str, Any]]]:
-    return [(call.name, call.arguments) for call in result.calls]
+    # A call the simulator cut short reads back with empty arguments (it never runs).
+    return [
+        (call.name, {} if getattr(call, "cut", None) is not None else call.arguments)
+        for call in result.calls
+    ]
 
 
 def assert_same(result: ProviderResult, expected: SimAnswer, *, usage: bool = True) -> None:
@@ -154,6 +159,9 @@ def assert_same(result: ProviderResult, expected: SimAnswer, *, usage: bool = Tr
     assert result.thinking == expected.thinking
     assert calls_of(result) == calls_of(expected)
     assert result.finish is expected.finish
+    # Every call of an answer cut short is refused (never run); no other is.
+    cut = expected.finish in (FinishReason.LENGTH, FinishReason.CONTENT_FILTER)
+    assert set(result.denied) == ({call.id for call in result.calls} if cut else set())
     if usage:
         assert result.usage == expected.usage
     else:

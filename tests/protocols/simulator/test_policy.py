@@ -417,11 +417,79 @@ def test_a_cap_that_is_not_smaller_than_the_answer_cuts_nothing(vendor: Vendor) 
 
 
 @pytest.mark.parametrize("vendor", VENDORS)
-def test_calls_finish_as_tool_calls_even_under_a_cap(vendor: Vendor) -> None:
-    options = ProviderOptions(max_tokens=1)
+def test_calls_that_fit_under_a_cap_finish_as_tool_calls(vendor: Vendor) -> None:
+    # Each call's arguments are 4 tokens by estimate ({"a":19,"b":23} is 15 characters).
+    options = ProviderOptions(max_tokens=8)
     sim = round_trip(vendor, user("19 + 23 and 1 + 1"), tools=[ADD], options=options)
-    assert len(sim.calls) == 2
+    assert [call.cut for call in sim.calls] == [None, None]
     assert sim.finish is FinishReason.TOOL_CALLS
+
+
+@pytest.mark.parametrize("vendor", VENDORS)
+def test_a_cap_cuts_calls_where_their_arguments_pass_it(vendor: Vendor) -> None:
+    # The first call fits (4 tokens); the cap falls 2 tokens into the second: it is sent with
+    # its arguments' text cut there (8 characters), and the answer finishes length.
+    options = ProviderOptions(max_tokens=6)
+    sim = round_trip(vendor, user("19 + 23 and 10 + 10"), tools=[ADD], options=options)
+    assert [call.cut for call in sim.calls] == [None, '{"a":10,']
+    assert sim.finish is FinishReason.LENGTH
+    # A cap that ends exactly after a call sends no part of the next one.
+    sim = round_trip(
+        vendor, user("19 + 23 and 10 + 10"), tools=[ADD], options=ProviderOptions(max_tokens=4)
+    )
+    assert [(call.name, call.cut) for call in sim.calls] == [("add", None)]
+    assert sim.finish is FinishReason.LENGTH
+
+
+@pytest.mark.parametrize("vendor", VENDORS)
+def test_a_server_cap_applies_when_the_request_asks_for_more(vendor: Vendor) -> None:
+    request = SimRequest(vendor, MODEL, (SimTurn("user", "count to 10"),), max_tokens=8)
+    assert words(answer(request, max_tokens=3).pieces) == ["1", "2", "3"]
+    assert words(answer(request, max_tokens=20).pieces) == [str(n) for n in range(1, 9)]
+    assert answer(request, max_tokens=20).finish is FinishReason.LENGTH
+
+
+@pytest.mark.parametrize(
+    ("vendor", "blocked", "spelled"),
+    [
+        ("openai", (), b'"finish_reason":"length"'),
+        ("openai", ("5",), b'"finish_reason":"content_filter"'),
+        ("openai-responses", (), b'"incomplete_details":{"reason":"max_output_tokens"}'),
+        ("openai-responses", ("5",), b'"incomplete_details":{"reason":"content_filter"}'),
+        ("anthropic", (), b'"stop_reason":"max_tokens"'),
+        ("anthropic", ("5",), b'"stop_reason":"refusal"'),
+        ("ollama", (), b'"done_reason":"length"'),
+    ],
+)
+def test_a_cut_answer_is_spelled_the_vendors_way(
+    vendor: Vendor, blocked: tuple[str, ...], spelled: bytes
+) -> None:
+    request = SimRequest(vendor, MODEL, (SimTurn("user", "count to 10"),), include_usage=True)
+    sim = answer(request, max_tokens=None if blocked else 2, blocked=blocked)
+    streamed = b"".join(stream_frames(request, sim))
+    whole = dumps(response_body(request, sim)).encode()
+    for body in (streamed, whole):
+        assert spelled in body.replace(b" ", b"")
+    assert words(sim.pieces) == (["1", "2", "3", "4"] if blocked else ["1", "2"])
+
+
+def test_the_content_filter_cuts_before_the_first_blocked_word() -> None:
+    for vendor in ("openai", "anthropic", "openai-responses"):
+        request = SimRequest(vendor, MODEL, (SimTurn("user", "say the Forbidden word"),))
+        sim = answer(request, blocked=("forbidden",))
+        assert sim.text == "You said: say the"
+        assert sim.finish is FinishReason.CONTENT_FILTER
+        assert sim.usage.completion == len(sim.pieces)
+        # In a call's arguments: the call is sent cut just before it, later calls not at all.
+        question = 'call add with {"a": 1} and call add with {"note": "forbidden"} and call add'
+        request = SimRequest(vendor, MODEL, (SimTurn("user", question),), tools=("add",))
+        sim = answer(request, blocked=("FORBIDDEN",))
+        assert [call.cut for call in sim.calls] == [None, '{"note":"']
+        assert sim.finish is FinishReason.CONTENT_FILTER
+    # Ollama's native API has no content filter: nothing is cut.
+    request = SimRequest("ollama", MODEL, (SimTurn("user", "say the forbidden word"),))
+    sim = answer(request, blocked=("forbidden",))
+    assert (sim.text, sim.finish) == ("You said: say the forbidden word", FinishReason.STOP)
 
 
 # -- count clamp
@@ -504,9 +572,21 @@ def test_the_policy_keeps_its_guarantees(request: SimRequest) -> None:
     assert answer(request) == sim  # deterministic
     assert sim.text == "".join(sim.pieces)
     words(sim.pieces)  # one word per delta, none empty
-    # finish: tool_calls exactly with calls; length exactly when the cap cut the answer
+    # finish: length exactly when the cap cut the answer -- its text after the cap's count of
+    # deltas, its calls where their arguments' tokens pass it (the call it falls in cut, its
+    # text a prefix of the whole); else tool_calls exactly with calls
     uncapped = answer(attrs.evolve(request, max_tokens=None))
-    if sim.calls:
+    needed = sum(estimate_tokens(dumps(call.arguments)) for call in uncapped.calls)
+    if uncapped.calls and request.max_tokens is not None and needed > request.max_tokens:
+        assert sim.finish is FinishReason.LENGTH
+        assert sim.pieces == ()
+        assert sum(estimate_tokens(call.text) for call in sim.calls) <= request.max_tokens
+        whole = [attrs.evolve(call, cut=None) for call in sim.calls]
+        assert whole == list(uncapped.calls[: len(sim.calls)])
+        assert all(call.cut is None for call in sim.calls[:-1])
+        for call in sim.calls[-1:]:
+            assert call.cut is None or dumps(call.arguments).startswith(call.cut)
+    elif sim.calls:
         assert sim.finish is FinishReason.TOOL_CALLS
         assert sim.pieces == ()
         assert uncapped.calls == sim.calls
@@ -535,7 +615,7 @@ def test_the_policy_keeps_its_guarantees(request: SimRequest) -> None:
     assert usage.completion == (
         len(sim.pieces)
         + estimate_tokens(sim.thinking)
-        + sum(estimate_tokens(dumps(call.arguments)) for call in sim.calls)
+        + sum(estimate_tokens(call.text) for call in sim.calls)
     )
     assert usage.prompt >= sum(estimate_tokens(turn.text) for turn in request.turns)
 

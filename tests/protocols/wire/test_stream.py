@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from protocols._json import dumps
 from protocols.errors import ProtocolError
-from protocols.messages import Delta, FinishReason, ToolCall, Usage
+from protocols.messages import CUT_SHORT, Delta, FinishReason, ToolCall, Usage
 from protocols.wire import CallFragment, Increment, StreamAssembler
 
 
@@ -276,3 +277,60 @@ def test_a_terminal_increment_that_is_not_final_leaves_the_stream_open() -> None
     assert (assembler.terminal, assembler.final) == (True, False)
     assembler.add(Increment(usage=Usage(prompt=1, completion=1)))
     assert assembler.result().usage == Usage(prompt=1, completion=1)
+
+
+# -- a reply the provider cut short (issue 23 item 3) --------------------------------------------
+
+CUT = [FinishReason.LENGTH, FinishReason.CONTENT_FILTER]
+
+
+@pytest.mark.parametrize("finish", CUT)
+def test_a_reply_cut_short_keeps_its_cut_call_and_refuses_every_call(
+    finish: FinishReason,
+) -> None:
+    assembler = StreamAssembler(split=False)
+    assembler.add(Increment(calls=(CallFragment(0, "c0", "add", '{"a": 1, "b": 2}'),)))
+    assembler.add(Increment(calls=(CallFragment(1, "c1", "add", '{"a": 1'),)))  # cut here
+    assembler.add(Increment(calls=(CallFragment(2, "c2", None, '{"a"'),)))  # no name yet
+    assembler.add(Increment(finish=finish, terminal=True))
+    result = assembler.result()
+    assert result.finish is finish
+    # The cut call is kept (to be answered) with what parsed of it: nothing; the nameless one
+    # cannot be answered and is left out.
+    assert result.calls == (
+        ToolCall("c0", "add", {"a": 1, "b": 2}),
+        ToolCall("c1", "add", {}),
+    )
+    assert result.denied == {"c0": CUT_SHORT[finish], "c1": CUT_SHORT[finish]}
+
+
+def test_a_reply_that_was_not_cut_short_still_refuses_malformed_arguments() -> None:
+    for finish in (FinishReason.STOP, FinishReason.TOOL_CALLS, FinishReason.OTHER, None):
+        assembler = StreamAssembler(split=False)
+        assembler.add(Increment(calls=(CallFragment(0, "c0", "add", '{"a": 1'),)))
+        assembler.add(Increment(finish=finish, terminal=True))
+        with pytest.raises(ProtocolError, match="malformed arguments"):
+            assembler.result()
+    complete = StreamAssembler(split=False)
+    complete.add(Increment(calls=(CallFragment(0, "c0", "add", "{}"),), terminal=True))
+    assert complete.result().denied == {}
+
+
+@settings(max_examples=200)
+@given(
+    arguments=st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=8), max_size=4),
+    at=st.integers(min_value=0),
+    finish=st.sampled_from(CUT),
+)
+def test_a_cut_anywhere_in_the_arguments_never_raises_and_never_lets_a_call_run(
+    arguments: dict[str, object], at: int, finish: FinishReason
+) -> None:
+    text = dumps(arguments)
+    cut = text[: at % (len(text) + 1)]
+    assembler = StreamAssembler(split=False)
+    assembler.add(Increment(calls=(CallFragment(0, "c0", "lookup", cut),)))
+    assembler.add(Increment(finish=finish, terminal=True))
+    result = assembler.result()
+    (call,) = result.calls
+    assert call.arguments in ({}, arguments) or cut.strip() == ""
+    assert result.denied == {"c0": CUT_SHORT[finish]}
