@@ -398,23 +398,27 @@ class _Run:
             # The consumer went away without closing the run: that is a cancel, never a crash.
             request.token.cancel("the stream's consumer went away")
 
+    def total(self) -> Usage | None:
+        """What the run and the runs it delegated to spent (``None``: not all of it is known)."""
+        usage, delegated = self.usage, self.delegated
+        return None if usage is None or delegated is None else usage + delegated
+
     def result(self, stop: StopReason) -> AgentResult:
         content = next(
             (m.content for m in reversed(self.appended) if m.role.value == "assistant"), ""
         )
-        usage, delegated = self.usage, self.delegated
         return AgentResult(
             content=content,
             thinking="\n\n".join(t for t in self.thinking if t),
             messages=self.appended,
-            usage=usage,
+            usage=self.usage,
             stop=stop,
             turns=self.turns_made,
             output=self.output,
             estimated=self.estimated,
             run_id=self.run_id,
             agent=self.answered_by or self.agent.name,
-            total_usage=None if usage is None or delegated is None else usage + delegated,
+            total_usage=self.total(),
             finish=self.finish,
         )
 

@@ -554,6 +554,9 @@ class RunTrace:
                 attributes: dict[str, Any] = {STOP_REASON: result.stop.value}
                 attributes["trio_agents.turns"] = result.turns
                 _usage(attributes, result.usage)
+                if result.estimated:
+                    # Some of the usage is a budget's estimate, not what a vendor reported.
+                    attributes["trio_agents.usage.estimated"] = True
                 if result.agent and result.agent != self.agent:
                     attributes["trio_agents.answered_by"] = result.agent
                 span.set_attributes(attributes)

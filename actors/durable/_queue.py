@@ -42,7 +42,7 @@ from protocols.jobs import (
     replay,
     retry,
 )
-from protocols.messages import AgentResult, Message, Role, StopReason, new_id
+from protocols.messages import AgentResult, Message, Role, StopReason, Usage, new_id
 
 from .. import _tracing
 from .._core._abort import Abort
@@ -603,11 +603,21 @@ class JobQueue:
             if not journal.holds():
                 self._statistics["dropped"] += 1
                 return
+            # What the run spent, for a job that ends without a result: its turns, and its
+            # usage when all of it is known and none of it estimated (the record has no flag).
+            run = request.run
+            spent = None
+            if run is not None:
+                spent = (run.turns_made, None if run.estimated else run.total())
             if attempt.cancelled_caught:
-                await self._retry_or_fail(running, holder, "the attempt timed out", journal)
+                await self._retry_or_fail(
+                    running, holder, "the attempt timed out", journal, spent=spent
+                )
             elif error is not None:
                 if isinstance(error, AgentsError) and error.retryable:
-                    await self._retry_or_fail(running, holder, _describe(error), journal)
+                    await self._retry_or_fail(
+                        running, holder, _describe(error), journal, spent=spent
+                    )
                 else:
                     await self._finish(
                         running.record,
@@ -616,6 +626,7 @@ class JobQueue:
                         None,
                         _describe(error),
                         journal=journal,
+                        spent=spent,
                     )
             else:
                 assert result is not None
@@ -738,10 +749,12 @@ class JobQueue:
         error: str | None,
         *,
         journal: StoreJournal | None = None,
+        spent: tuple[int, Usage | None] | None = None,
     ) -> None:
         """End the job ``status`` with its terminal journaled (with what ``journal`` still
         holds): first from ``record`` as this worker last wrote it, and once more from the
-        stored record if that changed meanwhile (a cancel asked for elsewhere)."""
+        stored record if that changed meanwhile (a cancel asked for elsewhere). ``spent``: what
+        a run that ended without a result spent (see :func:`protocols.jobs.finish`)."""
         terminal = TerminalEntry(result.stop if result else None, result, error)
         current: JobRecord | None = record
         for fresh in (False, True):
@@ -753,7 +766,13 @@ class JobQueue:
             if chosen is JobStatus.PARTIAL and current.cancel_requested:
                 chosen = JobStatus.CANCELLED
             ended = finish(
-                current, holder, now=self._clock(), status=chosen, result=result, error=error
+                current,
+                holder,
+                now=self._clock(),
+                status=chosen,
+                result=result,
+                error=error,
+                spent=spent,
             )
             if not isinstance(ended, Applied):
                 break
@@ -772,18 +791,22 @@ class JobQueue:
         self._statistics["dropped"] += 1
 
     async def _retry_or_fail(
-        self, running: _Running, holder: Lease, error: str, journal: StoreJournal
+        self,
+        running: _Running,
+        holder: Lease,
+        error: str,
+        journal: StoreJournal,
+        *,
+        spent: tuple[int, Usage | None] | None = None,
     ) -> None:
         record = running.record
         if not await journal.flush():
             self._statistics["dropped"] += 1
             return
         current = await self.store.get(record.id) or record
-        if current.cancel_requested:
-            await self._finish(current, holder, JobStatus.CANCELLED, None, error, journal=journal)
-            return
-        if current.attempts > self.retries:
-            await self._finish(current, holder, JobStatus.FAILED, None, error, journal=journal)
+        if current.cancel_requested or current.attempts > self.retries:
+            status = JobStatus.CANCELLED if current.cancel_requested else JobStatus.FAILED
+            await self._finish(current, holder, status, None, error, journal=journal, spent=spent)
             return
         again = retry(
             current, holder, now=self._clock(), delay=self._backoff(current.attempts), error=error

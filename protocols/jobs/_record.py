@@ -506,11 +506,14 @@ def finish(
     status: JobStatus,
     result: AgentResult | None = None,
     error: str | None = None,
+    spent: tuple[int, Usage | None] | None = None,
 ) -> Transition:
     """The holder ends the job: ``completed``, ``partial``, ``failed`` or ``cancelled``, with its
     result or error. Of two racing finishes from one revision, exactly one applies. A job with
     a cancel requested ends ``cancelled`` whatever ``status`` says (its result, if its run had
-    produced one, is kept): an acknowledged cancel is final."""
+    produced one, is kept): an acknowledged cancel is final. The job's ``turns`` and ``usage``
+    become the result's; without a result, ``spent`` -- the turns and usage of the run that
+    ended without one (``None`` usage: not all of it is known) -- when the holder knows them."""
     if status not in (
         JobStatus.COMPLETED,
         JobStatus.PARTIAL,
@@ -528,6 +531,9 @@ def finish(
     if result is not None:
         turns = max(turns, result.turns)
         usage = result.total_usage  # unknown stays unknown: not what was checkpointed before
+    elif spent is not None:
+        turns = max(turns, spent[0])
+        usage = spent[1]
     return _write(
         record,
         now,

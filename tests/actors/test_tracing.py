@@ -39,6 +39,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from actors import (
     Agent,
+    TokenBudget,
     _tracing,
     handoff,
     open_runtime,
@@ -327,6 +328,33 @@ async def test_a_run_cut_by_its_deadline_ends_its_spans_with_the_stop_reason(
     assert (chat.attributes or {})["gen_ai.response.finish_reasons"] == ("cancelled",)
     assert parent_of(chat) == sid(run)
     assert run.status.status_code is StatusCode.UNSET  # a cut is not an error
+
+
+async def test_a_run_whose_usage_is_partly_a_budgets_estimate_says_so(
+    autojump_clock: Any, spans: Spans
+) -> None:
+    # 003 G20: an unreported turn charged by estimate is flagged on the run's span too.
+    async with open_runtime() as runtime:
+        reported = await Agent.start(
+            runtime,
+            ScriptedProvider(Reply("fine", usage=Usage(3, 2))),
+            name="reported",
+            tracer_provider=spans.provider,
+        )
+        guessed = await Agent.start(
+            runtime,
+            ScriptedProvider(Reply("a guess", usage=None)),
+            name="guessed",
+            tracer_provider=spans.provider,
+        )
+        assert not (await reported.generate("hi", budget=TokenBudget(max=1000))).estimated
+        assert (await guessed.generate("hi", budget=TokenBudget(max=1000))).estimated
+    assert "trio_agents.usage.estimated" not in (
+        spans.one("invoke_agent reported").attributes or {}
+    )
+    attributes = spans.one("invoke_agent guessed").attributes or {}
+    assert attributes["trio_agents.usage.estimated"] is True
+    assert attributes["gen_ai.usage.output_tokens"] > 0
 
 
 async def test_a_caller_cancelled_mid_tool_ends_every_span(

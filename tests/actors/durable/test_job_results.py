@@ -12,11 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 import trio
-from test_job_queue import lookup, worker
+from test_job_queue import lookup, until, worker
 
+from actors import tool
 from actors.durable import AgentRegistry, MemoryRunStore
-from actors.testing import Reply, ScriptedProvider
+from actors.testing import Fail, Reply, ScriptedProvider
 from protocols.accounting import TokenBudget, estimate_tokens
+from protocols.errors import ProviderError
 from protocols.jobs import (
     AgentJob,
     CheckpointEntry,
@@ -140,3 +142,41 @@ async def test_a_run_continued_after_a_lost_call_charges_its_budget_an_estimate(
     assert result.estimated
     assert result.usage == Usage(100, 20) + Usage(completion=lost) + Usage(7, 3)
     assert record.usage == result.usage
+
+
+async def test_a_failed_job_records_what_its_run_spent(autojump_clock: Any) -> None:
+    # A job that ends without a result (its run failed) stores the turns and usage its run
+    # had: before, it kept the record's untouched zero -- a silent undercount. A call that
+    # failed reported nothing, so a run that made one spent what is not all known.
+    call = ToolCall("c1", "explode", {})
+    spent = Usage(10, 5)
+
+    @tool
+    async def explode() -> str:
+        """Fail."""
+        raise RuntimeError("boom")
+
+    registry = AgentRegistry()
+    registry.add(
+        "tool_fails",
+        ScriptedProvider(Reply(calls=[call], usage=spent)),
+        tools=[explode],
+        on_tool_error="raise",
+    )
+    registry.add(
+        "call_fails",
+        ScriptedProvider(
+            Reply(calls=[ToolCall("c1", "lookup", {"name": "x"})], usage=spent),
+            Fail(ProviderError("refused", code="refused", retryable=False)),
+        ),
+        tools=[lookup],
+    )
+    store = MemoryRunStore()
+    with trio.fail_after(BOUND):
+        async with worker(store, registry) as queue:
+            ids = [
+                await queue.enqueue(AgentJob.ask(name, "go"))
+                for name in ("tool_fails", "call_fails")
+            ]
+            records = [await until(store, id, JobStatus.FAILED) for id in ids]
+    assert [(r.turns, r.usage) for r in records] == [(1, spent), (2, None)]
