@@ -41,12 +41,7 @@ from protocols.messages import (
     ToolResult,
     Usage,
 )
-from protocols.toolschema import (
-    ToolSignature,
-    schema_for,
-    structure_arguments,
-    validate_arguments,
-)
+from protocols.toolschema import schema_for, structure_value, validate_arguments
 from protocols.workspace import WorkspaceManager
 
 from ._core._abort import Abort
@@ -142,26 +137,25 @@ OUTPUT_INSTRUCTION = "Answer with only a JSON value matching this JSON Schema, a
 
 @attrs.frozen
 class _OutputSpec:
-    """A requested output: its JSON Schema and, for an attrs class, how to build it."""
+    """A requested output: its JSON Schema and, for a class, the class answers are built into."""
 
     schema: dict[str, Any]
-    signature: ToolSignature | None
+    target: type | None
 
     @classmethod
-    def of(cls, schema: dict[str, Any] | type) -> _OutputSpec:
-        if isinstance(schema, dict):
-            return cls(schema, None)
-        if isinstance(schema, type) and attrs.has(schema):
-            json_schema = schema_for(schema)
-            wrapper = {
-                "type": "object",
-                "properties": {"value": json_schema},
-                "required": ["value"],
-                "additionalProperties": False,
-            }
-            return cls(json_schema, ToolSignature("output", "", wrapper, {"value": schema}, {}))
+    def of(cls, output: dict[str, Any] | type) -> _OutputSpec:
+        if isinstance(output, dict):
+            return cls(output, None)
+        if isinstance(output, type):
+            try:
+                json_schema = schema_for(output)
+            except ValidationError as error:
+                raise ValidationError(f"output: {error.message}") from None
+            if json_schema.get("type") == "object":
+                return cls(json_schema, output)
         raise ValidationError(
-            f"schema must be a JSON Schema dict or an attrs class, not {schema!r}"
+            "output must be a JSON Schema (a dict) or a class whose values are JSON objects -- "
+            f"a pydantic model, a dataclass, a TypedDict or an attrs class -- not {output!r}"
         )
 
     def read(self, text: str) -> tuple[Any, list[str]]:
@@ -177,11 +171,11 @@ class _OutputSpec:
         problems = validate_arguments(self.schema, value)
         if problems:
             return None, problems
-        if self.signature is None:
+        if self.target is None:
             return value, []
         try:
-            return structure_arguments(self.signature, {"value": value})["value"], []
-        except ValidationError as error:
+            return structure_value(self.target, value), []
+        except ValidationError as error:  # what the schema cannot say: a validator's refusal
             return None, [error.message]
 
 
@@ -549,7 +543,9 @@ class _Run:
         )
         max_repeats: int = agent._option(options, "max_repeats") or 3
         unknown_streak: list[ToolCall] = []
-        requested = agent._option(options, "schema")
+        requested = agent._option(options, "output")
+        if requested is None:
+            requested = agent._option(options, "schema")  # the same option, by its first name
         spec = _OutputSpec.of(requested) if requested is not None else None
         configured: int | None = agent._option(options, "schema_retries")
         retries_left = 2 if configured is None else configured

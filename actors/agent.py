@@ -155,8 +155,10 @@ class RunOptions:
     ``think`` and ``tool_choice``: passed to the provider; ``on_exhaust``: ``"stop"`` or
     ``"summarize"`` (one final tool-less call when the limit is reached while the model still
     wants tools); ``max_repeats``: how often one identical call (name and arguments) may run in
-    one run before a batch repeating it is refused; ``schema``: a JSON Schema (a dict) or an
-    attrs class the final answer must follow (see :class:`OutputError`); ``schema_retries``: how
+    one run before a batch repeating it is refused; ``output``: the shape the final answer
+    must have (see :class:`OutputError`) -- a JSON Schema (a dict), or a pydantic model, a
+    dataclass, a TypedDict or an attrs class, whose instance ``result.output`` then is;
+    ``schema``: the same option by its first name (give one of the two); ``schema_retries``: how
     many more answers a wrong one may be followed by (default 2); ``on_tool_error``: what a
     tool that raises does -- ``"record"`` (the default: the model reads the error, a
     ``tool_error`` event and a WARNING log with the traceback tell you) or ``"raise"`` (the
@@ -177,6 +179,7 @@ class RunOptions:
     tool_choice: str | None = None
     on_exhaust: Literal["stop", "summarize"] | None = None
     max_repeats: int | None = None
+    output: dict[str, Any] | type | None = None
     schema: dict[str, Any] | type | None = None
     schema_retries: int | None = None
     on_tool_error: Literal["record", "raise"] | None = None
@@ -198,6 +201,8 @@ class RunOptions:
             or self.max_repeats < 1
         ):
             raise ValidationError(f"max_repeats must be an integer >= 1, not {self.max_repeats!r}")
+        if self.output is not None and self.schema is not None and self.output != self.schema:
+            raise ValidationError("give output= or schema=, not both: they are the same option")
         if self.schema_retries is not None and (
             isinstance(self.schema_retries, bool)
             or not isinstance(self.schema_retries, int)

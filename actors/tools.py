@@ -73,6 +73,19 @@ Approver = Callable[[ToolCall, Verdict], Awaitable[bool | tuple[bool, str]]]
 
 _results = cattrs.Converter()
 
+
+def _is_pydantic_model(cls: type) -> bool:
+    # Duck-typed: pydantic is optional and never imported here.
+    return callable(getattr(cls, "model_dump", None)) and hasattr(cls, "__pydantic_fields__")
+
+
+def _pydantic_json(value: Any) -> Any:
+    return value.model_dump(mode="json")
+
+
+# A tool may return a pydantic model: the model reads its ``model_dump(mode="json")``.
+_results.register_unstructure_hook_func(_is_pydantic_model, _pydantic_json)
+
 #: Where a tool that raised reports its exception (set per call by ToolRegistry.execute).
 _raised: contextvars.ContextVar[Callable[[ToolCall, Exception], None] | None] = (
     contextvars.ContextVar("trio_agents_tool_raised", default=None)
@@ -165,7 +178,13 @@ class Tool:
             else:
                 arguments = dict(call.arguments)
         except ValidationError as error:
-            return ToolFailure(call.id, call.name, f"invalid arguments: {error.message}")
+            # What the schema could not say (a validator's refusal), worded as the schema's
+            # problems are: "invalid arguments: <path>: <message>; ...".
+            assert self.signature is not None
+            refused = error.message.removeprefix(
+                f"invalid arguments for tool {self.signature.name!r}: "
+            )
+            return ToolFailure(call.id, call.name, f"invalid arguments: {refused}")
         if self.signature is not None and self.signature.context is not None:
             run = _tool_run.get()
             if run is None:
@@ -227,9 +246,12 @@ def tool(
 
     The schema comes from the signature and the docstring (summary as the description, a
     Google-style ``Args:`` section for parameter descriptions), or from ``schema`` -- then the
-    arguments reach the function as plain JSON values. A parameter annotated
-    :class:`~actors.RunContext` is filled by the runtime with the calling run's context and is
-    left out of the schema. Raises
+    arguments reach the function as plain JSON values. A parameter annotated with a pydantic
+    model, a dataclass, an attrs class or a TypedDict gets that class's schema, nested, and
+    receives an instance (a TypedDict: the checked dict); see :mod:`protocols.toolschema`. A
+    parameter annotated :class:`~actors.RunContext` is filled by the runtime with the calling
+    run's context and is left out of the schema. A pydantic model a tool returns reaches the
+    model as its ``model_dump(mode="json")``. Raises
     :class:`~protocols.errors.ValidationError` when the signature cannot be described (a
     parameter without an annotation, ``*args``, an unsupported type).
     """

@@ -795,8 +795,8 @@ class AgentResult:
         default=attrs.Factory(_default_partial, takes_self=True), validator=_bool
     )
     turns: int = attrs.field(default=0, validator=_count)
-    #: The structured answer of a run that asked for one (``schema=``): the parsed JSON, or an
-    #: instance of the attrs class given as the schema; ``None`` otherwise.
+    #: The structured answer of a run that asked for one (``output=``): the parsed JSON, or an
+    #: instance of the class given (pydantic model, dataclass, attrs); ``None`` otherwise.
     output: Any = None
     #: ``usage`` includes estimates for turns the provider reported no usage for.
     estimated: bool = attrs.field(default=False, validator=_bool)

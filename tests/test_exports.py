@@ -392,6 +392,7 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "schema_for",
         "signature_of",
         "structure_arguments",
+        "structure_value",
         "validate_arguments",
     ]
     assert sorted(protocols.accounting.__all__) == [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -165,9 +167,10 @@ def _calls_for(question: str, tools: tuple[str, ...], choice: str | None) -> lis
         if name not in tools:
             continue
         arguments: dict[str, Any] = {}
-        if match.group(2):
+        text = match.group(2) or _nested_object(question, match.end())
+        if text:
             try:
-                parsed = loads(match.group(2))
+                parsed = loads(text)
             except ProtocolError:
                 parsed = None
             if isinstance(parsed, dict):
@@ -178,6 +181,22 @@ def _calls_for(question: str, tools: tuple[str, ...], choice: str | None) -> lis
     if not calls and choice is not None and tools:
         calls = [SimCall(tools[0], {})]
     return calls
+
+
+_WITH = re.compile(r"\s+with\s+(?=\{)", re.IGNORECASE)
+
+
+def _nested_object(question: str, at: int) -> str | None:
+    """The text of ``with {...}`` at ``at`` when the object nests others (``_CALL`` takes flat
+    ones only), or None."""
+    found = _WITH.match(question, at)
+    if found is None:
+        return None
+    try:
+        _, end = json.JSONDecoder().raw_decode(question, found.end())
+    except ValueError:
+        return None
+    return question[found.end() : end]
 
 
 def _describe(call: SimCall) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections.abc
+import dataclasses
 import enum
 import inspect
 import math
@@ -14,6 +15,7 @@ from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 import attrs
 
 from ..errors import ValidationError
+from ._pydantic import is_pydantic, is_pydantic_v1_model, pydantic_schema
 
 #: The most problems :func:`validate_arguments` returns (the last one may say more were left out).
 MAX_PROBLEMS: Final = 20
@@ -141,18 +143,32 @@ def _unknown_reason(annotation: Any) -> str:
         return "a type variable has no JSON Schema; use a concrete type"
     if isinstance(annotation, str | typing.ForwardRef):
         return "an unresolved forward reference; define the type at module level"
-    if origin is not annotation and attrs.has(origin):
-        return "generic attrs classes are not supported; use a concrete attrs class"
+    if origin is not annotation and (attrs.has(origin) or dataclasses.is_dataclass(origin)):
+        return "generic attrs classes and dataclasses are not supported; use a concrete class"
     if isinstance(origin, type) and origin.__module__ in ("datetime", "decimal", "uuid"):
-        return "no JSON Schema mapping; take a str (and parse it) or an attrs class"
+        return "no JSON Schema mapping; take a str (and parse it), or use a pydantic model"
+    if is_pydantic_v1_model(origin):
+        return "pydantic v1 models are not supported; use a pydantic v2 BaseModel"
     return (
         "no JSON Schema mapping; use str, int, float, bool, None, a Literal, an Enum, "
-        "list, tuple, dict[str, X], an attrs class, a union of those, or Any"
+        "list, tuple, dict[str, X], a pydantic model, a dataclass, a TypedDict, an attrs "
+        "class, a union of those, or Any"
     )
 
 
+#: The qualifiers a TypedDict's keys may carry (typing's or typing_extensions', by name).
+_QUALIFIERS: Final = frozenset({"Required", "NotRequired", "ReadOnly"})
+
+
+def _qualifier(annotation: Any) -> str | None:
+    """``"Required"``, ``"NotRequired"`` or ``"ReadOnly"`` for ``Q[X]``, else None."""
+    name = getattr(get_origin(annotation), "_name", None)
+    return name if name in _QUALIFIERS and get_args(annotation) else None
+
+
 def _unwrap(annotation: Any) -> tuple[Any, str | None]:
-    """The annotation without ``Annotated`` (and NewType) layers, and the outermost description."""
+    """The annotation without ``Annotated``, NewType and TypedDict qualifier (``Required``,
+    ``NotRequired``, ``ReadOnly``) layers, and the outermost description."""
     description: str | None = None
     while True:
         if get_origin(annotation) is Annotated:
@@ -162,6 +178,8 @@ def _unwrap(annotation: Any) -> tuple[Any, str | None]:
             annotation = annotation.__origin__
         elif isinstance(annotation, typing.NewType):
             annotation = annotation.__supertype__
+        elif _qualifier(annotation) is not None:
+            annotation = get_args(annotation)[0]
         else:
             return annotation, description
 
@@ -200,7 +218,7 @@ def schema_for(annotation: Any) -> dict[str, Any]:
     """The JSON Schema (Draft 2020-12) of one annotation; see the module docstring for the map.
 
     Raises :class:`~protocols.errors.ValidationError` naming the annotation and the reason when it
-    (or anything inside it) has no JSON form, or is a recursive attrs class. The result is a new
+    (or anything inside it) has no JSON form, or is a recursive class. The result is a new
     dict each call.
     """
     return _schema(annotation, ())
@@ -247,8 +265,10 @@ def _plain_schema(annotation: Any, stack: tuple[type, ...]) -> dict[str, Any]:
         if key is not str and key is not Any:
             raise _unsupported(annotation, "JSON object keys are strings; use dict[str, X]")
         return {"type": "object", "additionalProperties": _schema(args[1], stack)}
-    if isinstance(annotation, type) and attrs.has(annotation):
-        return _attrs_schema(annotation, stack)
+    if is_pydantic(annotation):
+        return pydantic_schema(annotation)
+    if is_record(annotation):
+        return _record_schema(annotation, stack)
     raise _unsupported(annotation, _unknown_reason(annotation))
 
 
@@ -294,31 +314,138 @@ def _has_description(annotation: Any) -> bool:
     return _unwrap(annotation)[1] is not None
 
 
-def _attrs_schema(cls: type, stack: tuple[type, ...]) -> dict[str, Any]:
+def is_typeddict(annotation: Any) -> bool:
+    """A ``TypedDict`` class, typing's or typing_extensions' (``typing.is_typeddict`` knows
+    only the first on Python < 3.12)."""
+    return (
+        isinstance(annotation, type)
+        and issubclass(annotation, dict)
+        and isinstance(getattr(annotation, "__required_keys__", None), frozenset)
+        and isinstance(getattr(annotation, "__optional_keys__", None), frozenset)
+    )
+
+
+def is_record(annotation: Any) -> bool:
+    """A class whose values are JSON objects of named fields this module reads itself: an
+    attrs class, a dataclass or a TypedDict (pydantic classes go to pydantic)."""
+    return isinstance(annotation, type) and (
+        attrs.has(annotation) or dataclasses.is_dataclass(annotation) or is_typeddict(annotation)
+    )
+
+
+@attrs.frozen
+class Field:
+    """One field of a record class: its JSON name (the ``__init__`` name), the name its type
+    hint and docstring entry are under, its annotation and whether it must be given."""
+
+    key: str
+    name: str
+    annotation: Any
+    required: bool
+
+
+def record_fields(cls: type) -> list[Field]:
+    """The fields of an attrs class, a dataclass or a TypedDict, in order (see :func:`is_record`).
+
+    attrs: the ``__init__`` fields by init name, required without a default. Dataclasses: the
+    ``__init__`` fields, required without a default or a default factory (``InitVar`` refused).
+    TypedDict: every key, required as ``Required``/``NotRequired`` and ``total`` say.
+    """
+    hints = _class_hints(cls)
+    if attrs.has(cls):
+        fields = []
+        for field in _init_fields(cls):
+            annotation = hints.get(field.name, field.type)
+            if annotation is None:
+                raise ValidationError(f"field {field.name!r} of {_describe(cls)} has no type")
+            required = field.default is attrs.NOTHING
+            fields.append(Field(_alias(field), field.name, annotation, required))
+        return fields
+    if dataclasses.is_dataclass(cls):
+        for name, hint in hints.items():
+            if isinstance(hint, dataclasses.InitVar):
+                raise ValidationError(
+                    f"unsupported annotation {_describe(cls)}: its InitVar {name!r} has no "
+                    "JSON form; make it a field"
+                )
+        return [
+            Field(
+                field.name,
+                field.name,
+                hints.get(field.name, field.type),
+                field.default is dataclasses.MISSING
+                and field.default_factory is dataclasses.MISSING,
+            )
+            for field in dataclasses.fields(cls)
+            if field.init
+        ]
+    fields = []
+    for name, hint in hints.items():
+        qualifiers = _qualifiers(hint)
+        if "Required" in qualifiers:
+            required = True
+        elif "NotRequired" in qualifiers:
+            required = False
+        else:
+            # ``__required_keys__`` misses Required/NotRequired written as strings
+            # (``from __future__ import annotations``) on Python < 3.14: the hint decides then.
+            required = name in cls.__required_keys__  # type: ignore[attr-defined]
+        fields.append(Field(name, name, hint, required))
+    return fields
+
+
+def _qualifiers(annotation: Any) -> set[str]:
+    found: set[str] = set()
+    while True:
+        if get_origin(annotation) is Annotated:
+            annotation = annotation.__origin__
+        elif (qualifier := _qualifier(annotation)) is not None:
+            found.add(qualifier)
+            annotation = get_args(annotation)[0]
+        else:
+            return found
+
+
+def _class_doc(cls: type) -> str | None:
+    """The docstring a class was written with: None for the one ``@dataclass`` makes up."""
+    doc = cls.__doc__
+    if doc and dataclasses.is_dataclass(cls):
+        try:
+            made_up = cls.__name__ + str(inspect.signature(cls)).replace(" -> None", "")
+        except (TypeError, ValueError):
+            made_up = None
+        if doc == made_up or re.fullmatch(re.escape(cls.__name__) + r"\(.*\)", doc):
+            return None
+    return doc
+
+
+def _record_kind(cls: type) -> str:
+    if attrs.has(cls):
+        return "attrs classes"
+    return "dataclasses" if dataclasses.is_dataclass(cls) else "TypedDicts"
+
+
+def _record_schema(cls: type, stack: tuple[type, ...]) -> dict[str, Any]:
     if cls in stack:
         chain = " -> ".join(klass.__qualname__ for klass in (*stack[stack.index(cls) :], cls))
         raise ValidationError(
-            f"unsupported annotation {_describe(cls)}: recursive attrs classes are not supported "
-            f"({chain}); schemas are inlined, without $ref"
+            f"unsupported annotation {_describe(cls)}: recursive {_record_kind(cls)} are not "
+            f"supported ({chain}); schemas are inlined, without $ref"
         )
-    hints = _class_hints(cls)
-    summary, documented = _parse_doc(cls.__doc__, frozenset({"Attributes", *_PARAM_SECTIONS}))
+    summary, documented = _parse_doc(_class_doc(cls), frozenset({"Attributes", *_PARAM_SECTIONS}))
     properties: dict[str, Any] = {}
     required: list[str] = []
-    for field in _init_fields(cls):
-        annotation = hints.get(field.name, field.type)
-        if annotation is None:
-            raise ValidationError(f"field {field.name!r} of {_describe(cls)} has no type")
+    for field in record_fields(cls):
         try:
-            schema = _schema(annotation, (*stack, cls))
+            schema = _schema(field.annotation, (*stack, cls))
         except ValidationError as exc:
             raise ValidationError(f"{_describe(cls)}.{field.name}: {exc.message}") from None
-        text = documented.get(field.name) or documented.get(_alias(field))
-        if text and not _has_description(annotation):
+        text = documented.get(field.name) or documented.get(field.key)
+        if text and not _has_description(field.annotation):
             schema["description"] = text
-        properties[_alias(field)] = schema
-        if field.default is attrs.NOTHING:
-            required.append(_alias(field))
+        properties[field.key] = schema
+        if field.required:
+            required.append(field.key)
     schema = {
         "type": "object",
         "properties": properties,

@@ -3,6 +3,7 @@ checked defaults."""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import inspect
 import typing
@@ -14,6 +15,7 @@ from jsonschema import Draft202012Validator
 
 from ..errors import ValidationError
 from ..messages import ToolDefinition
+from ._pydantic import is_pydantic, pydantic_dump
 from ._schema import (
     _PARAM_SECTIONS,
     ToolSignature,
@@ -137,12 +139,21 @@ def is_context_type(annotation: Any) -> bool:
 
 
 def _dump(value: Any) -> Any:
-    """A Python value as JSON data (Enum -> value, attrs -> dict by init name, tuple -> list)."""
+    """A Python value as JSON data (Enum -> value, attrs and dataclass -> dict by init name,
+    pydantic -> its JSON dump by alias, tuple -> list)."""
     if isinstance(value, enum.Enum):
         return value.value
+    if is_pydantic(type(value)):
+        return pydantic_dump(value)
     if attrs.has(type(value)):
         return {
             _alias(field): _dump(getattr(value, field.name)) for field in _init_fields(type(value))
+        }
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            field.name: _dump(getattr(value, field.name))
+            for field in dataclasses.fields(value)
+            if field.init
         }
     if isinstance(value, list | tuple):
         return [_dump(item) for item in value]
@@ -178,6 +189,8 @@ def _same(structured: Any, default: Any) -> bool:
         return structured.keys() == default.keys() and all(
             _same(structured[key], default[key]) for key in structured
         )
-    if attrs.has(type(structured)) and type(default) is type(structured):
+    if type(default) is type(structured) and (
+        attrs.has(type(structured)) or dataclasses.is_dataclass(structured)
+    ):
         return True  # fields already checked against the schema; eq may be off
     return bool(structured == default)

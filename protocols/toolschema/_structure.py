@@ -9,25 +9,24 @@ import typing
 from collections.abc import Callable
 from typing import Any, Literal, get_args, get_origin
 
-import attrs
-
 from .._json import json_kind
 from ..errors import ValidationError
+from ._pydantic import is_pydantic, pydantic_problems, pydantic_validator
 from ._schema import (
     _MAPPINGS,
     _SEQUENCES,
     _UNIONS,
     MAX_PROBLEMS,
     ToolSignature,
-    _alias,
-    _class_hints,
     _describe,
     _excerpt,
-    _init_fields,
     _json_type,
     _unknown_reason,
     _unsupported,
     _unwrap,
+    is_record,
+    is_typeddict,
+    record_fields,
 )
 from ._validate import _choices, _join, _key, _render
 
@@ -36,8 +35,18 @@ from ._validate import _choices, _join, _key, _render
 
 
 class _Mismatch(Exception):
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path}: {message}")
+    """Values that do not fit: ``str()`` is their problems, ``"<path>: <message>"`` each,
+    joined with ``"; "``."""
+
+    def __init__(self, path: str, message: str, *more: str) -> None:
+        self.problems = (f"{path}: {message}", *more)
+        super().__init__("; ".join(self.problems))
+
+    @classmethod
+    def of(cls, problems: list[str]) -> _Mismatch:
+        """Problems already written as ``"<path>: <message>"``."""
+        first, _, message = problems[0].partition(": ")
+        return cls(first, message, *problems[1:])
 
 
 _Structure = Callable[[Any, str], Any]
@@ -46,7 +55,8 @@ _Structure = Callable[[Any, str], Any]
 def structure_arguments(signature: ToolSignature, arguments: dict[str, Any]) -> dict[str, Any]:
     """Turn validated JSON ``arguments`` into typed values per ``signature.types``.
 
-    Builds Enum members, tuples, attrs instances (by init name), lists and dicts; keeps Literal
+    Builds Enum members, tuples, pydantic models (``model_validate``), dataclass and attrs
+    instances (by init name), TypedDicts, lists and dicts; keeps Literal
     values as they are; makes integers given for ``float`` float; fills the defaults of missing
     optional parameters. The result is keyed by parameter name, in parameter order.
 
@@ -82,6 +92,28 @@ def structure_arguments(signature: ToolSignature, arguments: dict[str, Any]) -> 
         shown = "; ".join(problems[:MAX_PROBLEMS])
         raise ValidationError(f"invalid arguments for tool {signature.name!r}: {shown}")
     return values
+
+
+def structure_value(annotation: Any, value: Any) -> Any:
+    """Turn one validated JSON ``value`` into a value of ``annotation`` (any annotation
+    :func:`schema_for` takes): a pydantic model through its ``model_validate``, a dataclass,
+    attrs class or TypedDict field by field, and so on as for :func:`structure_arguments`.
+
+    Raises :class:`~protocols.errors.ValidationError` whose message lists each value that does
+    not fit, ``"<json path>: <message>"`` (paths from ``$``), joined with ``"; "`` -- a
+    pydantic validator's refusal as pydantic words it, without the value or a link; at most
+    :data:`MAX_PROBLEMS` of them. Also for an annotation :func:`schema_for` refuses.
+    """
+    build = _structurer(annotation)
+    try:
+        return build(value, "$")
+    except _Mismatch as exc:
+        problems = list(exc.problems)
+    except RecursionError:
+        problems = ["$: nested too deeply"]
+    if len(problems) > MAX_PROBLEMS:
+        problems = [*problems[: MAX_PROBLEMS - 1], "$: more problems not shown"]
+    raise ValidationError("; ".join(problems))
 
 
 def _structurer(annotation: Any) -> _Structure:
@@ -168,10 +200,12 @@ def _build(annotation: Any, stack: tuple[type, ...]) -> _Structure:
         return _fixed([_build(arg, stack) for arg in args])
     if annotation in _MAPPINGS or origin in _MAPPINGS:
         return _mapping(_build(args[1], stack) if args else _identity)
-    if isinstance(annotation, type) and attrs.has(annotation):
+    if is_pydantic(annotation):
+        return _pydantic(annotation)
+    if is_record(annotation):
         if annotation in stack:
-            raise _unsupported(annotation, "recursive attrs classes are not supported")
-        return _attrs(annotation, (*stack, annotation))
+            raise _unsupported(annotation, "recursive classes are not supported")
+        return _record(annotation, (*stack, annotation))
     raise _unsupported(annotation, _unknown_reason(annotation))
 
 
@@ -224,14 +258,35 @@ def _mapping(item: _Structure) -> _Structure:
     return structure
 
 
-def _attrs(cls: type, stack: tuple[type, ...]) -> _Structure:
-    hints = _class_hints(cls)
+def _refused(cls: type, exc: Exception, path: str) -> _Mismatch:
+    """A class that refused the value it was built from: pydantic's errors one by one (a
+    pydantic model inside an attrs class raises them too), or the exception's text."""
+    problems = pydantic_problems(exc, _join, path)
+    if problems:
+        return _Mismatch.of(problems)
+    detail = _excerpt(str(exc) or type(exc).__name__)
+    return _Mismatch(path, f"{cls.__name__} refused the value: {detail}")
+
+
+def _pydantic(cls: type) -> _Structure:
+    validate = pydantic_validator(cls)
+
+    def structure(value: Any, path: str) -> Any:
+        try:
+            return validate(value)
+        except Exception as exc:
+            raise _refused(cls, exc, path) from None
+
+    return structure
+
+
+def _record(cls: type, stack: tuple[type, ...]) -> _Structure:
     fields = [
-        (_alias(field), _build(hints.get(field.name, field.type), stack), field.default)
-        for field in _init_fields(cls)
+        (field.key, _build(field.annotation, stack), field.required) for field in record_fields(cls)
     ]
-    known = [alias for alias, _, _ in fields]
+    known = [key for key, _, _ in fields]
     allowed = _excerpt(", ".join(known)) if known else "(none)"
+    typed_dict = is_typeddict(cls)  # its value is the dict itself, its fields structured
 
     def structure(value: Any, path: str) -> Any:
         if not isinstance(value, dict):
@@ -241,15 +296,16 @@ def _attrs(cls: type, stack: tuple[type, ...]) -> _Structure:
                 where = _join(path, key) if isinstance(key, str) else path
                 raise _Mismatch(where, f"unknown field {_key(str(key))}; allowed: {allowed}")
         kwargs: dict[str, Any] = {}
-        for alias, item, default in fields:
-            if alias in value:
-                kwargs[alias] = item(value[alias], _join(path, alias))
-            elif default is attrs.NOTHING:
-                raise _Mismatch(_join(path, alias), f"missing required field {_key(alias)}")
+        for key, item, required in fields:
+            if key in value:
+                kwargs[key] = item(value[key], _join(path, key))
+            elif required:
+                raise _Mismatch(_join(path, key), f"missing required field {_key(key)}")
+        if typed_dict:
+            return kwargs
         try:
             return cls(**kwargs)
         except Exception as exc:
-            detail = _excerpt(str(exc) or type(exc).__name__)
-            raise _Mismatch(path, f"{cls.__name__} refused the value: {detail}") from None
+            raise _refused(cls, exc, path) from None
 
     return structure

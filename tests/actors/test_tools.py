@@ -97,6 +97,31 @@ async def test_arguments_are_validated_and_structured() -> None:
     assert "allowed: a, b" in bad.error
 
 
+@attrs.frozen
+class Positive:
+    n: int = attrs.field()
+
+    @n.validator
+    def _positive(self, attribute: attrs.Attribute[int], value: int) -> None:
+        if value <= 0:
+            raise ValueError("n must be positive")
+
+
+@tool
+def halve(amount: Positive) -> float:
+    """Halve an amount."""
+    return amount.n / 2
+
+
+async def test_a_refusal_the_schema_could_not_foresee_reads_like_the_schemas_own() -> None:
+    # A class's validator refused after the schema check passed: one "invalid arguments:"
+    # prefix, then the path and the reason, as for a schema problem (it was said twice).
+    refused = await halve.call(call("halve", {"amount": {"n": -2}}))
+    assert refused == ToolFailure(
+        "c1", "halve", "invalid arguments: $.amount: Positive refused the value: n must be positive"
+    )
+
+
 async def test_failures_are_results_the_model_sees(autojump_clock: trio.testing.MockClock) -> None:
     raised = await boom.call(call("boom"))
     assert raised == ToolFailure("c1", "boom", "RuntimeError: the disk is on fire")

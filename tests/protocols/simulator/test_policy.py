@@ -157,6 +157,16 @@ def test_call_tool_with_json_calls_it_with_those_arguments(
     assert calls_of(example) == [("add", {"a": 1, "b": 2})]
 
 
+def test_call_tool_with_nested_json_calls_it_with_those_arguments() -> None:
+    # Tools that take objects (a pydantic model, a dataclass) need arguments that nest.
+    text = 'call lookup with {"city": {"name": "Paris", "near": [{"x": 1}]}} then call add with {'
+    sim = answer(SimRequest("openai", MODEL, (SimTurn("user", text),), ("lookup", "add")))
+    assert calls_of(sim) == [
+        ("lookup", {"city": {"name": "Paris", "near": [{"x": 1}]}}),
+        ("add", {}),
+    ]
+
+
 def test_decimals_are_not_read_as_integer_sums() -> None:
     for tools in ((), ("add",)):
         request = SimRequest("openai", MODEL, (SimTurn("user", "what is 1.5 + 2.5?"),), tools)
