@@ -30,6 +30,11 @@ produced:
 
 Runs on one agent are taken one at a time, in the order they were started (FIFO); separate
 agents run concurrently. A :meth:`Agent.stream` that is never iterated never takes the slot.
+
+An agent keeps one conversation, which every run reads and extends. A run given ``history=``
+works on that history instead (in a conversation of its own, thrown away when it ends) and
+touches the agent's not at all; :meth:`Agent.fork` makes an agent with the same configuration
+and a conversation of its own.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from protocols.errors import (
     ConfigError,
     ValidationError,
 )
+from protocols.history import check_history
 from protocols.messages import (
     AgentResult,
     Message,
@@ -301,6 +307,9 @@ class _Request:
     path: tuple[RunStep, ...] = ()
     #: The conversation the run works in (None: the agent's).
     conversation: Conversation | None = None
+    #: A history of the caller's the run goes on from, in a conversation of its own made when
+    #: the run begins and thrown away when it ends (None: not such a run).
+    history: tuple[Message, ...] | None = None
     deps: Any = None
     #: A delegated or handed-to run passes its chunks and events to its parent run.
     forward: Callable[[Chunk], None] | None = None
@@ -563,6 +572,24 @@ def _raced(error: BaseException, scope: trio.CancelScope) -> BaseException | Non
     return error if isinstance(error, Exception) else None
 
 
+def _history(
+    history: Sequence[Message] | None, input: Sequence[Message]
+) -> tuple[Message, ...] | None:
+    """A run's ``history=``, checked: well formed, and none of its ids an input message's."""
+    if history is None:
+        return None
+    past = check_history(history)
+    if input:
+        ids = {message.id for message in past}
+        for index, message in enumerate(input):
+            if message.id in ids:
+                raise ValidationError(
+                    f"the input message {index} has the id {message.id!r} of a message of the "
+                    "history (is it in both?)"
+                )
+    return past
+
+
 def _input_messages(input: str | Message | Sequence[Message] | None) -> tuple[Message, ...]:
     if input is None:
         return ()
@@ -602,6 +629,10 @@ class _AgentActor(Actor[_Request, None]):
 
 class Agent:
     """An agent: a provider, a conversation, context and tools, run as a supervised actor.
+
+    It keeps one conversation (:attr:`conversation`): every run reads and extends it, unless
+    the run is given a ``history`` of its own (see :meth:`generate`); :meth:`fork` makes an
+    agent like it with a conversation of its own.
 
     Start one with :meth:`start` (or ``runtime.agent(...)``, the same). Run options given there
     -- ``limit``, ``timeout``, ``budget``, ``think``, ``tool_choice``, ``on_exhaust``,
@@ -861,10 +892,11 @@ class Agent:
 
     async def aclose(self, *, cancel: bool = False) -> None:
         """Close the agent: it takes no new run (they raise :class:`~actors.ActorStopped`), the
-        run in progress and those already waiting end as they would -- or, with
-        ``cancel=True``, the run in progress is cut (committing its partial) and the waiting
-        ones are withdrawn -- then its actor stops, and the conversation it owns (one it made,
-        not one it was given) stops too. Idempotent; the actors it stopped leave the runtime."""
+        runs in progress (runs delegated to it and served over MCP included) and those already
+        waiting end as they would -- or, with ``cancel=True``, the runs in progress are cut
+        (committing their partials) and the waiting ones are withdrawn -- then its actor stops,
+        and the conversation it owns (one it made, not one it was given) stops too.
+        Idempotent; the actors it stopped leave the runtime."""
         if self._closing:
             if self._ref is not None:
                 await self._ref.wait_stopped()
@@ -878,7 +910,7 @@ class Agent:
             # However long they take: stopping the actor would cut them at its shutdown
             # deadline. (A caller cancelled while waiting here still closes the agent below.)
             try:
-                while self.busy:
+                while self.busy or self._direct:
                     self._idle = trio.Event()
                     await self._idle.wait()
             except BaseException:
@@ -889,7 +921,7 @@ class Agent:
 
     def _maybe_idle(self) -> None:
         idle = self._idle
-        if idle is not None and not self.busy:
+        if idle is not None and not self.busy and not self._direct:
             idle.set()
 
     async def _stop_owned(self) -> None:
@@ -927,33 +959,49 @@ class Agent:
         self,
         input: str | Message | Sequence[Message] | None = None,
         *,
+        history: Sequence[Message] | None = None,
         if_busy: BusyPolicy = "queue",
         **options: Any,
     ) -> AgentRun:
         """Start a run and stream its chunks (see :class:`AgentRun`). ``options`` are
-        :class:`RunOptions` fields overriding the agent's for this run; ``if_busy`` as for
-        :meth:`generate`."""
+        :class:`RunOptions` fields overriding the agent's for this run; ``history`` and
+        ``if_busy`` as for :meth:`generate`."""
         run_options = RunOptions(**options)
+        messages = _input_messages(input)
+        past = _history(history, messages)
         send, receive = trio.open_memory_channel[Any](float("inf"))
-        request = self._traced(_Request(self, _input_messages(input), run_options, send))
+        request = self._traced(_Request(self, messages, run_options, send, history=past))
         return AgentRun(self, request, receive, if_busy)
 
     async def generate(
         self,
         input: str | Message | Sequence[Message] | None = None,
         *,
+        history: Sequence[Message] | None = None,
         if_busy: BusyPolicy = "queue",
         **options: Any,
     ) -> AgentResult:
         """Run to the end and return the result: :meth:`stream`, drained (the same run,
         without producing chunks nobody reads).
 
+        ``history`` (a sequence of messages) runs on that history instead of the agent's
+        conversation, which the run then neither reads nor changes: the prompt is the agent's
+        system prompt, instructions and workspace, then ``history``, then ``input`` and what
+        the run adds. ``result.messages`` is what the run added (``input`` first), so
+        ``[*history, *result.messages]`` is the history to give the next call -- well formed
+        also when the run was cut (every call answered). It must be well formed itself
+        (:func:`~protocols.history.check_history`; a :class:`~protocols.errors.ValidationError`
+        says where it is not, before anything runs). Such a run is never compacted (the agent's
+        ``window`` still refuses a prompt over it), and waits its turn like any run.
+
         ``if_busy`` says what happens when the agent is already answering (or has runs
         waiting): ``"queue"`` (the default) waits its turn, first come first served;
         ``"interrupt"`` cuts the run in progress (its partial is committed as for any cancel)
         and goes next, ahead of ordinary waiting runs; ``"reject"`` raises :class:`AgentBusy`
         at once."""
-        request = self._traced(_Request(self, _input_messages(input), RunOptions(**options), None))
+        messages = _input_messages(input)
+        past = _history(history, messages)
+        request = self._traced(_Request(self, messages, RunOptions(**options), None, history=past))
         return await self._wait(request, if_busy)
 
     async def _wait(self, request: _Request, if_busy: BusyPolicy = "queue") -> AgentResult:
@@ -986,6 +1034,84 @@ class Agent:
 
         return AgentTool(self, name=name, description=description, conversation=conversation)
 
+    async def fork(
+        self, *, history: Sequence[Message] | None = None, name: str | None = None
+    ) -> Agent:
+        """A new agent with this one's configuration and a conversation of its own: the same
+        provider, system prompt, instructions, tools (the same registry), scope, workspace,
+        authority, approver, run defaults (``limit``, ``budget``, ``deps``, ...), tool
+        concurrency, window, listeners (those subscribed now) and tracing; its conversation
+        compacts as this one's does (the same summarizer and settings). It starts empty, or
+        with ``history`` (checked as for :meth:`generate`) -- ``history=await
+        agent.conversation.messages()`` continues from where this agent is.
+
+        The fork is an agent like any other, under the same runtime: its runs queue on its
+        own (it runs side by side with this one), it has its own :meth:`statistics`, and it
+        owns its conversation, which :meth:`aclose` stops. Neither agent ever sees the
+        other's conversation. ``name`` names its actor (default ``agent-N``)."""
+        if self._closing:
+            raise ActorStopped(f"agent {self.name!r} is closed", name=self.name)
+        runtime = self._runtime
+        if runtime is None:
+            raise RuntimeError("the agent has no actor: create it with 'await Agent.start(...)'")
+        start = check_history(history) if history is not None else ()
+        conversation = await self._new_conversation(start, compacting=True)
+        try:
+            fork = Agent(
+                self.provider,
+                conversation,
+                system=self.system,
+                instructions=self.instructions,
+                tools=self.registry,
+                scope=self.scope,
+                workspace=self.workspace,
+                authority=self.authority,
+                approve=self.approve,
+                defaults=self.defaults,
+                tool_concurrency=self.tool_concurrency,
+                on=self._listeners,
+                error=self._error_handler,
+                window=self.window,
+                strict=self.strict,
+            )
+            fork._tracer = self._tracer
+            fork._runtime = runtime
+            fork._owns_conversation = True
+
+            def agent() -> _AgentActor:  # the factory's name names the actor
+                return _AgentActor(fork)
+
+            fork._ref = await runtime.spawn(agent, name=name, restart=Restart.TRANSIENT)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await conversation.stop()
+            raise
+        return fork
+
+    async def _new_conversation(
+        self, history: Sequence[Message], *, compacting: bool
+    ) -> Conversation:
+        """A conversation of the agent's runtime holding ``history`` (checked already): one
+        that compacts as the agent's own does (``compacting``), or one never compacted."""
+        runtime = self._runtime
+        if runtime is None:
+            raise RuntimeError("the agent has no actor: create it with 'await Agent.start(...)'")
+        if compacting:
+            own = self.conversation._state
+            conversation = await Conversation.start(
+                runtime, summarize=own.summarize, keep=own.keep, sections=own.sections
+            )
+        else:
+            conversation = await Conversation.start(runtime)
+        if history:
+            try:
+                await conversation.add(history)
+            except BaseException:
+                with trio.CancelScope(shield=True):
+                    await conversation.stop()
+                raise
+        return conversation
+
     # -- the run -------------------------------------------------------------------------------
 
     def _option(self, options: RunOptions, name: str) -> Any:
@@ -998,18 +1124,22 @@ class Agent:
         self._runs += 1
         number = self._runs
         trace: _tracing.RunTrace | None = None
-        if request.tracer is not None:
-            conversation = request.conversation or self.conversation
-            trace = request.trace = _tracing.RunTrace(
-                request.tracer,
-                request.parent,
-                agent=self.name,
-                provider=self.provider,
-                conversation=conversation.id,
-                run_id=request.run_id,
-            )
+        private: Conversation | None = None  # a run on a history: its own, for the run only
         chain = _chain.set(request.chain)
         try:
+            if request.history is not None and request.conversation is None:
+                private = await self._new_conversation(request.history, compacting=False)
+                request.conversation = private
+            if request.tracer is not None:
+                conversation = request.conversation or self.conversation
+                trace = request.trace = _tracing.RunTrace(
+                    request.tracer,
+                    request.parent,
+                    agent=self.name,
+                    provider=self.provider,
+                    conversation=conversation.id,
+                    run_id=request.run_id,
+                )
             result = await self._run(request, number)
         except Exception as error:
             if trace is not None:
@@ -1057,6 +1187,9 @@ class Agent:
                 )
                 self._event(request, finish)
         finally:
+            if private is not None:
+                with trio.CancelScope(shield=True):
+                    await private.stop()
             if trace is not None:
                 trace.end()  # whatever happened, the run's span ends with it (once)
             _chain.reset(chain)
@@ -1072,7 +1205,8 @@ class Agent:
 
     async def _execute_here(self, request: _Request) -> AgentResult:
         """Run ``request`` in the calling task (a delegated or handed-to run: inside its
-        parent's scope), not in the agent's actor. Raises what the run raises."""
+        parent's scope; a run served over MCP: in the call's task), not in the agent's actor.
+        Raises what the run raises."""
         if self._closing:
             raise ActorStopped(f"agent {self.name!r} is closed", name=self.name)
         request.bind(queued=False)
@@ -1085,6 +1219,7 @@ class Agent:
             await self._execute(request)
         finally:
             direct.discard(request)
+            self._maybe_idle()
         if request.error is not None:
             raise request.error
         assert request.result is not None

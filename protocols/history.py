@@ -41,6 +41,7 @@ __all__ = [
     "ConversationSnapshot",
     "History",
     "Section",
+    "check_history",
     "estimate_messages",
     "plan_collapse",
     "plan_fold",
@@ -362,6 +363,66 @@ def unanswered_calls(messages: Sequence[Message]) -> tuple[ToolCall, ...]:
             if waiting:
                 waiting.pop()
     return tuple(call for calls in open_calls.values() for call in calls)
+
+
+#: How many call ids an error about calls without results names at most.
+_SHOWN_CALLS = 5
+
+
+def check_history(messages: Iterable[Message], *, what: str = "history") -> tuple[Message, ...]:
+    """``messages`` as a tuple, when they are a history a run can go on from; else raises
+    :class:`ValidationError` naming the first position (``what[i]``) that is wrong.
+
+    A history is what a conversation of this library always holds: :class:`Message` values
+    with distinct ids, in which every assistant tool call is answered by exactly one tool
+    message before any other message follows it (a tool message answers an open call of the
+    assistant message just before it: a provider's call ids are not assumed unique across
+    turns), and no call is left without its result at the end. System messages may stand
+    anywhere (every wire merges them into one system text)."""
+    if isinstance(messages, str | Message):
+        raise ValidationError(
+            f"{what} must be a sequence of messages, not a {type(messages).__name__}"
+        )
+    try:
+        items = tuple(messages)
+    except TypeError:
+        raise ValidationError(
+            f"{what} must be a sequence of messages, not {type(messages).__name__}"
+        ) from None
+    ids: set[str] = set()
+    pending: list[str] = []  # ids of the calls waiting for their result
+    owner = 0  # the assistant message that made them
+    for index, message in enumerate(items):
+        where = f"{what}[{index}]"
+        if not isinstance(message, Message):
+            raise ValidationError(f"{where} must be a Message, not {type(message).__name__}")
+        if message.id in ids:
+            raise ValidationError(f"{where} has the id {message.id!r} of an earlier message")
+        ids.add(message.id)
+        if message.role is Role.TOOL:
+            if message.tool_call_id not in pending:
+                raise ValidationError(
+                    f"{where} answers the call {message.tool_call_id!r}, which is no open call "
+                    "of the assistant message before it"
+                )
+            pending.remove(message.tool_call_id)
+            continue
+        if pending:
+            raise ValidationError(
+                f"{what}[{owner}] made calls that have no result before {where}: " + _shown(pending)
+            )
+        if message.role is Role.ASSISTANT and message.calls:
+            pending = [call.id for call in message.calls]
+            owner = index
+    if pending:
+        raise ValidationError(f"{what}[{owner}] made calls that have no result: {_shown(pending)}")
+    return items
+
+
+def _shown(call_ids: Sequence[str]) -> str:
+    shown = ", ".join(repr(call_id) for call_id in call_ids[:_SHOWN_CALLS])
+    more = len(call_ids) - _SHOWN_CALLS
+    return shown + (f" and {more} more" if more > 0 else "")
 
 
 def plan_collapse(sections: int, cap: int | None) -> int:

@@ -284,6 +284,7 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "MESSAGE_TOKEN_OVERHEAD",
         "RECAP_PREFIX",
         "Section",
+        "check_history",
         "estimate_messages",
         "plan_collapse",
         "plan_fold",

@@ -12,15 +12,16 @@ import trio
 
 from protocols.errors import AgentsError, ConfigError
 from protocols.mcp import local_name, write_result
-from protocols.messages import ToolCall, ToolFailure, ToolResult
+from protocols.messages import AgentResult, Message, ToolCall, ToolFailure, ToolResult
 from protocols.relay import is_loopback
 
-from ..agent import Agent
+from ..agent import Agent, RunOptions, _Request
 from ..tools import CallableTool, ToolRegistry
 from ._client import _sdk
 
 if TYPE_CHECKING:
     from .._core._runtime import Runtime
+    from ..conversation import Conversation
 
 __all__ = ["PROMPT_SCHEMA", "mcp_server", "resolve_app", "serve_http", "serve_stdio"]
 
@@ -54,6 +55,7 @@ def mcp_server(
     tool_name: str | None = None,
     description: str | None = None,
     max_prompt_chars: int = MAX_PROMPT_CHARS,
+    session_history: bool = False,
 ) -> Any:
     """An MCP server (the SDK's low-level ``Server``) whose tools are ``target``'s.
 
@@ -62,6 +64,16 @@ def mcp_server(
       agent, answered with the run's text (and ``isError`` when the run fails or the prompt
       is refused). A client's cancellation cuts the run, which commits its
       partial as any cut run does.
+
+      Clients are kept apart: a call never runs in the agent's own conversation (which the
+      server never reads or changes). By default each call is a run on a fresh conversation
+      of its own, as a delegation (``as_tool``) is; with ``session_history=True`` the calls
+      of one MCP session share one conversation, made at the session's first call and
+      stopped when the session ends, and run one at a time in order -- never one
+      conversation for two sessions. (MCP 2026-07-28 has no sessions: a call of that
+      protocol is a session of its own.) Calls run in their own tasks, as delegated runs do:
+      calls of different sessions never wait for each other, :meth:`Agent.abort` cuts them,
+      and the agent's listeners, statistics and tracing see them.
     * A :class:`~actors.tools.ToolRegistry` (or tools) is served tool for tool, with the
       definitions the registry gives models; a call goes through the registry's ``execute``
       (arguments validated, failures answered as ``isError`` results, never raised).
@@ -85,6 +97,8 @@ def mcp_server(
             tool = types.Tool(name=exposed, description=info, input_schema=PROMPT_SCHEMA)
             return types.ListToolsResult(tools=[tool])
 
+        served = _ServedAgent(agent, session_history=session_history)
+
         async def call_agent(ctx: Any, params: Any) -> Any:
             if params.name != exposed:
                 return _error(types, f"unknown tool {params.name!r}; this server has {exposed!r}")
@@ -98,7 +112,7 @@ def mcp_server(
                     f"{max_prompt_chars}",
                 )
             try:
-                result = await agent.generate(prompt)
+                result = await served.run(ctx, prompt)
             except AgentsError as error:
                 return _error(types, f"the run failed: {error}")
             answer = types.CallToolResult(
@@ -114,8 +128,10 @@ def mcp_server(
         return Server(name, on_list_tools=list_agent, on_call_tool=call_agent)
 
     registry = target if isinstance(target, ToolRegistry) else ToolRegistry(target)
-    if tool_name is not None or description is not None:
-        raise ConfigError("tool_name and description apply to an agent, not to a tool registry")
+    if tool_name is not None or description is not None or session_history:
+        raise ConfigError(
+            "tool_name, description and session_history apply to an agent, not to a tool registry"
+        )
 
     async def list_registry(ctx: Any, params: Any) -> Any:
         tools = [
@@ -140,6 +156,75 @@ def mcp_server(
         return types.CallToolResult.model_validate(write_result(result))
 
     return Server(name, on_list_tools=list_registry, on_call_tool=call_registry)
+
+
+#: Where a session's conversation is kept in the SDK's per-connection ``state``.
+_SESSION_KEY = "trio_agents.session"
+
+
+class _Session:
+    """The conversation of one MCP session (made at its first call) and the lock that runs
+    the session's calls one at a time, in order."""
+
+    def __init__(self) -> None:
+        self.lock = trio.Lock()
+        self.conversation: Conversation | None = None
+
+    async def close(self) -> None:
+        """The session ended: stop its conversation (it leaves the runtime)."""
+        conversation, self.conversation = self.conversation, None
+        if conversation is not None:
+            with trio.CancelScope(shield=True):
+                await conversation.stop()
+
+
+class _ServedAgent:
+    """How an agent served over MCP runs a call: in the call's own task (as a delegated run
+    does), on a fresh conversation or on its session's."""
+
+    def __init__(self, agent: Agent, *, session_history: bool) -> None:
+        self.agent = agent
+        self.session_history = session_history
+        self._warned = False
+
+    async def run(self, ctx: Any, prompt: str) -> AgentResult:
+        agent = self.agent
+        request = agent._traced(
+            _Request(agent, (Message.user(prompt),), RunOptions(), None, history=())
+        )
+        session = self._session(ctx) if self.session_history else None
+        if session is None:
+            return await agent._execute_here(request)
+        async with session.lock:
+            if session.conversation is None:
+                session.conversation = await agent._new_conversation((), compacting=True)
+            request.history = None
+            request.conversation = session.conversation
+            return await agent._execute_here(request)
+
+    def _session(self, ctx: Any) -> _Session | None:
+        """The session of the call's MCP connection (made at its first call, closed with the
+        connection); ``None`` when the SDK does not show the connection -- the call then gets
+        a fresh conversation, never a shared one."""
+        # The SDK gives every connection a ``state`` dict and an ``exit_stack`` unwound when it
+        # closes, for handlers to keep per-connection state in; its low-level handlers reach
+        # the connection only through the request's session (mcp 2.3).
+        connection = getattr(getattr(ctx, "session", None), "_connection", None)
+        state = getattr(connection, "state", None)
+        exit_stack = getattr(connection, "exit_stack", None)
+        if not isinstance(state, dict) or exit_stack is None:
+            if not self._warned:
+                self._warned = True
+                log.warning(
+                    "session_history: this mcp SDK does not show a call's connection; each "
+                    "call runs on a fresh conversation"
+                )
+            return None
+        session = state.get(_SESSION_KEY)
+        if not isinstance(session, _Session):
+            session = state[_SESSION_KEY] = _Session()
+            exit_stack.push_async_callback(session.close)
+        return session
 
 
 def _error(types: Any, text: str) -> Any:

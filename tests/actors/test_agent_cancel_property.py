@@ -20,6 +20,12 @@ concurrency. After every run:
 * no task outlives the run or the runtime, the agent is not left running, and a caller that
   cuts its own run gets control back at once.
 
+Some runs go on from a history of the caller's (``history=``, issue 24 item 4): the thread of
+the example's earlier such runs (``thread + result.messages`` after each), on a seed with an
+answered call. For those, "the history" above is ``thread + result.messages`` -- well formed
+however the run was cut -- the prompt began with the thread, and the agent's own conversation
+is untouched.
+
 Everything runs on a ``MockClock`` with ``autojump_threshold=0``: no real sleeps.
 """
 
@@ -43,6 +49,7 @@ from actors.testing import Fail, Hang, Reply, ScriptedProvider, ScriptExhausted
 from actors.tools import INTERRUPTED, NOT_EXECUTED
 from protocols.accounting import TokenBudget, estimate_tokens
 from protocols.errors import ProviderError
+from protocols.history import check_history, render_for_provider
 from protocols.messages import (
     AgentResult,
     Message,
@@ -92,6 +99,7 @@ class RunCase:
     limit: int | None
     timeout: float | None
     budget: int | None
+    on_history: bool = False  # run on the example's thread (history=), not the conversation
 
 
 @attrs.frozen
@@ -174,6 +182,7 @@ def run_cases(draw: st.DrawFn, run: int) -> RunCase:
         limit=draw(st.none() | st.integers(0, 4)),
         timeout=draw(timeouts),
         budget=draw(budgets),
+        on_history=draw(st.booleans()),
     )
 
 
@@ -241,10 +250,22 @@ def _effective(case: Case, run: RunCase) -> tuple[int, float | None, int | None]
     return limit, timeout, budget
 
 
-async def _one_run(agent: Agent, case: Case, index: int, run: RunCase) -> None:
+#: Where an example's runs on a history begin: a turn with a call, answered.
+SEED = (
+    Message.user("seed"),
+    Message.assistant("", calls=[ToolCall("seed", "add", {"a": 1, "b": 1})]),
+    Message.tool("seed", "add", "2"),
+    Message.assistant("2", interrupted=True),
+)
+
+
+async def _one_run(
+    agent: Agent, case: Case, index: int, run: RunCase, thread: list[Message]
+) -> None:
     provider = ScriptedProvider(*run.steps)
     agent.provider = provider
-    before = await agent.conversation.messages()
+    own = await agent.conversation.messages()
+    before = tuple(thread) if run.on_history else own
     await trio.testing.wait_all_tasks_blocked()
     living = _tasks()
     seen = Seen(start=trio.current_time())
@@ -254,6 +275,8 @@ async def _one_run(agent: Agent, case: Case, index: int, run: RunCase) -> None:
         "timeout": run.timeout,
         "budget": None if run.budget is None else TokenBudget(max=run.budget),
     }
+    if run.on_history:
+        options["history"] = before
     if run.mode in ("token", "pre"):
         options["abort"] = [token]
     if run.mode == "pre":
@@ -279,6 +302,16 @@ async def _one_run(agent: Agent, case: Case, index: int, run: RunCase) -> None:
     assert agent.status is not AgentStatus.RUNNING
     assert agent.statistics()["queued"] == 0
     after = await agent.conversation.messages()
+    if run.on_history:
+        event("a run on a history")
+        assert after == own, "a run on a history changed the agent's conversation"
+        if provider.calls:  # its prompt went on from the thread
+            assert provider.calls[0].messages[: len(before)] == render_for_provider(before)
+        # The caller's next history; for a run the caller cut itself (no result), what it
+        # added is the caller's loss, and the thread goes on without it.
+        added = seen.result.messages if seen.result is not None else ()
+        after = check_history((*before, *added))
+        thread[:] = after
     _check(case, run, seen, before=before, after=after, provider=provider, agent=agent)
 
 
@@ -295,8 +328,9 @@ async def _exercise(case: Case) -> None:
                 budget=None if case.budget is None else TokenBudget(max=case.budget),
                 tool_concurrency=case.tool_concurrency,
             )
+            thread = list(SEED)
             for index, run in enumerate(case.runs):
-                await _one_run(agent, case, index, run)
+                await _one_run(agent, case, index, run, thread)
     assert _tasks() == living, "a task outlived the runtime"
 
 
@@ -645,7 +679,10 @@ async def test_a_stopped_agent_refuses_a_run_at_once(
 # * the history is well formed; each run's messages are one contiguous slice of it;
 # * a run withdrawn before it began committed nothing and made no provider call, and a caller
 #   that cut its own run got control back at once;
-# * no provider call of a run -- the extra ones included -- started with its budget spent.
+# * no provider call of a run -- the extra ones included -- started with its budget spent;
+# * a run on a history (``history=SEED``) waits its turn like the others, and never touches
+#   the agent's conversation: ``SEED + result.messages`` is well formed, and one withdrawn
+#   added nothing and made no provider call.
 
 Cut = Literal["never", "outer", "token", "abort", "leave"]
 
@@ -658,6 +695,7 @@ class QueuedRun:
     at: float
     limit: int | None
     budget: int | None
+    on_history: bool = False
 
 
 @attrs.frozen
@@ -697,6 +735,7 @@ def queued_runs(draw: st.DrawFn, run: int) -> QueuedRun:
         at=draw(moments),
         limit=draw(st.none() | st.integers(1, 3)),
         budget=draw(st.none() | st.integers(0, 25)),
+        on_history=draw(st.integers(0, 3)) == 0,
     )
 
 
@@ -730,6 +769,8 @@ async def _queued(agent: Agent, index: int, run: QueuedRun, seen: QueuedSeen, st
         "budget": None if run.budget is None else TokenBudget(max=run.budget),
         "abort": [token],
     }
+    if run.on_history:
+        options["history"] = SEED
     text = f"go {index}"
     async with trio.open_nursery() as nursery:
         with trio.CancelScope() as outer:
@@ -805,6 +846,15 @@ def _check_queue(
             # The caller cut its own run (waiting or running): control back at that moment.
             assert saw.end == start + run.at, "a caller was held after cutting its own run"
             event(f"the caller cut its run ({run.cut})")
+        if run.on_history:
+            assert text not in users, "a run on a history wrote to the agent's conversation"
+            if saw.result is not None:
+                event("a run on a history")
+                check_history((*SEED, *saw.result.messages))
+                assert saw.result.turns == len(provider.calls)
+                if not saw.result.messages:
+                    assert provider.calls == [], "a withdrawn run called the provider"
+            continue
         if text not in users:
             # Withdrawn before it began: nothing of it, and no provider call.
             assert provider.calls == [], "a withdrawn run called the provider"
