@@ -45,6 +45,7 @@ from protocols.toolschema import (
     validate_arguments,
 )
 
+from ._core._errors import raises_one_cause
 from ._run_context import _tool_run, context_for
 
 __all__ = [
@@ -333,6 +334,7 @@ class ToolRegistry:
     def __contains__(self, name: object) -> bool:
         return name in self._tools
 
+    @raises_one_cause
     async def execute(
         self,
         calls: Sequence[ToolCall],
@@ -350,7 +352,8 @@ class ToolRegistry:
         cancel, :meth:`ToolBatch.settled`. ``refused`` maps the ids of calls refused before
         they got here (by a relay's policy) to the text each is answered with: they count as
         denied and never run. ``trio.Cancelled`` propagates; when this returns, nothing it
-        started is still running.
+        started is still running. A tool that breaks its contract by raising has its exception
+        come out as itself, never in an exception group.
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValidationError(f"limit must be an integer >= 1, not {limit!r}")

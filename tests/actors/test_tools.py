@@ -15,7 +15,7 @@ from actors.tools import INTERRUPTED, NOT_EXECUTED, Tool, ToolBatch, ToolRegistr
 from protocols.authority import Authority, Rule, Verdict
 from protocols.context import Scope
 from protocols.errors import ConfigError, ValidationError
-from protocols.messages import ToolCall, ToolFailure, ToolSuccess
+from protocols.messages import ToolCall, ToolDefinition, ToolFailure, ToolResult, ToolSuccess
 
 
 class Unit(enum.Enum):
@@ -380,3 +380,29 @@ async def test_workspace_tools_register_like_any_other() -> None:
     )
     assert result.ok
     assert workspace.read("a.md") == "# A"
+
+
+async def test_a_tool_that_breaks_its_contract_by_raising_comes_out_as_itself() -> None:
+    """``CallableTool.call`` answers every failure with a result; one that raises anyway (a
+    bug) has its exception come out of ``execute`` as itself -- also when the calls ran
+    concurrently, in a nursery -- not in an exception group."""
+    raised = RuntimeError("a bug in a hand-written tool")
+
+    class Broken:
+        definition = ToolDefinition("broken", "Raises.", {"type": "object", "properties": {}})
+
+        async def call(self, call: ToolCall) -> ToolResult:
+            await trio.lowlevel.checkpoint()
+            raise raised
+
+    @tool
+    async def fine() -> str:
+        """Works."""
+        await trio.lowlevel.checkpoint()
+        return "ok"
+
+    registry = ToolRegistry([Broken(), fine])
+    calls = [ToolCall("c1", "broken", {}), ToolCall("c2", "fine", {})]
+    with pytest.raises(RuntimeError) as caught:
+        await registry.execute(calls)
+    assert caught.value is raised
