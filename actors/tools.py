@@ -38,6 +38,7 @@ from protocols.codec import check_json
 from protocols.context import Scope
 from protocols.errors import ConfigError, ValidationError
 from protocols.messages import ToolCall, ToolDefinition, ToolFailure, ToolResult, ToolSuccess
+from protocols.relay import loggable
 from protocols.toolschema import (
     ToolSignature,
     signature_of,
@@ -186,7 +187,16 @@ class Tool:
         except trio.TooSlowError:
             return ToolFailure(call.id, call.name, f"timed out after {self.timeout:g} s")
         except Exception as error:
-            log.warning("tool %r raised (call %r)", call.name, call.id, exc_info=True)
+            # An expected failure of a tool is one line (the model gets it as the call's
+            # result); its traceback is for DEBUG, so a plain script shows none.
+            log.warning(
+                "tool %r raised %s: %s (call %r)",
+                call.name,
+                type(error).__name__,
+                loggable(str(error).strip() or "(no message)"),
+                call.id,
+            )
+            log.debug("tool %r raised (call %r)", call.name, call.id, exc_info=True)
             report = _raised.get()
             if report is not None:
                 report(call, error)
