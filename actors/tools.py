@@ -38,6 +38,7 @@ from protocols.codec import check_json
 from protocols.context import Scope
 from protocols.errors import ConfigError, ValidationError
 from protocols.messages import ToolCall, ToolDefinition, ToolFailure, ToolResult, ToolSuccess
+from protocols.relay import loggable
 from protocols.toolschema import (
     ToolSignature,
     signature_of,
@@ -45,6 +46,7 @@ from protocols.toolschema import (
     validate_arguments,
 )
 
+from ._core._errors import raises_one_cause
 from ._run_context import _tool_run, context_for
 
 __all__ = [
@@ -204,7 +206,16 @@ class Tool:
         except trio.TooSlowError:
             return ToolFailure(call.id, call.name, f"timed out after {self.timeout:g} s")
         except Exception as error:
-            log.warning("tool %r raised (call %r)", call.name, call.id, exc_info=True)
+            # An expected failure of a tool is one line (the model gets it as the call's
+            # result); its traceback is for DEBUG, so a plain script shows none.
+            log.warning(
+                "tool %r raised %s: %s (call %r)",
+                call.name,
+                type(error).__name__,
+                loggable(str(error).strip() or "(no message)"),
+                call.id,
+            )
+            log.debug("tool %r raised (call %r)", call.name, call.id, exc_info=True)
             report = _raised.get()
             if report is not None:
                 report(call, error)
@@ -355,6 +366,7 @@ class ToolRegistry:
     def __contains__(self, name: object) -> bool:
         return name in self._tools
 
+    @raises_one_cause
     async def execute(
         self,
         calls: Sequence[ToolCall],
@@ -372,7 +384,8 @@ class ToolRegistry:
         cancel, :meth:`ToolBatch.settled`. ``refused`` maps the ids of calls refused before
         they got here (by a relay's policy) to the text each is answered with: they count as
         denied and never run. ``trio.Cancelled`` propagates; when this returns, nothing it
-        started is still running.
+        started is still running. A tool that breaks its contract by raising has its exception
+        come out as itself, never in an exception group.
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValidationError(f"limit must be an integer >= 1, not {limit!r}")

@@ -15,7 +15,8 @@ from protocols.breaker import CircuitBreaker
 from ..agent import Agent
 from ..providers import ProviderConnection, ProviderInterface, StreamingProvider
 from ._actor import Actor, ActorRef, _Cell
-from ._incarnation import _leaves, run_incarnation
+from ._errors import OneCause
+from ._incarnation import run_incarnation
 from ._supervisor import (
     Backoff,
     ChildSpec,
@@ -196,6 +197,9 @@ async def open_runtime(
     * If the root supervisor gives up (a child restarted too often), the block is cancelled and
       :class:`SupervisorGaveUp` is raised to the caller, chained to the child failure.
     * ``KeyboardInterrupt`` and a cancellation from outside pass through untouched.
+    * No exception group comes out for one cause: an exception raised in the block comes out
+      as itself (``except ValueError`` catches it), with its own traceback; a failure of the
+      runtime as its own class. Only several unrelated failures at once form a group.
     * No task started by the runtime outlives the block, and nothing is global: two runtimes in
       one process are independent.
 
@@ -209,18 +213,17 @@ async def open_runtime(
         rng=rng,
     )
     cell = _Cell("root", owner=None, mailbox_size=None, shutdown=math.inf)
-    try:
+    one = OneCause()
+    with one:
         async with trio.open_nursery() as nursery:
             await nursery.start(_run_root, cell, root)
             try:
-                yield Runtime(root, cell)
+                with one.own():
+                    yield Runtime(root, cell)
             finally:
                 with trio.CancelScope(shield=True):
                     await cell.stop()
                     await cell.wait_stopped()
-    except BaseExceptionGroup as group:
-        _reraise(group)
-        raise
 
 
 async def _run_root(
@@ -230,14 +233,3 @@ async def _run_root(
     # stopped through the root's cell instead (gracefully, each child bounded by its deadline).
     with trio.CancelScope(shield=True):
         await run_incarnation(cell, lambda: root, None, task_status=task_status)
-
-
-def _reraise(group: BaseExceptionGroup[Any]) -> None:
-    """Raise the one exception a caller should see for ``group``, or return to re-raise it."""
-    leaves = _leaves(group)
-    for leaf in leaves:
-        if isinstance(leaf, KeyboardInterrupt):
-            raise leaf
-    real = [leaf for leaf in leaves if not isinstance(leaf, trio.Cancelled)]
-    if len(real) == 1:
-        raise real[0]

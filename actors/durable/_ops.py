@@ -24,6 +24,7 @@ from protocols.jobs import (
 )
 
 from .. import _tracing
+from .._core._errors import raises_one_cause
 from ._store import RunStore
 
 __all__ = [
@@ -112,12 +113,14 @@ async def purge_job(store: RunStore, id: str, *, clock: Callable[[], float] = ti
         raise ValidationError(outcome.detail)
 
 
+@raises_one_cause
 async def wait_job(
     store: RunStore, id: str, *, poll: float = 0.5, wake: trio.Event | None = None
 ) -> JobRecord:
     """Wait until the job has ended and return its final record: as soon as the store says
     the job changed (:meth:`RunStore.watch`; other processes' changes too, on PostgreSQL), when
-    ``wake`` is set, and every ``poll`` seconds in any case."""
+    ``wake`` is set, and every ``poll`` seconds in any case. What the store raises comes out as
+    itself (a :class:`~actors.store.StoreError`), never in an exception group."""
     with store.watch() as watch:
         while True:
             record = await existing_job(store, id)

@@ -46,6 +46,7 @@ from protocols.messages import AgentResult, Message, Role, StopReason, Usage, ne
 
 from .. import _tracing
 from .._core._abort import Abort
+from .._core._errors import OneCause
 from .._core._runtime import Runtime
 from .._run_loop import Resume
 from .._sqlite import StoreError
@@ -881,7 +882,9 @@ async def open_job_queue(
     flight are left open -- and another worker continues them once their leases expire.
     ``tracer_provider``: the OpenTelemetry provider the jobs' runs are traced with (default: the
     global one, if configured); each attempt's ``invoke_agent`` span is a child of the trace
-    context the job was enqueued in."""
+    context the job was enqueued in. An exception raised in the block comes out as itself, and
+    a failure of the worker (its store refusing it for good) as its own class, never in an
+    exception group."""
     for name, value, low in (("concurrency", concurrency, 1), ("retries", retries, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValidationError(f"{name} must be an integer >= {low}, not {value!r}")
@@ -908,12 +911,15 @@ async def open_job_queue(
         approval_timeout=approval_timeout,
         tracer_provider=tracer_provider,
     )
-    async with trio.open_nursery() as nursery:
-        await nursery.start(queue._watch)
-        await nursery.start(queue._work)
-        try:
-            yield queue
-        finally:
-            queue._taking = False
-            queue._leaving = True
-            nursery.cancel_scope.cancel()
+    one = OneCause()  # what the block raises comes out as itself, never in a group
+    with one:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(queue._watch)
+            await nursery.start(queue._work)
+            try:
+                with one.own():
+                    yield queue
+            finally:
+                queue._taking = False
+                queue._leaving = True
+                nursery.cancel_scope.cancel()

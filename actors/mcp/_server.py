@@ -15,6 +15,7 @@ from protocols.mcp import local_name, write_result
 from protocols.messages import AgentResult, Message, ToolCall, ToolFailure, ToolResult
 from protocols.relay import is_loopback
 
+from .._core._errors import raises_one_cause
 from ..agent import Agent, RunOptions, _Request
 from ..tools import CallableTool, ToolRegistry
 from ._client import _sdk
@@ -231,6 +232,7 @@ def _error(types: Any, text: str) -> Any:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
+@raises_one_cause
 async def serve_stdio(server: Any) -> None:
     """Serve ``server`` (see :func:`mcp_server`) over this process's stdin and stdout until
     the client closes stdin."""
@@ -240,6 +242,7 @@ async def serve_stdio(server: Any) -> None:
         await server.run(read, write, server.create_initialization_options())
 
 
+@raises_one_cause
 async def serve_http(
     server: Any,
     *,

@@ -50,6 +50,7 @@ from protocols.relay import (
 from protocols.relay import Delta as DeltaFrame
 
 from .. import _tracing
+from .._core._errors import OneCause
 from .._egress import open_judged_tcp
 from ..providers import ProviderStream, StreamingProvider, TextStream
 
@@ -135,7 +136,8 @@ class RelayProvider(StreamingProvider):
       ``disconnected``) carrying its partial -- it is never replayed.
     * The server's refusals and failures arrive as :class:`~protocols.errors.ProviderError`
       with the relay's code (``unauthorized``, ``rate_limited``, ``upstream``, ...) and its
-      retry hint.
+      retry hint -- out of the ``async with`` block too, never in an exception group; an
+      exception raised in the block comes out as itself.
     * An ``approval`` the server asks for goes to ``approve`` (none given, or no answer within
       ``approval_timeout`` seconds: denied), and the calls the server's policy refused come
       back in the result's ``denied``.
@@ -208,22 +210,28 @@ class RelayProvider(StreamingProvider):
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
-        await self.aclose()
-        manager, self._nursery_manager = self._nursery_manager, None
-        self._nursery = None
-        if manager is not None:
-            await manager.__aexit__(*exc_info)
+        # What the block raised comes out as itself, a failure of the connection's task as
+        # its own class: never in an exception group. (The nursery never swallows what the
+        # block raised: only a failure of its task cancels it while the block runs, and that
+        # failure is raised instead.)
+        with OneCause(own=exc_info[1]):
+            await self.aclose()
+            manager, self._nursery_manager = self._nursery_manager, None
+            nursery, self._nursery = self._nursery, None
+            if manager is not None and nursery is not None:
+                nursery.cancel_scope.cancel()  # the connection's task: the block has ended
+                await manager.__aexit__(*exc_info)
 
     async def aclose(self) -> None:
-        """Close the connection; requests still open fail with ``disconnected``."""
+        """Close the connection; requests still open fail with ``disconnected``. Inside the
+        ``async with`` block, the rest of the block still runs (a request made after this is
+        refused)."""
         self._closed = True
         connection, self._connection = self._connection, None
         if connection is not None:
             connection.drop()
             with trio.CancelScope(shield=True), trio.move_on_after(2):
                 await connection.socket.aclose()
-        if self._nursery is not None:
-            self._nursery.cancel_scope.cancel()
 
     def stream(
         self,

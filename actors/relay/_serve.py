@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import trio
 
+from .._core._errors import raises_one_cause
+
 if TYPE_CHECKING:
     from hypercorn.typing import ConnectionState
 
@@ -118,6 +120,7 @@ def _where(error: BaseException) -> str:
     return f"{'/'.join(path.parts[-2:])}:{last.lineno}"
 
 
+@raises_one_cause
 async def serve(
     app: Callable[..., Awaitable[None]],
     *,

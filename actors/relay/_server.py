@@ -56,6 +56,7 @@ from protocols.relay import (
 )
 
 from .. import _tracing
+from .._core._errors import raises_one_cause
 from ..providers import ProviderInterface
 from ._admission import (
     RelayLimits,
@@ -296,6 +297,7 @@ class RelayServer:
 
     # -- ASGI ----------------------------------------------------------------------------------
 
+    @raises_one_cause
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "lifespan":

@@ -6,11 +6,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
+from types import TracebackType
 from typing import Any, Self
 
 import attrs
 import h11
 import trio
+
+from .._core._errors import OneCause
 
 __all__ = ["Exchange", "LoopbackServer", "Request", "RequestTooLarge"]
 
@@ -165,15 +168,25 @@ class LoopbackServer:
         self._stack = stack
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        # The block ran inside the listener's nursery: its exception goes through the nursery
+        # (which never swallows it: only a handler's failure cancels the nursery while the
+        # block runs, and that failure is raised instead) and comes out as itself, never in an
+        # exception group.
+        with OneCause(own=error):
+            stack, self._stack = self._stack, None
+            self._port = None
+            if stack is not None:
+                await stack.__aexit__(kind, error, traceback)
 
     async def aclose(self) -> None:
         """Stop listening and end every connection handler (idempotent)."""
-        stack, self._stack = self._stack, None
-        self._port = None
-        if stack is not None:
-            await stack.aclose()
+        await self.__aexit__(None, None, None)
 
     async def _handle(self, stream: trio.SocketStream) -> None:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -38,7 +38,7 @@ async def test_a_tool_that_raises_is_recorded_and_emits_tool_error_and_a_warning
     events: list[AgentEvent] = []
     call = ToolCall("c1", "explode", {"where": "the lab"})
     provider = ScriptedProvider(Reply(calls=[call]), Reply("sorry"))
-    caplog.set_level(logging.WARNING, logger="trio_agents")
+    caplog.set_level(logging.DEBUG, logger="trio_agents")
     async with open_runtime() as runtime:
         agent = await Agent.start(runtime, provider, tools=[explode], on=[events.append])
         result = await agent.generate("go")
@@ -49,9 +49,15 @@ async def test_a_tool_that_raises_is_recorded_and_emits_tool_error_and_a_warning
     assert len(errors) == 1
     assert isinstance(errors[0].error, Boom)
     assert errors[0].call == call
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert any(r.name == "trio_agents.tools" and r.exc_info for r in warnings)
-    assert any("kaboom at the lab" in caplog.text for _ in warnings)
+    # One line at WARNING (an expected failure of a tool: no traceback), the traceback at DEBUG.
+    (warning,) = [r for r in caplog.records if r.name == "trio_agents.tools" and r.levelno >= 30]
+    assert warning.levelno == logging.WARNING
+    assert warning.getMessage() == "tool 'explode' raised Boom: 'kaboom at the lab' (call 'c1')"
+    assert not warning.exc_info
+    (debug,) = [r for r in caplog.records if r.name == "trio_agents.tools" and r.levelno < 30]
+    assert debug.levelno == logging.DEBUG
+    assert debug.exc_info is not None
+    assert debug.exc_info[1] is errors[0].error
 
 
 async def test_on_tool_error_raise_fails_the_run_after_recording_the_batch() -> None:

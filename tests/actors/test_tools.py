@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import enum
+import logging
 import math
+import os
+import pathlib
+import subprocess
+import sys
 import threading
 
 import attrs
@@ -15,7 +20,7 @@ from actors.tools import INTERRUPTED, NOT_EXECUTED, Tool, ToolBatch, ToolRegistr
 from protocols.authority import Authority, Rule, Verdict
 from protocols.context import Scope
 from protocols.errors import ConfigError, ValidationError
-from protocols.messages import ToolCall, ToolFailure, ToolSuccess
+from protocols.messages import ToolCall, ToolDefinition, ToolFailure, ToolResult, ToolSuccess
 
 
 class Unit(enum.Enum):
@@ -405,3 +410,99 @@ async def test_workspace_tools_register_like_any_other() -> None:
     )
     assert result.ok
     assert workspace.read("a.md") == "# A"
+
+
+#: A plain script: no logging configured, so Python shows WARNING records on stderr.
+PLAIN_SCRIPT = """
+import trio
+
+from actors import Agent, open_runtime, tool
+from actors.testing import Reply, ScriptedProvider
+from protocols import ToolCall
+
+
+@tool
+def divide(a: int, b: int) -> float:
+    \"\"\"Divide a by b.\"\"\"
+    return a / b
+
+
+async def main() -> None:
+    call = ToolCall("c1", "divide", {"a": 1, "b": 0})
+    model = ScriptedProvider(Reply(calls=[call]), Reply("I cannot divide by 0."))
+    async with open_runtime() as runtime:
+        agent = await Agent.start(runtime, model, tools=[divide])
+        print((await agent.generate("What is 1 / 0?")).content)
+
+
+trio.run(main)
+"""
+
+
+def test_a_raising_tool_in_a_plain_script_is_one_line_without_a_traceback(
+    tmp_path: pathlib.Path,
+) -> None:
+    """An expected failure of a tool is reported as one line (issue 24 item 2): the model got
+    the error as the call's result; the traceback is logged at DEBUG, which a plain script does
+    not show."""
+    script = tmp_path / "script.py"
+    script.write_text(PLAIN_SCRIPT)
+    root = pathlib.Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout == "I cannot divide by 0.\n"
+    assert done.stderr.splitlines() == [
+        "tool 'divide' raised ZeroDivisionError: 'division by zero' (call 'c1')"
+    ]
+
+
+async def test_a_tools_error_is_logged_on_one_line_whatever_its_message(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A message with line breaks and control characters (a model chose the arguments) cannot
+    start a forged log line."""
+
+    @tool
+    def echo(text: str) -> str:
+        """Fails with the text it was given."""
+        raise ValueError(text)
+
+    caplog.set_level(logging.WARNING, logger="trio_agents.tools")
+    result = await echo.call(ToolCall("c1", "echo", {"text": "bad\nERROR forged line\x1b[31m"}))
+    assert isinstance(result, ToolFailure)
+    (record,) = caplog.records
+    assert "\n" not in record.getMessage()
+    assert "\x1b" not in record.getMessage()
+    assert record.getMessage().startswith("tool 'echo' raised ValueError: 'bad\\nERROR forged")
+
+
+async def test_a_tool_that_breaks_its_contract_by_raising_comes_out_as_itself() -> None:
+    """``CallableTool.call`` answers every failure with a result; one that raises anyway (a
+    bug) has its exception come out of ``execute`` as itself -- also when the calls ran
+    concurrently, in a nursery -- not in an exception group."""
+    raised = RuntimeError("a bug in a hand-written tool")
+
+    class Broken:
+        definition = ToolDefinition("broken", "Raises.", {"type": "object", "properties": {}})
+
+        async def call(self, call: ToolCall) -> ToolResult:
+            await trio.lowlevel.checkpoint()
+            raise raised
+
+    @tool
+    async def fine() -> str:
+        """Works."""
+        await trio.lowlevel.checkpoint()
+        return "ok"
+
+    registry = ToolRegistry([Broken(), fine])
+    calls = [ToolCall("c1", "broken", {}), ToolCall("c2", "fine", {})]
+    with pytest.raises(RuntimeError) as caught:
+        await registry.execute(calls)
+    assert caught.value is raised
