@@ -148,6 +148,19 @@ def test_every_public_callable_and_class_is_documented() -> None:
                 assert (value.__doc__ or "").strip(), f"{package.__name__}.{name} has no docstring"
 
 
+def test_the_provider_spec_export_list_is_pinned() -> None:
+    import protocols.provider_spec
+
+    assert sorted(protocols.provider_spec.__all__) == [
+        "MAX_PROVIDER_STRING",
+        "ProviderSpec",
+        "VENDORS",
+        "Vendor",
+        "parse_provider",
+        "resolve_provider",
+    ]
+
+
 def test_subpackage_export_lists_are_pinned() -> None:
     import actors.agent
     import actors.conversation
@@ -224,6 +237,7 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "Timeouts",
         "WireFormat",
         "observe_retries",
+        "provider_from_string",
     ]
     assert {"CallFragment", "Increment", "StreamAssembler", "image_media_type"} <= set(
         protocols.wire.__all__
