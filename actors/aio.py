@@ -321,7 +321,8 @@ class Agent:
         self._portal.soon(lambda: agent.abort(reason))
 
     async def aclose(self, *, cancel: bool = False) -> None:
-        """Close the agent (see :meth:`actors.Agent.aclose`)."""
+        """Close the agent (see :meth:`actors.Agent.aclose`). Cancelled meanwhile, it still
+        closes it -- cutting the run in progress -- before ``CancelledError`` is raised."""
         agent = self._agent
         await _wait(self._portal, lambda: agent.aclose(cancel=cancel))
 

@@ -269,7 +269,8 @@ class Agent:
         self._portal.soon(lambda: agent.abort(reason))
 
     def close(self, *, cancel: bool = False) -> None:
-        """Close the agent (see :meth:`actors.Agent.aclose`)."""
+        """Close the agent (see :meth:`actors.Agent.aclose`). Ctrl-C meanwhile still closes
+        it -- cutting the run in progress -- before ``KeyboardInterrupt`` is raised."""
         agent = self._agent
         _wait(self._portal, lambda: agent.aclose(cancel=cancel))
 

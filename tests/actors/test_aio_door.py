@@ -300,3 +300,27 @@ def test_a_group_with_one_cause_comes_out_as_that_cause() -> None:
             assert await runtime.call(trio.sleep, 0) is None
 
     run(main)
+
+
+def test_a_cancelled_close_still_closes_the_agent() -> None:
+    async def main() -> None:
+        signals = Signals()
+        async with actors.aio.Runtime() as runtime:
+            before = await runtime.call(_children, runtime.trio)
+            agent = await runtime.agent(signals.gate(), on=[signals.listen])
+            running = asyncio.create_task(agent.generate("Tell me everything."))
+            await signals.reached.wait()
+            closing = asyncio.create_task(agent.aclose())  # waits for the run to end
+            await asyncio.sleep(0)
+            closing.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await closing
+            assert signals.cuts() == [("cancelled", True)]  # the run was cut to close
+            assert (await running).stop == "cancelled"  # its caller gets the partial result
+            assert await runtime.call(_children, runtime.trio) == before
+
+    run(main)
+
+
+async def _children(runtime: actors.Runtime) -> tuple[str, ...]:
+    return runtime.statistics().children
