@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 import trio
 
 from actors.providers import ProviderStream, StreamingProvider, TextStream
-from protocols.messages import Delta, Message, ProviderOptions, ToolDefinition
+from protocols.messages import Delta, Message, ProviderOptions, ProviderResult, ToolDefinition
 
 PARTIAL = "The first half of the answer"
 
@@ -69,3 +69,57 @@ def trio_workers(extra: set[threading.Thread]) -> set[threading.Thread]:
     """Of ``extra``, trio's own idle worker threads (``trio.to_thread``'s cache, shared by every
     trio run in the process; each ends after 10 s unused): SQLite stores use it."""
     return {thread for thread in extra if thread.name.startswith("Trio thread")}
+
+
+class _PacedStream(TextStream):
+    def __init__(self, provider: Paced) -> None:
+        super().__init__()
+        self._provider = provider
+        self._index = 0
+
+    async def __anext__(self) -> Delta:
+        provider = self._provider
+        if self._index == provider.notify_at and provider.notify is not None:
+            provider.notify()  # the agent has taken `notify_at` pieces so far
+        if self._index == len(provider.pieces):
+            self._result = ProviderResult(content="".join(self._content))
+            raise StopAsyncIteration
+        await trio.sleep(provider.pace)
+        piece = provider.pieces[self._index]
+        self._index += 1
+        self._content.append(piece)
+        return Delta("content", piece)
+
+    async def aclose(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+
+class Paced(StreamingProvider):
+    """Streams ``pieces`` with ``pace`` seconds before each; calls ``notify`` (in the runtime's
+    thread) once the agent has taken ``notify_at`` of them (0: when the call begins)."""
+
+    name = "paced"
+
+    def __init__(
+        self,
+        pieces: Sequence[str],
+        *,
+        pace: float,
+        notify_at: int = -1,
+        notify: Callable[[], object] | None = None,
+    ) -> None:
+        self.pieces = list(pieces)
+        self.pace = pace
+        self.notify_at = notify_at
+        self.notify = notify
+        self.calls = 0
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolDefinition] | None = None,
+        options: ProviderOptions | None = None,
+    ) -> ProviderStream:
+        self.calls += 1
+        return _PacedStream(self)

@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 import trio
-from door_kit import PARTIAL, Gate, threads
+from door_kit import PARTIAL, Gate, Paced, threads
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import actors.aio
 from actors import AgentEvent
@@ -324,3 +326,65 @@ def test_a_cancelled_close_still_closes_the_agent() -> None:
 
 async def _children(runtime: actors.Runtime) -> tuple[str, ...]:
     return runtime.statistics().children
+
+
+PIECES = [f"word{i} " for i in range(30)]
+ANSWER = "".join(PIECES)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    at=st.integers(min_value=-1, max_value=len(PIECES) + 1),
+    stream=st.booleans(),
+)
+def test_a_cancel_at_any_point_leaves_a_well_formed_history(at: int, stream: bool) -> None:
+    # The cancel lands once the agent has taken `at` pieces (-1: at once, before the call has
+    # crossed; past the end: after the run) -- and then, the pieces being paced, within a few
+    # more. Wherever it lands, the caller sees CancelledError or the whole answer, the history
+    # is the user's message and at most one answer, a prefix of the whole one that is marked
+    # interrupted when cut, and the agent goes on.
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        reached = asyncio.Event()
+        provider = Paced(
+            PIECES, pace=0.0005, notify_at=at, notify=lambda: loop.call_soon_threadsafe(reached.set)
+        )
+        async with actors.aio.Runtime() as runtime:
+            agent = await runtime.agent(provider)
+
+            async def ask() -> str:
+                if not stream:
+                    return (await agent.generate("Go.")).content
+                async with agent.stream("Go.") as run:
+                    async for _chunk in run:
+                        pass
+                return run.result.content
+
+            task = asyncio.create_task(ask())
+            if 0 <= at <= len(PIECES):
+                await reached.wait()
+            elif at > len(PIECES):
+                await asyncio.wait([task])
+            task.cancel()
+            try:
+                content: str | None = await task
+            except asyncio.CancelledError:
+                content = None
+            messages = await agent.messages()
+            assert content in (None, ANSWER)
+            assert [m.role for m in messages] in ([], ["user"], ["user", "assistant"])
+            if at >= 1:  # what the agent took is committed before the caller sees the cancel
+                assert len(messages) == 2
+            if len(messages) == 2:
+                answer = messages[1]
+                assert ANSWER.startswith(answer.content)
+                assert len(answer.content) >= len("".join(PIECES[: max(at, 0)]))
+                # Cut: the caller saw the cancel. Not cut: the whole answer (the caller may have
+                # been cancelled as it was coming back: it still sees CancelledError).
+                assert content is None if answer.interrupted else answer.content == ANSWER
+            if content is not None:
+                assert messages[-1].content == ANSWER
+            provider.notify = None
+            assert (await agent.generate("And?")).content == ANSWER  # it goes on
+
+    run(main)
