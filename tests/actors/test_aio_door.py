@@ -56,7 +56,8 @@ def test_an_asyncio_program_generates_and_streams_on_the_simulator() -> None:
     async def main() -> None:
         async with actors.aio.Runtime() as runtime:
             simulator = await runtime.simulator()
-            agent = await runtime.agent(simulator.openai(), system="Be terse.")
+            connection = await runtime.connect(simulator.openai(), limit=4)
+            agent = await runtime.agent(connection, system="Be terse.")
             result = await agent.generate("What is 19 + 23?")
             texts = []
             async with agent.stream("Count to 5.") as streamed:
@@ -268,7 +269,7 @@ def test_cells_of_a_notebook_share_a_runtime() -> None:
 
 def test_a_job_queue_from_asyncio() -> None:
     registry = AgentRegistry()
-    registry.add("echo", ScriptedProvider("It is done."))
+    registry.add("echo", ScriptedProvider("It is done.", "Done again."))
 
     async def main() -> None:
         async with (
@@ -279,7 +280,13 @@ def test_a_job_queue_from_asyncio() -> None:
             assert await queue.enqueue(AgentJob.ask("echo", "Do it."), key="k") == id
             result = await queue.result(id)
             record = await queue.record(id)
+            results = await queue.run([AgentJob.ask("echo", "Again.")])
+            await queue.wait_idle()
+            assert (await queue.statistics())["running"] == 0
+            await queue.purge(id)
+            assert await queue.record(id) is None
         assert result.content == "It is done."
+        assert [r.content for r in results] == ["Done again."]
         assert record is not None
         assert record.status == "completed"
 

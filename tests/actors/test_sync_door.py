@@ -197,6 +197,9 @@ def test_a_job_queue_from_blocking_code() -> None:
             record = queue.record(id)
             queue.wait_idle()
             assert queue.statistics()["running"] == 0
+            assert queue.cancel(id).status == "completed"  # an ended job is left as it is
+            queue.purge(id)
+            assert queue.record(id) is None
         with pytest.raises(RuntimeError, match="'with' block"):
             queue.result(id)
     assert result.content == "It is 42."
