@@ -4,6 +4,7 @@ commits its partial; errors come out as themselves; no thread is left behind."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import pathlib
@@ -309,3 +310,24 @@ def test_a_group_with_one_cause_comes_out_as_that_cause() -> None:
         with pytest.raises(KeyError, match="the one cause"):
             runtime.call(two_tasks)
         assert runtime.call(trio.sleep, 0) is None
+
+
+def test_it_works_inside_a_running_asyncio_loop_and_inside_trio() -> None:
+    # A notebook cell using the blocking door, or a trio program that does: the runtime has a
+    # thread of its own, so the caller's loop only waits (it is blocked meanwhile).
+    def ask() -> str:
+        with actors.sync.Runtime() as runtime:
+            return runtime.agent(ScriptedProvider("Hi.")).generate("Hello?").content
+
+    async def from_asyncio() -> str:
+        asyncio.get_running_loop()
+        return ask()
+
+    async def from_trio() -> str:
+        await trio.lowlevel.checkpoint()
+        return ask()
+
+    before = threads()
+    assert asyncio.run(from_asyncio()) == "Hi."
+    assert trio.run(from_trio) == "Hi."
+    assert threads() - before == set()
