@@ -98,7 +98,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Tracer, TracerProvider
 
     from ._core._runtime import Runtime
-    from .providers import ProviderInterface
+    from .providers import ProviderConnection, ProviderInterface
 
 __all__ = [
     "EXHAUSTED",
@@ -696,6 +696,7 @@ class Agent:
         self._ref: ActorRef[_Request, None] | None = None
         self._runtime: Runtime | None = None
         self._owns_conversation = False
+        self._connection: ProviderConnection | None = None  # made from a provider string
         self._closing = False
         self._idle: trio.Event | None = None  # set when the last waiting run has ended
         self._listeners: list[Callable[[AgentEvent], None]] = list(on)
@@ -746,7 +747,7 @@ class Agent:
     async def start(
         cls,
         runtime: Runtime,
-        provider: ProviderInterface,
+        provider: ProviderInterface | str,
         *,
         name: str | None = None,
         conversation: Conversation | None = None,
@@ -776,6 +777,10 @@ class Agent:
         tracer_provider: TracerProvider | None = None,
     ) -> Agent:
         """Start an agent under ``runtime``'s root supervisor and return it.
+
+        ``provider``: a provider, or a provider string such as ``"openai:gpt-4.1-mini"`` (see
+        :func:`~actors.providers.provider_from_string`), which the agent connects under
+        ``runtime`` and closes with itself.
 
         What it is: ``name`` (its actor's; default ``agent-N``), ``conversation`` (an existing
         one, which it never stops; default: a new one it owns and stops on :meth:`aclose`),
@@ -812,7 +817,10 @@ class Agent:
         )
         owned = conversation is None
         conversation = conversation or await Conversation.start(runtime)
+        connection: ProviderConnection | None = None
         try:
+            if isinstance(provider, str):  # a provider string: a connection of the agent's own
+                provider = connection = await runtime.connect(provider)
             self = cls(
                 provider,
                 conversation,
@@ -833,15 +841,18 @@ class Agent:
             )
             self._runtime = runtime
             self._owns_conversation = owned
+            self._connection = connection
 
             def agent() -> _AgentActor:  # the factory's name names the actor
                 return _AgentActor(self)
 
             self._ref = await runtime.spawn(agent, name=name, restart=Restart.TRANSIENT)
         except BaseException:
-            if owned:
-                with trio.CancelScope(shield=True):
+            with trio.CancelScope(shield=True):
+                if owned:
                     await conversation.stop()
+                if connection is not None:
+                    await connection.aclose()
             raise
         return self
 
@@ -930,6 +941,8 @@ class Agent:
                 await self._ref.stop()
             if self._owns_conversation:
                 await self.conversation.stop()
+            if self._connection is not None:
+                await self._connection.aclose()
 
     async def __aenter__(self) -> Agent:
         return self

@@ -19,6 +19,13 @@ BENCHMARKS = sorted(p for p in (ROOT / "benchmarks").glob("*.py") if not p.name.
 PROMISED_RATIOS = {
     "actors.py": {"call_time_vs_raw"},
     "conversation.py": {"build_us_at_10k_over_at_1k", "save_time_vs_plain_file"},
+    "doors.py": {
+        "generate_thread_vs_trio",
+        "stream_thread_vs_trio",
+        "generate_thread_vs_guest",
+        "stream_thread_vs_guest",
+        "stall_guest_vs_thread",
+    },
     "loop.py": {
         "run_time_vs_floor",
         "runs_per_s_vs_pydantic_ai",

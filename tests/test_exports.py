@@ -148,6 +148,28 @@ def test_every_public_callable_and_class_is_documented() -> None:
                 assert (value.__doc__ or "").strip(), f"{package.__name__}.{name} has no docstring"
 
 
+def test_the_doors_export_lists_are_pinned() -> None:
+    import actors.aio
+    import actors.sync
+    import protocols.provider_spec
+
+    door = ["Agent", "JobQueue", "Run", "Runtime", "RuntimeClosed"]
+    assert sorted(actors.sync.__all__) == door
+    assert sorted(actors.aio.__all__) == door
+    assert actors.sync.RuntimeClosed is actors.aio.RuntimeClosed
+    assert sorted(protocols.provider_spec.__all__) == [
+        "MAX_PROVIDER_STRING",
+        "ProviderSpec",
+        "VENDORS",
+        "Vendor",
+        "parse_provider",
+        "resolve_provider",
+    ]
+    for module in (actors.sync, actors.aio):
+        for name in module.__all__:
+            assert (getattr(module, name).__doc__ or "").strip(), f"{module.__name__}.{name}"
+
+
 def test_subpackage_export_lists_are_pinned() -> None:
     import actors.agent
     import actors.conversation
@@ -224,6 +246,7 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "Timeouts",
         "WireFormat",
         "observe_retries",
+        "provider_from_string",
     ]
     assert {"CallFragment", "Increment", "StreamAssembler", "image_media_type"} <= set(
         protocols.wire.__all__

@@ -1,4 +1,5 @@
-"""protocols/ is sans-IO: it never imports an event loop, an HTTP client, sockets or a database."""
+"""protocols/ is sans-IO: it never imports an event loop, an HTTP client, sockets or a database; and
+asyncio is imported by the asyncio door (actors/aio.py) only."""
 
 from __future__ import annotations
 
@@ -71,3 +72,30 @@ def test_importing_every_protocols_module_loads_no_io_library() -> None:
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+# -- asyncio: only the asyncio door ------------------------------------------------------------
+
+ASYNCIO_DOOR = ROOT / "actors" / "aio.py"
+
+
+def test_asyncio_is_imported_by_the_asyncio_door_only() -> None:
+    modules = sorted((ROOT / "actors").rglob("*.py"))
+    assert len(modules) >= 40, "the walk must actually find the package's modules"
+    importers = [
+        str(path.relative_to(ROOT)) for path in modules if "asyncio" in imported_roots(path)
+    ]
+    assert importers == ["actors/aio.py"]
+
+
+def test_the_library_and_its_blocking_door_run_without_asyncio() -> None:
+    packages = ["actors", "actors.sync", "actors.durable", "actors.testing", "actors.relay"]
+    code = (
+        "import importlib, sys\n"
+        f"for name in {packages!r}: importlib.import_module(name)\n"
+        "print('asyncio' in sys.modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "False"

@@ -14,6 +14,7 @@ from protocols.breaker import CircuitBreaker
 
 from ..agent import Agent
 from ..providers import ProviderConnection, ProviderInterface, StreamingProvider
+from ..providers._spec import provider_from_string
 from ._actor import Actor, ActorRef, _Cell
 from ._errors import OneCause
 from ._incarnation import run_incarnation
@@ -89,7 +90,7 @@ class Runtime:
 
     async def connect(
         self,
-        provider: StreamingProvider | Callable[[], StreamingProvider],
+        provider: StreamingProvider | Callable[[], StreamingProvider] | str,
         *,
         name: str | None = None,
         limit: int = 16,
@@ -97,14 +98,17 @@ class Runtime:
     ) -> ProviderConnection:
         """Run ``provider`` as a supervised :class:`~actors.providers.ProviderConnection`
         (a concurrency limit, a circuit breaker, a fresh HTTP client on restart) and return it;
-        it is itself a provider."""
+        it is itself a provider. A provider string (``"openai:gpt-4.1-mini"``) is built with
+        :func:`~actors.providers.provider_from_string` first."""
+        if isinstance(provider, str):
+            provider = provider_from_string(provider)
         return await ProviderConnection.start(
             self, provider, name=name, limit=limit, breaker=breaker
         )
 
     async def agent(
         self,
-        provider: ProviderInterface,
+        provider: ProviderInterface | str,
         *,
         name: str | None = None,
         conversation: Conversation | None = None,

@@ -10,6 +10,7 @@ import attrs
 from protocols.authority import Authority
 from protocols.errors import ConfigError
 
+from ..providers import provider_from_string
 from ..tools import CallableTool, ToolRegistry
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ class AgentRegistry:
     def add(
         self,
         name: str,
-        provider: ProviderInterface,
+        provider: ProviderInterface | str,
         *,
         system: str | None = None,
         tools: Iterable[CallableTool] | ToolRegistry = (),
@@ -76,7 +77,11 @@ class AgentRegistry:
         **options: Any,
     ) -> AgentSpec:
         """Register ``name``; returns its spec. ``options`` are further ``Agent.start``
-        keywords."""
+        keywords. A provider string (``"openai:gpt-4.1-mini"``) is built into its adapter
+        here, from the environment (see :func:`~actors.providers.provider_from_string`), and
+        shared by every job of the spec."""
+        if isinstance(provider, str):
+            provider = provider_from_string(provider)
         spec = AgentSpec(provider, system, _tools(tools), authority, dict(options))
         self._put(name, spec)
         return spec

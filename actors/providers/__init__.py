@@ -12,6 +12,7 @@ from ._interface import RetryEvent as RetryEvent
 from ._interface import StreamingProvider as StreamingProvider
 from ._interface import TextStream as TextStream
 from ._interface import observe_retries as observe_retries
+from ._spec import provider_from_string as provider_from_string
 from ._vendors import AnthropicMessages as AnthropicMessages
 from ._vendors import OllamaChat as OllamaChat
 from ._vendors import OpenAIChat as OpenAIChat
@@ -34,4 +35,5 @@ __all__ = [
     "Timeouts",
     "WireFormat",
     "observe_retries",
+    "provider_from_string",
 ]
