@@ -19,11 +19,13 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import outcome
 import trio
 
+from ._core._errors import one_cause, only_cancelled
 from ._core._runtime import Runtime, open_runtime
 from .providers import AnthropicMessages, HTTPProvider, OllamaChat, OpenAIChat, OpenAIResponses
 from .testing import Simulator
@@ -97,28 +99,6 @@ class Hold:
     def _release(self) -> None:
         if self._released is not None:
             self._released.set()
-
-
-def _unwrap(error: BaseException) -> BaseException:
-    """The one exception a caller should see for ``error``: a group's only real leaf (not a
-    ``Cancelled``) when it has exactly one, else ``error`` itself."""
-    if not isinstance(error, BaseExceptionGroup):
-        return error
-    leaves: list[BaseException] = []
-    stack: list[BaseException] = [error]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, BaseExceptionGroup):
-            stack.extend(item.exceptions)
-        elif not isinstance(item, trio.Cancelled):
-            leaves.append(item)
-    return leaves[0] if len(leaves) == 1 else error
-
-
-def _only_cancelled(error: BaseException) -> bool:
-    if isinstance(error, BaseExceptionGroup):
-        return all(_only_cancelled(inner) for inner in error.exceptions)
-    return isinstance(error, trio.Cancelled)
 
 
 def _safely(deliver: Deliver, result: outcome.Outcome[Any]) -> None:
@@ -239,7 +219,7 @@ class Portal:
         try:
             trio.run(self._serve)
         except BaseException as error:
-            result: outcome.Outcome[None] = outcome.Error(_unwrap(error))
+            result: outcome.Outcome[None] = outcome.Error(one_cause(error))
         else:
             result = outcome.Value(None)
         with self._lock:
@@ -304,9 +284,9 @@ class Portal:
                 try:
                     result = outcome.Value(await fn())
                 except BaseException as error:  # delivered to the caller, unless a cancel
-                    if _only_cancelled(error):
+                    if only_cancelled(error):
                         raise
-                    result = outcome.Error(_unwrap(error))
+                    result = outcome.Error(one_cause(error))
         finally:
             call._scope = None
             if result is None:
@@ -334,9 +314,9 @@ class Portal:
                 await hold._released.wait()
             result = outcome.Value(None)
         except BaseException as error:
-            if _only_cancelled(error):
+            if only_cancelled(error):
                 raise
-            result = outcome.Error(_unwrap(error))
+            result = outcome.Error(one_cause(error))
         finally:
             self._holds.remove(hold)
             if result is None:
@@ -437,9 +417,15 @@ class DoorSimulator(Simulator):
         self._made.append(provider)
         return provider
 
-    async def aclose(self) -> None:
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        # (The way out of ``async with`` and of aclose() alike.)
         try:
-            await super().aclose()
+            await super().__aexit__(kind, error, traceback)
         finally:
             made, self._made = self._made, []
             with trio.CancelScope(shield=True):

@@ -32,7 +32,7 @@ from typing import Any, NoReturn, ParamSpec, TypeVar
 
 import trio
 
-__all__ = ["OneCause", "one_cause", "raise_as_itself", "raises_one_cause"]
+__all__ = ["OneCause", "one_cause", "only_cancelled", "raise_as_itself", "raises_one_cause"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -71,7 +71,7 @@ def one_cause(error: BaseException, own: BaseException | None = None) -> BaseExc
     while isinstance(current, BaseExceptionGroup):
         if own is not None and _is_own(current, own):
             return own
-        real = [member for member in current.exceptions if not _only_cancelled(member)]
+        real = [member for member in current.exceptions if not only_cancelled(member)]
         if len(real) != 1:
             return current  # several failures at once: the group that holds them all
         current = real[0]
@@ -199,9 +199,10 @@ def _real(error: BaseException) -> bool:
     return not isinstance(error, trio.Cancelled)
 
 
-def _only_cancelled(error: BaseException) -> bool:
+def only_cancelled(error: BaseException) -> bool:
+    """``error`` is a ``trio.Cancelled``, or a group of nothing else."""
     if isinstance(error, BaseExceptionGroup):
-        return all(_only_cancelled(member) for member in error.exceptions)
+        return all(only_cancelled(member) for member in error.exceptions)
     return isinstance(error, trio.Cancelled)
 
 

@@ -40,7 +40,8 @@ def test_a_script_generates_and_streams_on_the_simulator() -> None:
     before = threads()
     with actors.sync.Runtime() as runtime:
         simulator = runtime.simulator()
-        agent = runtime.agent(simulator.openai(), system="Be terse.")
+        provider = simulator.openai()
+        agent = runtime.agent(provider, system="Be terse.")
         result = agent.generate("What is 19 + 23?")
         chunks = [chunk.text for chunk in agent.stream("Count to 5.") if chunk.kind == "content"]
         messages = agent.messages()
@@ -50,6 +51,8 @@ def test_a_script_generates_and_streams_on_the_simulator() -> None:
     assert [message.role for message in messages] == ["user", "assistant"] * 2
     assert simulator.statistics().completed == 2
     assert threads() - before == set()
+    # The provider the simulator made was closed with it: no connection outlives the runtime.
+    assert provider.client.is_closed
 
 
 def test_breaking_out_of_the_loop_cuts_the_run_and_commits_its_partial() -> None:
