@@ -139,6 +139,14 @@ def test_every_page_is_linked_from_the_index_and_every_link_resolves() -> None:
             assert (doc.parent / target).exists(), f"{doc.name} links {target}, which is missing"
 
 
+def test_the_readme_lists_every_page() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Documentation", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^- \[docs/([\w-]+\.md)\]\(docs/\1\)", section, re.MULTILINE))
+    pages = {doc.name for doc in DOCUMENTS if doc.parent.name == "docs"}
+    assert pages - listed == set(), "pages the README's Documentation list leaves out"
+
+
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.name)
 def test_document_code_blocks_run(document: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     environment = PAGE_ENVIRONMENTS.get(document.name)
