@@ -1,6 +1,7 @@
 """The ``trio-agents`` command line: ``demo`` (a team of agents), ``chat`` (a terminal chat),
-``serve`` (a relay with a browser chat page), ``worker`` (a durable job queue's worker) and
-``jobs`` (durable jobs: submit, show, list, cancel, answer, purge, wait).
+``serve`` (a relay with a browser chat page), ``worker`` (a durable job queue's worker),
+``jobs`` (durable jobs: submit, show, list, cancel, answer, purge, wait), ``store``, ``mcp``
+(MCP tools served) and ``simulator`` (the offline model as a server).
 
 The commands' modules (and ``rich``) are imported only when a command runs, so importing
 :mod:`actors` stays light.
@@ -247,7 +248,50 @@ def build_parser() -> argparse.ArgumentParser:
     _debug_option(relay)
     _durable_commands(commands)
     _mcp_command(commands)
+    _simulator_command(commands)
     return parser
+
+
+#: Where ``trio-agents simulator`` listens unless told otherwise (``serve`` and ``mcp`` take
+#: 8000, llama.cpp's server 8080).
+SIMULATOR_PORT = 8100
+
+
+def _simulator_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    simulator = commands.add_parser(
+        "simulator",
+        help="serve the offline model simulator, for other processes to talk to",
+        description=(
+            "Serve the offline model simulator on 127.0.0.1 until Ctrl-C or SIGTERM: an "
+            "OpenAI-compatible endpoint (chat completions and the Responses API) at /v1, "
+            "Anthropic Messages and Ollama's /api/chat at the root. It answers deterministically "
+            "-- echoes, counts, adds with an 'add' tool, calls a tool a prompt names -- with no "
+            "network and no API key: point a worker's or an MCP server's --app at it, or any "
+            "OpenAI-compatible client (--base-url)."
+        ),
+    )
+    simulator.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default: %(default)s)"
+    )
+    simulator.add_argument(
+        "--port",
+        type=_count(0, 65535),
+        default=SIMULATOR_PORT,
+        help="port (default: %(default)s; 0: any free one, printed)",
+    )
+    simulator.add_argument(
+        "--interval",
+        type=_interval,
+        default=0.0,
+        metavar="SECONDS",
+        help="the pause between streamed deltas (default: %(default)s: at once)",
+    )
+    simulator.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="make requests carry this key (Authorization: Bearer or x-api-key); default: none",
+    )
+    _debug_option(simulator)
 
 
 def _mcp_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -255,19 +299,19 @@ def _mcp_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "mcp",
         help="serve an agent or a tool registry as MCP tools (stdio or streamable HTTP)",
         description=(
-            "Serve --app as MCP tools: an Agent is one tool taking a prompt, a ToolRegistry "
-            "is its tools. Over stdio by default (for a client that starts this command); "
-            "--http serves streamable HTTP on --host (127.0.0.1) and --port instead. A "
-            "client's cancellation cuts the agent's run, which commits its partial. Needs "
-            "pip install 'trio-agents[mcp]'."
+            "Serve --app as MCP tools: an Agent is one tool taking a prompt, a tool (@tool) is "
+            "served alone, a ToolRegistry is its tools. Over stdio by default (for a client "
+            "that starts this command); --http serves streamable HTTP on --host (127.0.0.1) "
+            "and --port instead. A client's cancellation cuts the agent's run, which commits "
+            "its partial. Needs pip install 'trio-agents[mcp]'."
         ),
     )
     mcp.add_argument(
         "--app",
         required=True,
         metavar="MODULE:ATTR",
-        help="an Agent, a ToolRegistry or a list of tools, or a function (given the runtime, "
-        "or nothing; may be async) returning one",
+        help="an Agent, a tool, a ToolRegistry or a list of tools, or a function (given the "
+        "runtime, or nothing; may be async) returning one",
     )
     mcp.add_argument("--http", action="store_true", help="serve streamable HTTP, not stdio")
     mcp.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
@@ -639,6 +683,12 @@ def _run(args: argparse.Namespace, endpoint: Endpoint | None) -> int:
             path=args.path,
             token=args.token,
             out=sys.stdout,
+        )
+    if args.command == "simulator":
+        from . import _simulator  # noqa: PLC0415
+
+        return _simulator.main(
+            host=args.host, port=args.port, interval=args.interval, api_key=args.api_key
         )
     if args.command == "chat":
         from . import _chat  # noqa: PLC0415 - rich loads only when a command runs
