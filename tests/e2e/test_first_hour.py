@@ -9,6 +9,7 @@ bounded.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pathlib
@@ -20,14 +21,20 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import mcp
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 
+from actors.cli._jobs import read_input_json
 from actors.durable import SQLiteRunStore
 from actors.providers import OpenAIChat
-from protocols import Message, ProviderError
+from protocols import Message, ProviderError, ToolCall
+from protocols.codec import to_json
+from protocols.errors import ConfigError
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
@@ -543,3 +550,69 @@ def test_chat_relay_usage_mistakes(tmp_path: pathlib.Path, argv: list[str], told
     refused = cli(tmp_path, "chat", *argv)
     assert refused.returncode == 2
     assert told in refused.stderr
+
+
+# -- --input-json, in process: every input is messages or one clear line -------------------------
+
+TEXTS = st.text(st.characters(exclude_categories=("Cs",)), max_size=30)
+CALLS = st.builds(
+    ToolCall,
+    st.text("abc123", min_size=1, max_size=6),
+    st.sampled_from(["add", "shout"]),
+    st.dictionaries(st.sampled_from("ab"), st.integers(-5, 5), max_size=2),
+)
+INPUT_MESSAGES = st.one_of(
+    st.builds(Message.user, TEXTS),
+    st.builds(Message.system, TEXTS),
+    st.builds(
+        lambda text, calls: Message.assistant(text, calls=calls),
+        TEXTS,
+        st.lists(CALLS, max_size=2, unique_by=lambda call: call.id),
+    ),
+)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | TEXTS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXTS, inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(st.lists(INPUT_MESSAGES, min_size=1, max_size=5))
+def test_input_json_gives_back_the_messages_it_encodes(messages: list[Message]) -> None:
+    data = json.dumps([to_json(message) for message in messages]).encode()
+    assert read_input_json("-", io.BytesIO(data)) == tuple(messages)
+
+
+@given(st.one_of(st.binary(max_size=64), JSON.map(lambda value: json.dumps(value).encode())))
+def test_input_json_is_messages_or_one_line_saying_why(data: bytes) -> None:
+    refusal: ConfigError | None = None
+    try:
+        messages = read_input_json("-", io.BytesIO(data))
+    except ConfigError as error:
+        refusal = error
+    if refusal is None:
+        assert messages
+        assert all(isinstance(message, Message) for message in messages)
+    else:
+        assert refusal.message.startswith("--input-json -: ")
+        assert "\n" not in refusal.message
+
+
+def test_input_json_larger_than_its_limit_is_refused_unread() -> None:
+    from actors.cli._jobs import MAX_INPUT_JSON
+
+    class Endless(io.RawIOBase):
+        read_so_far = 0
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer: Any) -> int:
+            self.read_so_far += len(buffer)
+            buffer[:] = b" " * len(buffer)
+            return len(buffer)
+
+    source = Endless()
+    with pytest.raises(ConfigError, match=rf"larger than {MAX_INPUT_JSON} bytes"):
+        read_input_json("-", io.BufferedReader(source))
+    assert source.read_so_far <= MAX_INPUT_JSON + 2 * io.DEFAULT_BUFFER_SIZE
