@@ -13,26 +13,39 @@ import contextlib
 import os
 import signal
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 from rich.console import Console
 from rich.text import Text
 
-from protocols.errors import AgentsError, Category
+from protocols.errors import AgentsError, Category, ProviderError
 from protocols.history import ConversationSnapshot
 from protocols.messages import AgentResult, Role, ToolSuccess
 
 from .._core._runtime import Runtime, open_runtime
 from ..agent import Agent, Chunk
 from ..conversation import Conversation, ConversationManager
-from ..providers import OpenAIChat
+from ..providers import OpenAIChat, ProviderInterface
 from ..store import SQLiteConversationStore
 from ..testing import Simulator
 from ._demo import SYSTEM, Endpoint, add, thinking_provider, tokens_text
 
-__all__ = ["HELP", "ChatError", "ChatSession", "chat_session", "main", "open_chat"]
+if TYPE_CHECKING:
+    from ..relay import RelayProvider
+
+__all__ = [
+    "HELP",
+    "RELAY_TOKEN_ENV",
+    "ChatError",
+    "ChatSession",
+    "Relay",
+    "chat_session",
+    "check_relay",
+    "main",
+    "open_chat",
+]
 
 HELP = """commands:
   /reset    start a new conversation (the current one is forgotten unless saved)
@@ -314,6 +327,42 @@ async def read_snapshot(db: str, conversation_id: str) -> ConversationSnapshot:
     return snapshot
 
 
+#: Where ``chat --relay`` reads its token when ``--token`` is not given (as ``serve`` does).
+RELAY_TOKEN_ENV = "TRIO_AGENTS_RELAY_TOKEN"
+
+
+@attrs.frozen
+class Relay:
+    """A relay to chat through instead of a model: its websocket ``url`` and bearer ``token``
+    (never shown)."""
+
+    url: str
+    token: str = attrs.field(repr=False)
+
+
+async def check_relay(provider: RelayProvider, relay: Relay) -> None:
+    """Say hello to the relay now, so that a wrong URL or token is one line before the chat
+    starts, not an error at the first question: a :class:`ChatError` saying which."""
+    try:
+        await provider._connect()  # the handshake and hello; kept for the first question
+    except ProviderError as error:
+        if error.code in ("unauthorized", "forbidden"):
+            line = f"the relay at {relay.url} refused the token (--token or ${RELAY_TOKEN_ENV})"
+        elif error.status is not None:
+            line = (
+                f"the relay at {relay.url} refused the connection (HTTP {error.status}): is it a "
+                "relay's websocket, ws://HOST:PORT/v1/relay, or the address trio-agents serve "
+                "prints?"
+            )
+        elif error.code == "timeout":
+            line = f"the relay at {relay.url} did not answer in time"
+        elif error.code == "transport":
+            line = f"cannot reach the relay at {relay.url}: is it running?"
+        else:
+            line = f"the relay at {relay.url} refused to chat: {error}"
+        raise ChatError(line) from None
+
+
 async def check_db(db: str) -> None:
     """Fail now, not at the first ``/save``, when ``db`` cannot be used: an existing file must
     open as a conversation store (owner-only, a SQLite store); a new one needs its folder."""
@@ -335,19 +384,31 @@ async def open_chat(
     think: bool | None = None,
     db: str | os.PathLike[str] = "trio-agents-chat.sqlite3",
     resume: str | None = None,
+    relay: Relay | None = None,
 ) -> AsyncIterator[ChatSession]:
     """A :class:`ChatSession` for the ``async with`` block: a runtime, a
     :class:`~actors.testing.Simulator` pacing deltas ``interval`` seconds apart (or
-    ``endpoint``), one provider connection and an agent. ``think`` asks for reasoning (default:
-    on for the simulator only); ``/save`` writes to ``db`` (checked first: see
-    :func:`check_db`). ``resume`` continues the conversation with that id saved in ``db``
-    (:class:`ChatError` when there is none). Leaving the block stops them all."""
+    ``endpoint``, or a ``relay``), one provider connection and an agent. ``think`` asks for
+    reasoning (default: on for the simulator only); ``/save`` writes to ``db`` (checked first:
+    see :func:`check_db`). ``resume`` continues the conversation with that id saved in ``db``
+    (:class:`ChatError` when there is none). With ``relay`` the model is the relay's: the agent
+    (and its ``add`` tool) runs here, its model calls go through a
+    :class:`~actors.relay.RelayProvider`, checked at once (:func:`check_relay`). Leaving the
+    block stops them all."""
     db = os.fspath(db)
     await check_db(db)
     snapshot = await read_snapshot(db, resume) if resume is not None else None
     async with contextlib.AsyncExitStack() as stack:
         make: Callable[[], OpenAIChat]
-        if endpoint is None:
+        provider: ProviderInterface
+        if relay is not None:
+            from ..relay import RelayProvider  # noqa: PLC0415 - only when asked for
+
+            through = await stack.enter_async_context(RelayProvider(relay.url, token=relay.token))
+            await check_relay(through, relay)
+            provider, where = through, f"relay at {relay.url}"
+            think = bool(think)
+        elif endpoint is None:
             simulator = await stack.enter_async_context(Simulator(interval=interval))
             make, where = simulator.openai, f"simulator at {simulator.openai_base_url}"
             think = True if think is None else think
@@ -355,11 +416,19 @@ async def open_chat(
             make, where = endpoint.provider, endpoint.where
             think = bool(think)
         runtime = await stack.enter_async_context(open_runtime())
-        connection = await runtime.connect(thinking_provider(make, think), name="provider")
+        if relay is None:
+            provider = await runtime.connect(thinking_provider(make, bool(think)), name="provider")
         manager = ConversationManager(runtime)
         conversation = await manager.add(snapshot=snapshot)
         agent = await Agent.start(
-            runtime, connection, conversation=conversation, system=SYSTEM, tools=[add], limit=6
+            runtime,
+            provider,
+            conversation=conversation,
+            system=SYSTEM,
+            tools=[add],
+            limit=6,
+            # Through a relay, reasoning is a request option the relay's model may honour.
+            think=think if relay is not None else None,
         )
         yield ChatSession(
             runtime,
@@ -457,14 +526,22 @@ def main(
     endpoint: Endpoint | None = None,
     console: Console | None = None,
     resume: str | None = None,
+    relay: Relay | None = None,
 ) -> int:
     """Run the terminal chat until the user leaves; the exit status. Errors that stop it from
-    starting (``db``, ``resume``) propagate (the command line makes them one line)."""
+    starting (``db``, ``resume``, ``relay``) propagate (the command line makes them one
+    line)."""
     console = console or Console(highlight=False)
     try:
         trio.run(
             lambda: run_terminal_chat(
-                console, interval=interval, think=think, db=db, endpoint=endpoint, resume=resume
+                console,
+                interval=interval,
+                think=think,
+                db=db,
+                endpoint=endpoint,
+                resume=resume,
+                relay=relay,
             )
         )
     except KeyboardInterrupt:  # pragma: no cover - SIGINT is caught while the chat runs

@@ -13,21 +13,32 @@ import json
 import os
 import signal
 import sys
+import time
 import traceback
-from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, TextIO
 
 import trio
 
 from actors.durable._open import check_store_url
-from protocols.codec import to_json
-from protocols.errors import AgentsError, ConfigError
+from protocols._json import loads
+from protocols.codec import from_json, to_json
+from protocols.errors import AgentsError, ConfigError, ProtocolError
+from protocols.messages import Message
 
 if TYPE_CHECKING:
     from actors._core._runtime import Runtime
     from actors.durable import AgentRegistry, RunStore
     from protocols.jobs import JobRecord
 
-__all__ = ["AppError", "call_app", "jobs_main", "load_app", "store_main", "worker_main"]
+__all__ = [
+    "AppError",
+    "call_app",
+    "jobs_main",
+    "load_app",
+    "read_input_json",
+    "store_main",
+    "worker_main",
+]
 
 
 async def _open(url: str, *, create: bool = True) -> RunStore:
@@ -192,6 +203,9 @@ async def _worker(url: str, app: tuple[str, Any], settings: _Settings, out: Text
                         file=out,
                         flush=True,
                     )
+                    waiting = await _leased_elsewhere(store, queue.owner, time.time())
+                    if waiting:
+                        print(_waiting_line(waiting, time.time()), file=out, flush=True)
                     async for signum in signals:
                         name = signal.Signals(signum).name
                         running = queue.statistics()["running"]
@@ -219,7 +233,72 @@ async def _worker(url: str, app: tuple[str, Any], settings: _Settings, out: Text
     return 0
 
 
-def _summary(record: JobRecord) -> dict[str, Any]:
+async def _leased_elsewhere(store: RunStore, owner: str, now: float) -> list[JobRecord]:
+    """The running jobs another worker than ``owner`` holds with a lease that has not expired
+    at ``now`` -- a worker that died (a kill -9, a crash) holds its jobs until then."""
+    from protocols.jobs import JobStatus  # noqa: PLC0415
+
+    found: list[JobRecord] = []
+    after: int | None = None
+    while True:
+        page = await store.list(statuses=[JobStatus.RUNNING], after=after, limit=500)
+        found += [
+            record
+            for record in page
+            if record.lease is not None and record.lease.owner != owner and record.lease.until > now
+        ]
+        if len(page) < 500:
+            return found
+        after = page[-1].sequence
+
+
+def _waiting_line(waiting: list[JobRecord], now: float) -> str:
+    """What a starting worker says of the jobs other workers hold (see _leased_elsewhere)."""
+    until = max(record.lease.until for record in waiting if record.lease is not None)
+    count = len(waiting)
+    jobs, them, are = ("job", "it", "is") if count == 1 else ("jobs", "them", "are")
+    latest = "" if count == 1 else "the last "
+    return (
+        f"trio-agents worker: waiting for {count} {jobs} whose lease has not yet expired "
+        f"({latest}until {_when(until, now)}): another worker holds {them}; if it stopped "
+        f"(killed, crashed), {them} {are} taken over then"
+    )
+
+
+def _when(moment: float, now: float) -> str:
+    """``2025-01-02 12:00:30 (in 25 s)``: a wall-clock time, local, and how far it is."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(moment))
+    gap = moment - now
+    return f"{stamp} ({'in ' if gap >= 0 else ''}{_span(abs(gap))}{'' if gap >= 0 else ' ago'})"
+
+
+def _span(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _holder(record: JobRecord, now: float) -> str | None:
+    """Who holds a running job, and what happens if that worker has stopped: the lease is the
+    evidence -- while it lasts the worker may be alive; once it has expired, the worker stopped
+    renewing it, and the next worker to look for jobs takes the job over."""
+    lease = record.lease
+    if record.status.value != "running" or lease is None:
+        return None
+    if now < lease.until:
+        return (
+            f"held by {lease.owner}, lease until {_when(lease.until, now)}: renewed while that "
+            "worker runs; if it stopped, taken over then"
+        )
+    return (
+        f"held by a worker that stopped renewing ({lease.owner}, lease expired "
+        f"{_when(lease.until, now)}); taken over when a worker next looks for jobs"
+    )
+
+
+def _summary(record: JobRecord, now: float | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": record.id,
         "status": record.status.value,
@@ -229,6 +308,13 @@ def _summary(record: JobRecord) -> dict[str, Any]:
     }
     if record.key is not None:
         out["key"] = record.key
+    if record.status.value == "running" and record.lease is not None:
+        moment = time.time() if now is None else now
+        out["lease"] = {
+            "owner": record.lease.owner,
+            "until": record.lease.until,
+            "expired": moment >= record.lease.until,
+        }
     if record.result is not None:
         result = record.result
         out["result"] = {
@@ -252,17 +338,67 @@ def _summary(record: JobRecord) -> dict[str, Any]:
     return out
 
 
+#: The largest ``jobs submit --input-json`` accepted, in bytes.
+MAX_INPUT_JSON = 16 * 1024 * 1024
+EXAMPLE_INPUT = '[{"role": "user", "content": "What is 19 + 23?"}]'
+
+
+def read_input_json(source: str, stdin: BinaryIO | None = None) -> tuple[Message, ...]:
+    """The messages ``jobs submit --input-json`` gives a job: a JSON list of messages (each as
+    :class:`~protocols.messages.Message` encodes: ``role`` and ``content``, with ``calls``,
+    ``tool_call_id``, ``name``, ... where they apply) read from the file ``source``, or from
+    ``stdin`` (default: the process's) when it is ``-``. At most :data:`MAX_INPUT_JSON` bytes;
+    anything else is a :class:`~protocols.errors.ConfigError` saying what is wrong, and
+    where."""
+    where = "-" if source == "-" else source
+    try:
+        if source == "-":
+            data = (stdin if stdin is not None else sys.stdin.buffer).read(MAX_INPUT_JSON + 1)
+        else:
+            with open(source, "rb") as file:
+                data = file.read(MAX_INPUT_JSON + 1)
+    except OSError as error:
+        raise ConfigError(f"--input-json {where}: {error.strerror or error}") from None
+    if len(data) > MAX_INPUT_JSON:
+        raise ConfigError(f"--input-json {where}: larger than {MAX_INPUT_JSON} bytes")
+    try:
+        value = loads(data)
+    except ProtocolError as error:
+        raise ConfigError(f"--input-json {where}: not valid JSON: {error.message}") from None
+    if not isinstance(value, list) or not value:
+        raise ConfigError(
+            f"--input-json {where}: must be a non-empty JSON list of messages, such as "
+            f"{EXAMPLE_INPUT}"
+        )
+    messages: list[Message] = []
+    for number, item in enumerate(value, start=1):
+        if not isinstance(item, dict):
+            raise ConfigError(
+                f"--input-json {where}: message {number} is not a JSON object (write "
+                f"{EXAMPLE_INPUT})"
+            )
+        try:
+            messages.append(from_json(Message, item))
+        except AgentsError as error:
+            raise ConfigError(f"--input-json {where}: message {number}: {error.message}") from None
+    return tuple(messages)
+
+
 def _ended(record: JobRecord, what: str) -> str:
     return f"job {record.id} has already ended ({record.status.value}): {what}"
 
 
-def _show(record: JobRecord, as_json: bool, out: TextIO) -> None:
-    summary = _summary(record)
+def _show(record: JobRecord, as_json: bool, out: TextIO, now: float | None = None) -> None:
+    moment = time.time() if now is None else now
+    summary = _summary(record, moment)
     if as_json:
         print(json.dumps(summary, ensure_ascii=False), file=out)
         return
     print(f"{record.id}  {record.status.value}  agent={record.job.agent}", file=out)
     print(f"  attempts {record.attempts}, takeovers {record.takeovers}", file=out)
+    held = _holder(record, moment)
+    if held is not None:
+        print(f"  {held}", file=out)
     if "result" in summary:
         result = summary["result"]
         usage = "unknown" if result["usage"] is None else result["usage"]
@@ -308,10 +444,15 @@ def jobs_main(action: str, args: Any, out: TextIO, err: TextIO | None = None) ->
     """Run ``trio-agents jobs ACTION``; returns the exit status. Only ``submit`` creates a
     store; the other actions refuse a ``--store`` where there is none."""
     check_store_url(args.store)
-    return trio.run(_jobs, action, args, out, sys.stderr if err is None else err)
+    messages = None
+    if action == "submit" and getattr(args, "input_json", None) is not None:
+        messages = read_input_json(args.input_json)  # before the store is made: nothing to undo
+    return trio.run(_jobs, action, args, out, sys.stderr if err is None else err, messages)
 
 
-async def _jobs(action: str, args: Any, out: TextIO, err: TextIO) -> int:
+async def _jobs(
+    action: str, args: Any, out: TextIO, err: TextIO, messages: tuple[Message, ...] | None
+) -> int:
     from actors._postgres import redacted  # noqa: PLC0415
     from actors.durable import (  # noqa: PLC0415
         answer_job,
@@ -327,7 +468,10 @@ async def _jobs(action: str, args: Any, out: TextIO, err: TextIO) -> int:
     store = await _open(args.store, create=action == "submit")
     try:
         if action == "submit":
-            job = AgentJob.ask(args.agent, args.text)
+            if messages is not None:
+                job = AgentJob(args.agent, messages)
+            else:
+                job = AgentJob.ask(args.agent, args.text)
             record, created = await submit_job(store, job, key=args.key)
             if args.json:
                 print(json.dumps({"id": record.id, "created": created}), file=out)

@@ -1,6 +1,7 @@
 """The ``trio-agents`` command line: ``demo`` (a team of agents), ``chat`` (a terminal chat),
-``serve`` (a relay with a browser chat page), ``worker`` (a durable job queue's worker) and
-``jobs`` (durable jobs: submit, show, list, cancel, answer, purge, wait).
+``serve`` (a relay with a browser chat page), ``worker`` (a durable job queue's worker),
+``jobs`` (durable jobs: submit, show, list, cancel, answer, purge, wait), ``store``, ``mcp``
+(MCP tools served) and ``simulator`` (the offline model as a server).
 
 The commands' modules (and ``rich``) are imported only when a command runs, so importing
 :mod:`actors` stays light.
@@ -72,6 +73,27 @@ def _url(text: str) -> str:
             f"not an http(s) URL with a host: {text!r} (for example http://localhost:8080/v1)"
         )
     return text
+
+
+def _relay_url(text: str) -> str:
+    """A relay's websocket URL, as ``chat --relay`` takes it: ``ws(s)://HOST[:PORT]/PATH``, or
+    the ``http(s)://HOST[:PORT]/`` of the relay's page (its websocket is ``/v1/relay``)."""
+    try:
+        parts = urllib.parse.urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not a URL: {text!r} ({error})") from None
+    schemes = {"ws": "ws", "wss": "wss", "http": "ws", "https": "wss"}
+    if parts.scheme not in schemes or not parts.hostname:
+        raise argparse.ArgumentTypeError(
+            f"not a relay's URL: {text!r} (for example ws://127.0.0.1:8000/v1/relay)"
+        )
+    path = parts.path
+    if parts.scheme in ("http", "https") and path in ("", "/"):
+        path = "/v1/relay"  # the page's address: its websocket
+    return urllib.parse.urlunsplit(
+        (schemes[parts.scheme], parts.netloc, path or "/", parts.query, "")
+    )
 
 
 def _endpoint_options(
@@ -193,6 +215,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="continue the conversation with this id, saved in --db (/load lists them)",
     )
     _endpoint_options(chat, 0.02)
+    through = chat.add_argument_group(
+        "relay",
+        "Or chat through a relay (trio-agents serve, or any trio-agents relay): it holds the "
+        "model and its key; the agent and its tool run here.",
+    )
+    through.add_argument(
+        "--relay",
+        type=_relay_url,
+        metavar="URL",
+        help="the relay's websocket, ws(s)://HOST:PORT/v1/relay, or the address trio-agents "
+        "serve prints (http://HOST:PORT/)",
+    )
+    through.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="the relay's bearer token (default: $TRIO_AGENTS_RELAY_TOKEN)",
+    )
     _debug_option(chat)
     relay = commands.add_parser(
         "serve",
@@ -247,7 +286,50 @@ def build_parser() -> argparse.ArgumentParser:
     _debug_option(relay)
     _durable_commands(commands)
     _mcp_command(commands)
+    _simulator_command(commands)
     return parser
+
+
+#: Where ``trio-agents simulator`` listens unless told otherwise (``serve`` and ``mcp`` take
+#: 8000, llama.cpp's server 8080).
+SIMULATOR_PORT = 8100
+
+
+def _simulator_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    simulator = commands.add_parser(
+        "simulator",
+        help="serve the offline model simulator, for other processes to talk to",
+        description=(
+            "Serve the offline model simulator on 127.0.0.1 until Ctrl-C or SIGTERM: an "
+            "OpenAI-compatible endpoint (chat completions and the Responses API) at /v1, "
+            "Anthropic Messages and Ollama's /api/chat at the root. It answers deterministically "
+            "-- echoes, counts, adds with an 'add' tool, calls a tool a prompt names -- with no "
+            "network and no API key: point a worker's or an MCP server's --app at it, or any "
+            "OpenAI-compatible client (--base-url)."
+        ),
+    )
+    simulator.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default: %(default)s)"
+    )
+    simulator.add_argument(
+        "--port",
+        type=_count(0, 65535),
+        default=SIMULATOR_PORT,
+        help="port (default: %(default)s; 0: any free one, printed)",
+    )
+    simulator.add_argument(
+        "--interval",
+        type=_interval,
+        default=0.0,
+        metavar="SECONDS",
+        help="the pause between streamed deltas (default: %(default)s: at once)",
+    )
+    simulator.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="make requests carry this key (Authorization: Bearer or x-api-key); default: none",
+    )
+    _debug_option(simulator)
 
 
 def _mcp_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -255,19 +337,19 @@ def _mcp_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "mcp",
         help="serve an agent or a tool registry as MCP tools (stdio or streamable HTTP)",
         description=(
-            "Serve --app as MCP tools: an Agent is one tool taking a prompt, a ToolRegistry "
-            "is its tools. Over stdio by default (for a client that starts this command); "
-            "--http serves streamable HTTP on --host (127.0.0.1) and --port instead. A "
-            "client's cancellation cuts the agent's run, which commits its partial. Needs "
-            "pip install 'trio-agents[mcp]'."
+            "Serve --app as MCP tools: an Agent is one tool taking a prompt, a tool (@tool) is "
+            "served alone, a ToolRegistry is its tools. Over stdio by default (for a client "
+            "that starts this command); --http serves streamable HTTP on --host (127.0.0.1) "
+            "and --port instead. A client's cancellation cuts the agent's run, which commits "
+            "its partial. Needs pip install 'trio-agents[mcp]'."
         ),
     )
     mcp.add_argument(
         "--app",
         required=True,
         metavar="MODULE:ATTR",
-        help="an Agent, a ToolRegistry or a list of tools, or a function (given the runtime, "
-        "or nothing; may be async) returning one",
+        help="an Agent, a tool, a ToolRegistry or a list of tools, or a function (given the "
+        "runtime, or nothing; may be async) returning one",
     )
     mcp.add_argument("--http", action="store_true", help="serve streamable HTTP, not stdio")
     mcp.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
@@ -352,13 +434,19 @@ def _durable_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
 
     submit = action(
         "submit",
-        "admit a job asking AGENT with TEXT; prints its id (the only action that creates a "
-        "store; warns when no worker has ever run on it)",
+        "admit a job asking AGENT with TEXT, or with the messages of --input-json; prints its "
+        "id (the only action that creates a store; warns when no worker has ever run on it)",
     )
     submit.add_argument("--agent", required=True, help="the agent's name in the workers' registry")
     submit.add_argument("--key", help="an idempotency key: submitting again returns the same job")
     submit.add_argument("--json", action="store_true", help='print {"id": ...}')
-    submit.add_argument("text", help="the user message")
+    submit.add_argument(
+        "--input-json",
+        metavar="FILE",
+        help='the job\'s input instead of TEXT: a JSON list of messages, such as [{"role": '
+        '"user", "content": "..."}], read from FILE (- for stdin)',
+    )
+    submit.add_argument("text", nargs="?", help="the user message")
     show = action("show", "show a job: status, attempts, result or error")
     show.add_argument("id")
     show.add_argument("--json", action="store_true", help="print one JSON object")
@@ -541,6 +629,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if args.command == "chat":
+        _check_relay_options(parser, args)
+    submit = args.command == "jobs" and args.action == "submit"
+    if submit and (args.text is None) == (args.input_json is None):
+        parser.error("jobs submit takes the user message TEXT or --input-json FILE, one of them")
     if args.command == "demo" and args.prompt is not None and args.db is not None:
         # A single streamed answer keeps no conversation: say so rather than ignore --db.
         parser.error("--db saves the team demo's conversations; a single PROMPT saves nothing")
@@ -567,6 +660,33 @@ def main(argv: Sequence[str] | None = None) -> int:
                 traceback.print_exception(error)
             print(f"trio-agents {args.command}: interrupted", file=sys.stderr)
             return INTERRUPTED
+
+
+def _check_relay_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``chat --relay``: the relay holds the model, so the model options do not apply; its
+    token is --token, else $TRIO_AGENTS_RELAY_TOKEN."""
+    if args.relay is None:
+        if args.token is not None:
+            parser.error("--token is the relay's: it needs --relay URL")
+        return
+    given = [
+        option
+        for option, value in (
+            ("--model", args.model),
+            ("--base-url", args.base_url),
+            ("--api-key", args.api_key),
+        )
+        if value is not None
+    ]
+    if given:
+        named = " and ".join(given) + (" does" if len(given) == 1 else " do")
+        parser.error(f"--relay: the relay holds the model, so {named} not apply")
+    if args.token is None:
+        import os  # noqa: PLC0415
+
+        args.token = os.environ.get("TRIO_AGENTS_RELAY_TOKEN") or None
+    if args.token is None:
+        parser.error("--relay needs the relay's token: --token TOKEN or $TRIO_AGENTS_RELAY_TOKEN")
 
 
 def _app_error(error: BaseException) -> AppError | None:
@@ -640,6 +760,12 @@ def _run(args: argparse.Namespace, endpoint: Endpoint | None) -> int:
             token=args.token,
             out=sys.stdout,
         )
+    if args.command == "simulator":
+        from . import _simulator  # noqa: PLC0415
+
+        return _simulator.main(
+            host=args.host, port=args.port, interval=args.interval, api_key=args.api_key
+        )
     if args.command == "chat":
         from . import _chat  # noqa: PLC0415 - rich loads only when a command runs
 
@@ -649,6 +775,7 @@ def _run(args: argparse.Namespace, endpoint: Endpoint | None) -> int:
             db=args.db,
             endpoint=endpoint,
             resume=args.resume,
+            relay=None if args.relay is None else _chat.Relay(args.relay, args.token),
         )
     from . import _serve as _serve_cmd  # noqa: PLC0415 - hypercorn loads only when needed
 

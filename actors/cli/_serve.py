@@ -163,7 +163,7 @@ def main(
         print(
             f"trio-agents serve: warning: listening on {host}, beyond this machine, without "
             "TLS (the relay has none of its own): put a TLS reverse proxy in front "
-            "(see docs/deploying.md)",
+            "(see docs/deploy-relay.md)",
             file=err,
         )
     try:

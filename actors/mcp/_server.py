@@ -322,7 +322,8 @@ async def _serve(app: Any, config: Any, task_status: trio.TaskStatus[list[str]])
 
 async def resolve_app(app: Any, runtime: Runtime) -> Agent | ToolRegistry:
     """What ``--app`` names, made ready to serve: an Agent, a ToolRegistry (or a list of
-    tools), or a function -- taking the runtime, or nothing; sync or async -- returning one."""
+    tools, or one tool), or a function -- taking the runtime, or nothing; sync or async --
+    returning one."""
     value = app
     if callable(value) and not isinstance(value, Agent | ToolRegistry | CallableTool):
         name = getattr(value, "__qualname__", type(value).__name__)
@@ -337,9 +338,11 @@ async def resolve_app(app: Any, runtime: Runtime) -> Agent | ToolRegistry:
             ) from error
     if isinstance(value, list | tuple) and all(isinstance(v, CallableTool) for v in value):
         value = ToolRegistry(value)
+    elif isinstance(value, CallableTool) and not isinstance(value, Agent | ToolRegistry):
+        value = ToolRegistry([value])  # one tool, served alone
     if not isinstance(value, Agent | ToolRegistry):
         raise ConfigError(
-            "--app must name an Agent, a ToolRegistry or a list of tools, or a function (taking "
-            f"the runtime, or nothing) that returns one; it gave {type(value).__name__}"
+            "--app must name an Agent, a tool, a ToolRegistry or a list of tools, or a function "
+            f"(taking the runtime, or nothing) that returns one; it gave {type(value).__name__}"
         )
     return value

@@ -2,11 +2,12 @@
 
 The conventions (also stated in docs/index.md, "Writing the docs"):
 
-* **Blocks stand alone.** Every ```python block runs in a fresh namespace, so it must import
-  and define what it uses. A block whose first line is exactly ``# continued from above`` runs
-  in the namespace of the block before it instead, like the rest of one script. A block may be
-  marked so only when it uses a name it does not define itself, and the first block of a page
-  cannot be.
+* **Blocks stand alone.** Every ```python block runs as a script of its own, in a fresh
+  interpreter (in an empty temporary folder, as ``__main__``), so it must import and define
+  what it uses. A block whose first line is exactly ``# continued from above`` runs after the
+  block before it instead, in the same interpreter and namespace, like the rest of one script.
+  A block may be marked so only when it uses a name it does not define itself, and the first
+  block of a page cannot be.
 * **Stated output is checked.** A ``print(...)`` statement states what it prints with comments
   of the form ``# -> TEXT``: one at the end of the statement's (last) line, and/or whole comment
   lines right below it, one per output line (``# ->`` alone is an empty line). Everything that
@@ -27,11 +28,16 @@ from __future__ import annotations
 import ast
 import builtins
 import io
+import json
+import os
+import pathlib
 import re
+import subprocess
 import symtable
 import sys
+import tempfile
 import tokenize
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
@@ -264,15 +270,116 @@ def matches(expected: str, actual: str) -> bool:
     return re.fullmatch(pattern, actual, re.DOTALL) is not None
 
 
-def run_page(
-    text: str,
+def scripts(page: list[Block]) -> list[list[Block]]:
+    """The page's blocks as the scripts a reader runs: each block that stands alone, followed by
+    the blocks marked as continuing it."""
+    found: list[list[Block]] = []
+    for block in page:
+        if block.continues and found:
+            found[-1].append(block)
+        else:
+            found.append([block])
+    return found
+
+
+#: The script that runs one of a page's scripts in a fresh interpreter (see its docstring).
+FRESH = pathlib.Path(__file__).resolve().with_name("fresh_script.py")
+#: The repository: the fresh interpreters import its ``actors`` and ``protocols``.
+ROOT = FRESH.parent.parent.parent
+#: How long one script may run (seconds) before its page fails.
+SCRIPT_TIMEOUT = 300.0
+#: How much of a failed script's output its page's failure shows (lines, from the end).
+SHOWN = 60
+
+
+def _tail(text: str) -> str:
+    lines = text.rstrip().splitlines()
+    cut = lines[-SHOWN:]
+    return "\n".join((["[...]"] if len(lines) > SHOWN else []) + cut)
+
+
+def _hint(stderr: str) -> str:
+    """A line saying what a reader's fix probably is, for the failures a block that leans on
+    another one makes."""
+    missing = re.findall(r"AttributeError: module '([\w.]+)' has no attribute '(\w+)'", stderr)
+    if missing:
+        package, name = missing[-1]
+        return (
+            f"\n(hint: a block runs alone, in a fresh interpreter: if {package}.{name} is a "
+            f"module, the block must `import {package}.{name}` itself)"
+        )
+    if re.search(r"^NameError: ", stderr, re.MULTILINE):
+        return (
+            "\n(hint: a block runs alone, in a fresh interpreter: it must define or import every "
+            f"name it uses, or start with {CONTINUES!r})"
+        )
+    return ""
+
+
+def run_script_of_page(
+    script: list[Block],
     filename: str,
+    stated: list[Statement],
     *,
-    name: str = "docs_page",
-    before_block: Callable[[Block], None] | None = None,
-) -> None:
+    where: str,
+    timeout: float = SCRIPT_TIMEOUT,
+) -> list[str]:
+    """Run one script of a page (see :func:`scripts`) in a fresh interpreter, in an empty
+    temporary folder, and return the page's problems with it: its failure (its traceback,
+    shown from the end) or the stated prints whose output differs. ``where`` names the script
+    in those messages."""
+    with tempfile.TemporaryDirectory(prefix="docs-block-") as folder:
+        report = os.path.join(folder, ".stated.json")
+        payload = json.dumps(
+            {
+                "filename": filename,
+                "blocks": [padded(block) for block in script],
+                "stated": [[statement.first, statement.last] for statement in stated],
+                "report": report,
+            }
+        )
+        paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+        environment = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+        try:
+            ran = subprocess.run(
+                [sys.executable, str(FRESH)],
+                input=payload,
+                capture_output=True,
+                text=True,
+                cwd=folder,
+                env=environment,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as expired:
+            out = expired.stdout.decode() if isinstance(expired.stdout, bytes) else expired.stdout
+            return [f"{where} did not end within {timeout:g} s; its output:\n{_tail(out or '')}"]
+        sys.stdout.write(ran.stdout)  # shown by pytest when the test fails
+        if ran.returncode != 0:
+            shown = _tail(ran.stderr) or _tail(ran.stdout) or "(no output)"
+            return [
+                f"{where} failed (exit status {ran.returncode}), run alone in a fresh "
+                f"interpreter:\n{shown}{_hint(ran.stderr)}"
+            ]
+        with open(report, encoding="utf-8") as file:
+            written = json.load(file)
+    recorder = Recorder(filename, stated)
+    for statement, pieces in zip(stated, written, strict=True):
+        recorder.written[statement] = list(pieces)
+    return recorder.mismatches()
+
+
+def run_page(text: str, filename: str) -> None:
     """Run every Python block of a Markdown page under the conventions above; raise
-    ``PageError`` (or the block's own exception) at the first problem."""
+    ``PageError`` at the first breach of a convention, or, once every script has run, listing
+    each one that failed (its page, lines and traceback) and each stated output that differs.
+
+    Each script of the page -- a block, with the blocks marked as continuing it -- runs in an
+    interpreter of its own, started for it in an empty temporary folder, with ``__name__ ==
+    "__main__"``: as a reader who copies it into a file and runs ``python file.py`` runs it.
+    So a block that leans on an earlier one -- on a name it defined, a module it imported (such
+    as ``trio.testing``, which ``import trio`` alone does not load), a file it wrote, a setting
+    it made -- fails, as it would for that reader."""
     stray = stray_fences(text)
     if stray:
         raise PageError(
@@ -281,20 +388,16 @@ def run_page(
         )
     page = blocks(text)
     check_structure(page, filename)
-    stated: list[Statement] = []
-    for block in page:
-        stated.extend(statements(padded(block), filename))
-    recorder = Recorder(filename, stated)
-    namespace: dict[str, object] = {}
-    for block in page:
-        if not block.continues:
-            namespace = {"__name__": name, "print": recorder.print}
-        if before_block is not None:
-            before_block(block)
-        # The blocks run as a reader's script would: without this module's __future__ imports.
-        compiled = compile(padded(block), filename, "exec", dont_inherit=True)
-        exec(compiled, namespace)
-    problems = recorder.mismatches()
+    problems: list[str] = []
+    for number, script in enumerate(scripts(page), start=1):
+        stated: list[Statement] = []
+        for block in script:
+            stated.extend(statements(padded(block), filename))
+        first, last = script[0], script[-1]
+        end = last.line + last.code.count("\n") - 1
+        where = f"{filename}:{first.line}: the page's script {number} (lines {first.line}-{end}"
+        where += ", blocks marked as continuing it included)" if len(script) > 1 else ")"
+        problems.extend(run_script_of_page(script, filename, stated, where=where))
     if problems:
         raise PageError("\n\n".join(problems))
 

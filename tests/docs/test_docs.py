@@ -3,10 +3,12 @@
 The runner (``docs_pages``, next to this file) holds the pages to three conventions, which
 docs/index.md ("Writing the docs") states for writers:
 
-1. **Blocks stand alone.** Each block runs in a fresh namespace and must import and define what
-   it uses. A block whose first line is ``# continued from above`` runs in the namespace of the
-   block before it (the marker is refused where nothing from above is used, and on a page's
-   first block). So every unmarked block can be copied alone and run.
+1. **Blocks stand alone.** Each block runs as a script of its own -- in a fresh interpreter,
+   in an empty temporary folder, as ``__main__`` -- and must import and define what it uses. A
+   block whose first line is ``# continued from above`` runs after the block before it, in the
+   same interpreter and namespace (the marker is refused where nothing from above is used, and
+   on a page's first block). So every unmarked block can be copied alone and run, and a page's
+   blocks pasted into one file top to bottom run too.
 2. **Stated output is checked.** ``print(x)  # -> TEXT`` states that this print writes the line
    ``TEXT``; whole comment lines ``# -> TEXT`` right below a print state further lines. All a
    stated print writes while the page runs (every call, in order, the final newline dropped)
@@ -139,11 +141,19 @@ def test_every_page_is_linked_from_the_index_and_every_link_resolves() -> None:
             assert (doc.parent / target).exists(), f"{doc.name} links {target}, which is missing"
 
 
+def test_the_readme_lists_every_page() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Documentation", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^- \[docs/([\w-]+\.md)\]\(docs/\1\)", section, re.MULTILINE))
+    pages = {doc.name for doc in DOCUMENTS if doc.parent.name == "docs"}
+    assert pages - listed == set(), "pages the README's Documentation list leaves out"
+
+
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.name)
 def test_document_code_blocks_run(document: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     environment = PAGE_ENVIRONMENTS.get(document.name)
     with environment(monkeypatch) if environment else contextlib.nullcontext():
-        run_page(document.read_text(encoding="utf-8"), str(document), name=f"docs_{document.stem}")
+        run_page(document.read_text(encoding="utf-8"), str(document))
 
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.name)
@@ -240,8 +250,55 @@ def test_a_block_that_uses_a_name_from_a_previous_block_fails_unless_marked() ->
 
 def test_unmarked_blocks_run_in_fresh_namespaces() -> None:
     # Even a name the static check cannot see (read through globals()) is not carried over.
-    with pytest.raises(KeyError, match="secret"):
+    with pytest.raises(PageError, match="KeyError: 'secret'"):
         run_page(page("secret = 1\n", "print(globals()['secret'])\n"), "fresh.md")
+
+
+def test_a_block_leaning_on_a_module_an_earlier_block_loaded_fails() -> None:
+    # `import trio` alone does not load trio.testing: copied alone, the second block fails.
+    # In one shared interpreter the first block's import made it work (docs/agent.md had one).
+    leaning = page("import trio.testing\n", "import trio\n\nprint(trio.testing.MockClock)\n")
+    with pytest.raises(PageError) as failure:
+        run_page(leaning, "lean.md")
+    told = str(failure.value)
+    assert "lean.md:10: the page's script 2 (lines 10-12) failed" in told
+    assert "AttributeError: module 'trio' has no attribute 'testing'" in told
+    assert "must `import trio.testing` itself" in told
+    run_page(leaning.replace("import trio\n\n", "import trio.testing\n\n"), "lean.md")
+
+
+def test_a_block_leaning_on_a_file_an_earlier_block_wrote_fails() -> None:
+    wrote = "with open('notes.txt', 'w') as file:\n    file.write('kept')\n"
+    read = "with open('notes.txt') as file:\n    print(file.read())  # -> kept\n"
+    with pytest.raises(PageError, match=r"(?s)script 2 .*FileNotFoundError"):
+        run_page(page(wrote, read), "files.md")
+    run_page(page(wrote + read), "files.md")  # one block, one script: the file is there
+
+
+def test_a_continued_block_runs_in_the_same_interpreter() -> None:
+    run_page(
+        page(
+            "import trio.testing\n\nx = 1\n",
+            "# continued from above\nprint(x, trio.testing.MockClock.__name__)  # -> 1 MockClock\n",
+        ),
+        "continued.md",
+    )
+
+
+def test_a_script_runs_as_main_as_a_pasted_file_does() -> None:
+    # A block guarded by `if __name__ == "__main__":` runs (docs/deploy-relay.md's did not).
+    run_page(page("if __name__ == '__main__':\n    print('ran')  # -> ran\n"), "main.md")
+
+
+def test_every_failing_script_of_a_page_is_named() -> None:
+    with pytest.raises(PageError) as failure:
+        run_page(page("raise ValueError('one')\n", "x = 1\n", "raise KeyError('two')\n"), "bad.md")
+    told = str(failure.value)
+    assert "bad.md:6: the page's script 1 (lines 6-6) failed" in told
+    assert "ValueError: one" in told
+    assert "bad.md:14: the page's script 3 (lines 14-14) failed" in told
+    assert "KeyError: 'two'" in told
+    assert "script 2" not in told
 
 
 def test_the_continuation_marker_is_refused_where_it_is_not_needed() -> None:
