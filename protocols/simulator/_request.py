@@ -493,6 +493,11 @@ def _parse_anthropic(data: dict[str, Any], model: str, messages: list[Any]) -> S
     )
 
 
+def _known_think(value: Any) -> bool:
+    """Whether an Ollama ``think`` is one the simulator reads (absent, a flag or a level)."""
+    return value is None or isinstance(value, bool) or value in REASONING_EFFORTS
+
+
 def _parse_ollama(data: dict[str, Any], model: str, messages: list[Any]) -> SimRequest:
     options = _optional_object(data, "options")
     cap = _optional_int(options, "num_predict", "options.") if options is not None else None
@@ -503,9 +508,7 @@ def _parse_ollama(data: dict[str, Any], model: str, messages: list[Any]) -> SimR
         "ollama",
         data,
         {},
-        consumed=("options", "think")
-        if think is None or think in REASONING_EFFORTS
-        else ("options",),
+        consumed=("options", "think") if _known_think(think) else ("options",),
         extra={"options": other} if other else None,
         reasoning_effort=think if think in REASONING_EFFORTS else None,
         **{k: v for k, v in sampling.fields().items() if k != "extra"},

@@ -183,6 +183,20 @@ def test_ollama_sends_every_field_in_its_places() -> None:
     assert encode("ollama", ModelSettings(parallel_tool_calls=False), tools=False)
 
 
+@pytest.mark.parametrize("vendor", sorted(ENCODERS))
+def test_think_alone_is_no_setting_but_medium_effort_where_the_wire_says_an_effort(
+    vendor: str,
+) -> None:
+    body = encode(vendor, ModelSettings(), think=True, tools=False)
+    got = parse_request(vendor, dumps(body))  # type: ignore[arg-type]
+    assert got.think
+    medium = vendor in ("openai", "openai-responses")  # the wire says "medium"
+    max_tokens = anthropic.DEFAULT_MAX_TOKENS if vendor == "anthropic" else None
+    assert got.settings == ModelSettings(
+        reasoning_effort="medium" if medium else None, max_tokens=max_tokens
+    )
+
+
 #: For each vendor, the body key each settings field is written under (where it has one).
 WIRE_KEYS: dict[str, dict[str, str]] = {
     "openai": {
