@@ -9,6 +9,7 @@ they all speak lives in :mod:`protocols`.
 
 from protocols.accounting import TeamBudget as TeamBudget
 from protocols.accounting import TokenBudget as TokenBudget
+from protocols.settings import ModelSettings as ModelSettings
 
 from ._core._abort import Abort as Abort
 from ._core._actor import Actor as Actor
@@ -91,6 +92,7 @@ __all__ = [
     "ExitKind",
     "FileSystemWorkspace",
     "MemoryConversationStore",
+    "ModelSettings",
     "OllamaChat",
     "OpenAIChat",
     "OpenAIResponses",

@@ -537,7 +537,8 @@ class _Run:
         if tools_off:
             definitions = ()  # no tools this run: none advertised, and none will run
         definitions = definitions or None
-        provider_options = ProviderOptions(
+        provider_options = ProviderOptions.from_settings(
+            agent._settings(options),
             think=agent._option(options, "think"),
             tool_choice=agent._option(options, "tool_choice") if definitions else None,
         )

@@ -281,11 +281,24 @@ def _chat_attributes(
     if model is not None:
         attributes["gen_ai.request.model"] = model
     if options is not None:
-        if options.max_tokens is not None:
-            attributes["gen_ai.request.max_tokens"] = options.max_tokens
-        if options.temperature is not None:
-            attributes["gen_ai.request.temperature"] = options.temperature
+        for name, attribute in _REQUEST_SETTINGS:
+            setting = getattr(options, name)
+            if setting is not None:
+                attributes[attribute] = setting
+        if options.stop:
+            attributes["gen_ai.request.stop_sequences"] = options.stop
     return attributes
+
+
+#: The settings a ``chat`` span records, by the GenAI semantic conventions' names.
+_REQUEST_SETTINGS = (
+    ("max_tokens", "gen_ai.request.max_tokens"),
+    ("temperature", "gen_ai.request.temperature"),
+    ("top_p", "gen_ai.request.top_p"),
+    ("seed", "gen_ai.request.seed"),
+    ("presence_penalty", "gen_ai.request.presence_penalty"),
+    ("frequency_penalty", "gen_ai.request.frequency_penalty"),
+)
 
 
 def _usage(attributes: dict[str, Any], usage: Usage | None) -> None:

@@ -66,6 +66,7 @@ from protocols.messages import (
     StopReason,
     new_id,
 )
+from protocols.settings import ModelSettings, SettingsLike, check_reasoning
 from protocols.workspace import Workspace, WorkspaceManager
 
 from . import _tracing
@@ -148,6 +149,10 @@ def _positive(name: str, value: object) -> None:
         raise ValidationError(f"{name} must be a number > 0 or None, not {value!r}")
 
 
+def _settings(value: SettingsLike) -> ModelSettings | None:
+    return None if value is None else ModelSettings.of(value)
+
+
 def _tokens(value: Iterable[Abort]) -> tuple[Abort, ...]:
     return tuple(value)
 
@@ -174,7 +179,10 @@ class RunOptions:
     awaited (with the run's :class:`~actors.RunContext`) before every provider call of the
     run, inside the run's scope -- rate limiting, scheduling; a cancel while it waits is a
     cancel like any other. ``budget`` may be a :class:`~protocols.accounting.TeamBudget`, drawn
-    on by every run given it.
+    on by every run given it. ``settings``: the model's
+    :class:`~protocols.settings.ModelSettings` (or a mapping of their fields), which override
+    the agent's field by field -- each field this sets wins, each it leaves unset keeps the
+    agent's.
     """
 
     limit: int | None = None
@@ -191,6 +199,7 @@ class RunOptions:
     on_tool_error: Literal["record", "raise"] | None = None
     deps: Any = None
     pace: Pace | None = None
+    settings: ModelSettings | None = attrs.field(default=None, converter=_settings)
 
     def __attrs_post_init__(self) -> None:
         if self.on_exhaust not in (None, "stop", "summarize"):
@@ -332,12 +341,22 @@ class _Request:
     def bind(self, *, queued: bool) -> None:
         """Check the chain of runs the calling task is inside of and watch the tokens.
 
-        Raises :class:`CycleError` when the calling task is inside a run of this agent."""
+        Raises :class:`CycleError` when the calling task is inside a run of this agent, and
+        :class:`~protocols.errors.ValidationError` when the run's settings contradict its
+        ``think`` (``think=False`` with a ``reasoning_effort``)."""
         chain = tuple(run for run in _chain.get() if run.state is _State.RUNNING)
         agent = self.agent
         if any(run.agent is agent for run in chain):
             self.state = _State.WITHDRAWN
             raise CycleError([run.agent.name for run in chain], agent.name)
+        settings = agent._settings(self.options)
+        if settings is not None and settings.reasoning_effort is not None:
+            # A contradiction is refused now, before anything is queued or committed.
+            try:
+                check_reasoning(agent._option(self.options, "think"), settings.reasoning_effort)
+            except ValidationError:
+                self.state = _State.WITHDRAWN
+                raise
         self.chain = (*chain, self)
         sources = (*agent.defaults.abort, *self.options.abort)
         self.watch = watch = Abort.any(self.token, *sources) if sources else self.token
@@ -636,8 +655,9 @@ class Agent:
 
     Start one with :meth:`start` (or ``runtime.agent(...)``, the same). Run options given there
     -- ``limit``, ``timeout``, ``budget``, ``think``, ``tool_choice``, ``on_exhaust``,
-    ``max_repeats``, ``on_tool_error``, ``deps``, ``pace`` -- apply to every run unless the run
-    overrides them. Close it with :meth:`aclose` (or ``async with agent:``).
+    ``max_repeats``, ``on_tool_error``, ``deps``, ``pace``, ``settings`` -- apply to every run
+    unless the run overrides them (``settings`` field by field). Close it with :meth:`aclose`
+    (or ``async with agent:``).
     """
 
     def __init__(
@@ -769,6 +789,7 @@ class Agent:
         max_repeats: int = 3,
         on_tool_error: Literal["record", "raise"] = "record",
         pace: Pace | None = None,
+        settings: SettingsLike = None,
         tool_concurrency: int = 8,
         window: int | None = None,
         strict: bool = False,
@@ -791,7 +812,9 @@ class Agent:
         How its runs go, unless a run says otherwise (see :class:`RunOptions`): ``limit``
         (provider turns, 10), ``timeout``, ``budget`` (a :class:`TokenBudget` per run, or a
         :class:`TeamBudget` shared), ``think``, ``tool_choice``, ``abort``, ``on_exhaust``,
-        ``max_repeats``, ``on_tool_error``, ``pace``.
+        ``max_repeats``, ``on_tool_error``, ``pace``, and ``settings``: the model's
+        :class:`~protocols.settings.ModelSettings` (or a mapping of their fields; a run's
+        settings override these field by field).
 
         And: ``tool_concurrency`` (calls of one batch at once), ``window`` (the model's context
         window in tokens: compact the conversation automatically to stay inside it),
@@ -814,6 +837,7 @@ class Agent:
             on_tool_error=on_tool_error,
             deps=deps,
             pace=pace,
+            settings=settings,
         )
         owned = conversation is None
         conversation = conversation or await Conversation.start(runtime)
@@ -1130,6 +1154,13 @@ class Agent:
     def _option(self, options: RunOptions, name: str) -> Any:
         value = getattr(options, name)
         return getattr(self.defaults, name) if value is None else value
+
+    def _settings(self, options: RunOptions) -> ModelSettings | None:
+        """The model settings of a run: the agent's, with the run's over them field by field."""
+        base, over = self.defaults.settings, options.settings
+        if over is None:
+            return base
+        return over if base is None else base.merge(over)
 
     async def _execute(self, request: _Request) -> None:
         """Run ``request`` (already begun) to its end, delivering its outcome."""

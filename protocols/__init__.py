@@ -44,6 +44,7 @@ from .messages import ToolSuccess as ToolSuccess
 from .messages import Usage as Usage
 from .messages import new_id as new_id
 from .ndjson import NDJSONDecoder as NDJSONDecoder
+from .settings import ModelSettings as ModelSettings
 from .sse import SSEComment as SSEComment
 from .sse import SSEDecoder as SSEDecoder
 from .sse import SSEEvent as SSEEvent
@@ -66,6 +67,7 @@ __all__ = [
     "Delta",
     "FinishReason",
     "Message",
+    "ModelSettings",
     "NDJSONDecoder",
     "ProtocolError",
     "ProviderError",

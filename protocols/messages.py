@@ -26,6 +26,20 @@ from ._json import JSON, check_json, dumps
 from ._schema_root import object_root
 from .accounting import Usage
 from .errors import ValidationError
+from .settings import (
+    ModelSettings,
+    ReasoningEffort,
+    check_effort,
+    check_max_tokens,
+    check_optional_bool,
+    check_penalty,
+    check_reasoning,
+    check_seed,
+    check_temperature,
+    check_top_p,
+    stop_sequences,
+    to_float,
+)
 
 __all__ = [
     "CUT_SHORT",
@@ -269,7 +283,7 @@ def _check_images(
 
 
 def _to_stop_sequences(value: Iterable[str]) -> tuple[str, ...]:
-    return _tuple(str, "ProviderOptions.stop", value)
+    return stop_sequences("ProviderOptions", value)
 
 
 def _to_messages(value: Iterable[Message]) -> tuple[Message, ...]:
@@ -574,31 +588,6 @@ _ALLOWED_FIELDS: dict[Role, frozenset[str]] = {
 # Provider boundary
 
 
-def _check_max_tokens(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ValidationError(f"ProviderOptions.max_tokens must be an int >= 1, not {value!r}")
-
-
-def _to_temperature(value: float | None) -> float | None:
-    # 1 and 1.0 are the same temperature: store a float so equal options encode identically.
-    # (Only exact ints: anything else is left for the validator to refuse with a clear message.)
-    return float(value) if type(value) is int else value
-
-
-def _check_temperature(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is None:
-        return
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or not 0 <= value <= 2
-    ):
-        raise ValidationError(
-            f"ProviderOptions.temperature must be a number from 0 to 2, not {value!r}"
-        )
-
-
 def _check_tool_choice(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is None or value in ("auto", "none", "required"):
         return
@@ -607,11 +596,6 @@ def _check_tool_choice(instance: object, attribute: attrs.Attribute[Any], value:
             "ProviderOptions.tool_choice must be 'auto', 'none', 'required' or a tool name, "
             f"not {value!r}"
         )
-
-
-def _check_stop(instance: object, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
-    if any(not item for item in value):
-        raise ValidationError("ProviderOptions.stop must not contain empty strings")
 
 
 def _check_output_schema(
@@ -632,11 +616,14 @@ class ProviderOptions:
 
     - ``think``: turn the model's reasoning on or off where the vendor supports it.
     - ``schema``: a JSON Schema the answer must follow (structured output).
-    - ``max_tokens``: cap on output tokens (>= 1).
-    - ``temperature``: sampling temperature, 0 to 2.
     - ``tool_choice``: ``"auto"``, ``"none"``, ``"required"``, or the name of the one tool to call.
-    - ``stop``: stop sequences (non-empty strings).
-    - ``extra``: vendor-specific request-body fields, passed through as given (strict JSON).
+    - The model's settings, each as :class:`~protocols.settings.ModelSettings` says (``stop``
+      and ``extra`` empty when not set): ``max_tokens``, ``temperature``, ``stop``, ``extra``,
+      ``top_p``, ``seed``, ``presence_penalty``, ``frequency_penalty``, ``reasoning_effort`` and
+      ``parallel_tool_calls``. :meth:`from_settings` makes options of settings, and
+      :attr:`settings` gives them back.
+
+    ``think=False`` with a ``reasoning_effort`` is a contradiction, refused.
     """
 
     think: bool | None = attrs.field(default=None, validator=_optional_bool)
@@ -645,15 +632,71 @@ class ProviderOptions:
         converter=_to_schema,
         validator=_check_output_schema,
     )
-    max_tokens: int | None = attrs.field(default=None, validator=_check_max_tokens)
+    max_tokens: int | None = attrs.field(default=None, validator=check_max_tokens)
     temperature: float | None = attrs.field(
-        default=None, converter=_to_temperature, validator=_check_temperature
+        default=None, converter=to_float, validator=check_temperature
     )
     tool_choice: str | None = attrs.field(default=None, validator=_check_tool_choice)
-    stop: tuple[str, ...] = attrs.field(
-        default=(), converter=_to_stop_sequences, validator=_check_stop
-    )
+    stop: tuple[str, ...] = attrs.field(default=(), converter=_to_stop_sequences)
     extra: dict[str, JSON] = attrs.field(factory=dict, converter=_to_extra)
+    top_p: float | None = attrs.field(default=None, converter=to_float, validator=check_top_p)
+    seed: int | None = attrs.field(default=None, validator=check_seed)
+    presence_penalty: float | None = attrs.field(
+        default=None, converter=to_float, validator=check_penalty
+    )
+    frequency_penalty: float | None = attrs.field(
+        default=None, converter=to_float, validator=check_penalty
+    )
+    reasoning_effort: ReasoningEffort | None = attrs.field(default=None, validator=check_effort)
+    parallel_tool_calls: bool | None = attrs.field(default=None, validator=check_optional_bool)
+
+    def __attrs_post_init__(self) -> None:
+        check_reasoning(self.think, self.reasoning_effort)
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: ModelSettings | None,
+        *,
+        think: bool | None = None,
+        schema: Mapping[str, Any] | None = None,
+        tool_choice: str | None = None,
+    ) -> ProviderOptions:
+        """The options of one call made with ``settings`` (``None``: none set) and the given
+        call options."""
+        if settings is None:
+            return cls(think=think, schema=schema, tool_choice=tool_choice)
+        return cls(
+            think=think,
+            schema=schema,
+            tool_choice=tool_choice,
+            max_tokens=settings.max_tokens,
+            temperature=settings.temperature,
+            stop=settings.stop or (),
+            extra=settings.extra or {},
+            top_p=settings.top_p,
+            seed=settings.seed,
+            presence_penalty=settings.presence_penalty,
+            frequency_penalty=settings.frequency_penalty,
+            reasoning_effort=settings.reasoning_effort,
+            parallel_tool_calls=settings.parallel_tool_calls,
+        )
+
+    @property
+    def settings(self) -> ModelSettings:
+        """The model settings these options hold (an empty ``stop`` or ``extra``: not set)."""
+        return ModelSettings(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_tokens=self.max_tokens,
+            stop=self.stop or None,
+            seed=self.seed,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+            reasoning_effort=self.reasoning_effort,
+            parallel_tool_calls=self.parallel_tool_calls,
+            extra=self.extra or None,
+        )
 
 
 def _check_channel(_: object, __: attrs.Attribute[str], value: str) -> None:

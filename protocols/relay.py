@@ -8,12 +8,16 @@ response is NDJSON (one server frame per line).
 
 Client to server:
 
-* ``hello`` -- ``version`` (:data:`PROTOCOL_VERSION`) and ``token`` (the bearer token); the
-  first frame of a connection, and only there.
+* ``hello`` -- ``version`` (:data:`PROTOCOL_VERSION`, or an older one of :data:`VERSIONS`)
+  and ``token`` (the bearer token); the first frame of a connection, and only there. A client
+  refused with ``version`` says hello again, on a new connection, with the version before (a
+  server from before version 2 knows only 1).
 * ``stream`` -- ``id`` (the client's request id, unique among its open requests),
-  ``messages``, ``tools``, ``options``: one provider call; optionally ``trace``, the caller's
-  W3C trace context (``traceparent``, ``tracestate``) for the server's span of the call
-  (absent: the connection's handshake headers say it, or nothing does). A client never sends
+  ``messages``, ``tools``, ``options`` (the call's options and model settings: on a
+  connection of version 1, none of :data:`SETTINGS_FIELDS`): one provider call; optionally
+  ``trace``, the caller's W3C trace context (``traceparent``, ``tracestate``) for the server's
+  span of the call (absent: the connection's handshake headers say it, or nothing does). A
+  client never sends
   a tool message's ``images`` (servers from before them refuse the frame): each such message
   says in its text how many images were left out. A server accepts them.
 * ``cancel`` -- ``id``: stop that request; the server answers ``abort`` with the partial.
@@ -22,7 +26,9 @@ Client to server:
 
 Server to client:
 
-* ``ready`` -- ``version`` and the connection's limits (``max_frame``, ``max_streams``).
+* ``ready`` -- ``version`` (the hello's) and the connection's limits (``max_frame``,
+  ``max_streams``; from version 2, ``max_tokens`` when the server caps a request's output
+  tokens: it lowers a larger ``max_tokens`` to it, and sets it where none is given).
 * ``delta`` -- ``id``, ``channel`` (``content`` or ``thinking``), ``text``.
 * ``result`` -- ``id``, ``result`` (the provider result; its ``denied`` maps the tool calls
   the server's policy refused to the text the model must be answered with). A server never sends
@@ -70,7 +76,9 @@ __all__ = [
     "MAX_REQUEST_ID",
     "NDJSON_CONTENT_TYPE",
     "PROTOCOL_VERSION",
+    "SETTINGS_FIELDS",
     "TRACE_KEYS",
+    "VERSIONS",
     "Abort",
     "AbortFrame",
     "Approval",
@@ -104,10 +112,26 @@ __all__ = [
     "loggable",
     "parse_origin",
     "split_host",
+    "unsupported_options",
 ]
 
-#: The version this module speaks; a ``hello`` with another is refused (``version``).
-PROTOCOL_VERSION: Final = 1
+#: The newest version this module speaks, the one a client says ``hello`` with first.
+PROTOCOL_VERSION: Final = 2
+#: Every version a server speaks, oldest first: a ``hello`` with another is refused
+#: (``version``), and the connection speaks the version of the ``hello`` it accepted. Version 2
+#: adds model settings: a ``stream`` frame's ``options`` may set the fields of
+#: :data:`SETTINGS_FIELDS`, and ``ready`` may carry ``max_tokens``, the server's cap.
+VERSIONS: Final = (1, 2)
+#: The options fields a server speaking version 1 refuses (it decodes strictly): sent only on a
+#: connection of version 2 or later (see :func:`unsupported_options`).
+SETTINGS_FIELDS: Final = (
+    "top_p",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "reasoning_effort",
+    "parallel_tool_calls",
+)
 #: The default size limit of one frame, in bytes of UTF-8 (1 MiB).
 DEFAULT_MAX_FRAME: Final = 1024 * 1024
 #: The longest request id accepted (characters).
@@ -303,13 +327,34 @@ ClientFrame: TypeAlias = HelloFrame | StreamFrame | CancelFrame | ApproveFrame
 # -- server to client ---------------------------------------------------------------------------
 
 
+def _optional_positive(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None:
+        _positive(instance, attribute, value)
+
+
 @attrs.frozen
 class ReadyFrame:
-    """The server accepted the ``hello``: its version and this connection's limits."""
+    """The server accepted the ``hello``: the version the connection speaks and its limits --
+    and from version 2, ``max_tokens``: the most output tokens the server lets one request ask
+    for (``None``, not sent: no cap)."""
 
     version: int = attrs.field(validator=_version)
     max_frame: int = attrs.field(validator=_positive)
     max_streams: int = attrs.field(validator=_positive)
+    max_tokens: int | None = attrs.field(default=None, validator=_optional_positive)
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_tokens is not None and self.version < 2:
+            raise ValidationError("ReadyFrame.max_tokens needs version 2 or later")
+
+
+def unsupported_options(options: ProviderOptions | None, version: int) -> tuple[str, ...]:
+    """The fields ``options`` sets that a connection of ``version`` cannot carry (a server of
+    that version would refuse the whole frame, and close the connection): a client refuses
+    such a request itself, naming them."""
+    if options is None or version >= 2:
+        return ()
+    return tuple(name for name in SETTINGS_FIELDS if getattr(options, name) is not None)
 
 
 def _channel(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from protocols.accounting import TeamBudget, TokenBudget
     from protocols.authority import Authority
     from protocols.context import Instructions, Scope
+    from protocols.settings import SettingsLike
     from protocols.workspace import Workspace, WorkspaceManager
 
     from .._run_loop import AgentEvent
@@ -130,6 +131,7 @@ class Runtime:
         max_repeats: int = 3,
         on_tool_error: Literal["record", "raise"] = "record",
         pace: Pace | None = None,
+        settings: SettingsLike = None,
         tool_concurrency: int = 8,
         window: int | None = None,
         strict: bool = False,
@@ -162,6 +164,7 @@ class Runtime:
             max_repeats=max_repeats,
             on_tool_error=on_tool_error,
             pace=pace,
+            settings=settings,
             tool_concurrency=tool_concurrency,
             window=window,
             strict=strict,

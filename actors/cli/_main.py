@@ -267,6 +267,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="the largest frame or request body accepted (default: %(default)s)",
     )
     relay.add_argument(
+        "--max-tokens",
+        type=_count(1, 2**31 - 1),
+        default=None,
+        metavar="N",
+        help="the most output tokens one request may ask for: a larger or missing max_tokens "
+        "is lowered (or set) to N, a request with extra vendor options is refused, and the "
+        "cap is said in the hello's answer (default: no cap)",
+    )
+    relay.add_argument(
         "--grace",
         type=_seconds(0, 3600),
         default=5.0,
@@ -789,4 +798,5 @@ def _run(args: argparse.Namespace, endpoint: Endpoint | None) -> int:
         max_frame=args.max_frame,
         grace=args.grace,
         allowed_hosts=args.allowed_hosts,
+        max_tokens=args.max_tokens,
     )

@@ -69,11 +69,13 @@ async def run(
     signals: bool = False,
     grace: float = GRACE,
     allowed_hosts: Sequence[str] | None = None,
+    max_tokens: int | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled, or, with ``signals``, until SIGINT or SIGTERM: then open requests
     get their ``shutdown`` frame or line (websockets close with 1001) within ``grace``
-    seconds, and it returns. ``task_status`` gets the page's URL once it is up."""
+    seconds, and it returns. ``task_status`` gets the page's URL once it is up. ``max_tokens``:
+    the relay's cap on a request's output tokens (see :class:`~actors.relay.RelayLimits`)."""
 
     async def signalled() -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
@@ -86,7 +88,7 @@ async def run(
             tokens=[RelayToken(token, name="serve")],
             origins=origins,
             allowed_hosts=allowed_hosts or (),
-            limits=RelayLimits(max_frame=max_frame),
+            limits=RelayLimits(max_frame=max_frame, max_tokens=max_tokens),
         )
         async with trio.open_nursery() as nursery:
             bound: list[str] = await nursery.start(
@@ -103,6 +105,8 @@ async def run(
             url = bound[0] + "/"
             print(f"relay for {where} at {url}", file=out)
             print(f"websocket: {bound[0].replace('http', 'ws', 1)}/v1/relay", file=out)
+            if max_tokens is not None:
+                print(f"output tokens capped at {max_tokens} per request", file=out)
             if shown:
                 print(f"token (made up for this run): {token}", file=out)
             out.flush()
@@ -144,6 +148,7 @@ def main(
     max_frame: int,
     grace: float = GRACE,
     allowed_hosts: Sequence[str] | None = None,
+    max_tokens: int | None = None,
     out: TextIO = sys.stdout,
     err: TextIO | None = None,
 ) -> int:
@@ -181,6 +186,7 @@ def main(
                 signals=True,
                 grace=grace,
                 allowed_hosts=allowed_hosts,
+                max_tokens=max_tokens,
             )
         )
     except BaseException as error:

@@ -43,6 +43,7 @@ from protocols.jobs import (
     retry,
 )
 from protocols.messages import AgentResult, Message, Role, StopReason, Usage, new_id
+from protocols.settings import ModelSettings
 
 from .. import _tracing
 from .._core._abort import Abort
@@ -662,6 +663,8 @@ class JobQueue:
             options["timeout"] = job.timeout
         if job.budget is not None:
             options["budget"] = job.budget
+        if job.settings is not None:
+            options["settings"] = ModelSettings.of(options.get("settings")).merge(job.settings)
         if self.tracer_provider is not None:
             options.setdefault("tracer_provider", self.tracer_provider)  # a spec's own wins
         return await Agent.start(

@@ -9,6 +9,7 @@ import attrs
 
 from protocols.authority import Authority
 from protocols.errors import ConfigError
+from protocols.settings import ModelSettings, SettingsLike
 
 from ..providers import provider_from_string
 from ..tools import CallableTool, ToolRegistry
@@ -28,8 +29,9 @@ class AgentSpec:
     """How to make the agent a job names: its ``provider`` (shared by every job: a
     :class:`~actors.providers.ProviderConnection` is a good one), ``system`` prompt, ``tools``,
     ``authority`` and any other :meth:`Agent.start <actors.agent.Agent.start>` keyword in
-    ``options`` (``limit``, ``timeout``, ``budget``, ``instructions``, ...). A job's own limit,
-    timeout and budget win over these."""
+    ``options`` (``limit``, ``timeout``, ``budget``, ``settings``, ``instructions``, ...). A
+    job's own limit, timeout and budget win over these, and its settings override these field
+    by field."""
 
     provider: ProviderInterface
     system: str | None = None
@@ -74,14 +76,19 @@ class AgentRegistry:
         system: str | None = None,
         tools: Iterable[CallableTool] | ToolRegistry = (),
         authority: Authority | None = None,
+        settings: SettingsLike = None,
         **options: Any,
     ) -> AgentSpec:
-        """Register ``name``; returns its spec. ``options`` are further ``Agent.start``
-        keywords. A provider string (``"openai:gpt-4.1-mini"``) is built into its adapter
-        here, from the environment (see :func:`~actors.providers.provider_from_string`), and
-        shared by every job of the spec."""
+        """Register ``name``; returns its spec. A provider string (``"openai:gpt-4.1-mini"``)
+        is built into its adapter here, from the environment (see
+        :func:`~actors.providers.provider_from_string`), and shared by every job of the spec.
+        ``settings`` are the model's :class:`~protocols.settings.ModelSettings` (or a mapping of
+        their fields), checked now (a job's own settings override them field by field);
+        ``options`` are further ``Agent.start`` keywords."""
         if isinstance(provider, str):
             provider = provider_from_string(provider)
+        if settings is not None:
+            options["settings"] = ModelSettings.of(settings)
         spec = AgentSpec(provider, system, _tools(tools), authority, dict(options))
         self._put(name, spec)
         return spec

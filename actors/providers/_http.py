@@ -691,6 +691,8 @@ class HTTPProvider(StreamingProvider):
                 raise ConfigError(f"{self.name}: {refused}")
         self._owns_client = client is None
         self.client = client if client is not None else self._make_client()
+        #: Further keywords of the wire format's encoder (a vendor subclass's choices).
+        self._encoding: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} model={self.model!r} base_url={self.base_url!r}>"
@@ -747,7 +749,11 @@ class HTTPProvider(StreamingProvider):
                 "message answering each call before asking the model again"
             )
         return self.wire.encode_request(
-            messages, model=self.model, tools=self.project_tools(tools), options=options
+            messages,
+            model=self.model,
+            tools=self.project_tools(tools),
+            options=options,
+            **self._encoding,
         )
 
     def project_tools(self, tools: Sequence[ToolDefinition]) -> list[ToolDefinition]:

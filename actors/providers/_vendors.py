@@ -4,13 +4,18 @@ defaults of its constructor."""
 from __future__ import annotations
 
 import os
+import urllib.parse
 from typing import Any
 
+from protocols.errors import ConfigError
 from protocols.wire import anthropic, ollama, openai_chat, openai_responses
 
 from ._http import HTTPProvider, WireFormat
 
 __all__ = ["AnthropicMessages", "OllamaChat", "OpenAIChat", "OpenAIResponses"]
+
+#: OpenAI's own API host: where ``max_tokens`` goes as ``max_completion_tokens``.
+_OPENAI_HOST = "api.openai.com"
 
 
 class OpenAIChat(HTTPProvider):
@@ -18,8 +23,11 @@ class OpenAIChat(HTTPProvider):
     Ollama's ``/v1``), streamed as SSE with usage.
 
     ``base_url`` (ending in ``/v1``) defaults to ``$OPENAI_BASE_URL`` or OpenAI's; ``api_key``
-    to ``$OPENAI_API_KEY`` (none is fine for local servers). Other arguments: see
-    :class:`HTTPProvider`.
+    to ``$OPENAI_API_KEY`` (none is fine for local servers). ``max_tokens_key`` names the
+    output token cap on the wire: ``"max_completion_tokens"`` (what OpenAI's API wants, and its
+    reasoning models require) or ``"max_tokens"`` (what compatible servers take); by default
+    the first for OpenAI's own host (``api.openai.com``), the second for any other. Other
+    arguments: see :class:`HTTPProvider`.
     """
 
     name = "openai-chat"
@@ -33,7 +41,13 @@ class OpenAIChat(HTTPProvider):
     )
 
     def __init__(
-        self, *, model: str, base_url: str | None = None, api_key: str | None = None, **kwargs: Any
+        self,
+        *,
+        model: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        max_tokens_key: openai_chat.MaxTokensKey | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(
             base_url=base_url or os.environ.get("OPENAI_BASE_URL") or openai_chat.DEFAULT_BASE_URL,
@@ -41,6 +55,17 @@ class OpenAIChat(HTTPProvider):
             api_key=api_key if api_key is not None else os.environ.get("OPENAI_API_KEY"),
             **kwargs,
         )
+        if max_tokens_key is None:
+            host = urllib.parse.urlsplit(self.base_url).hostname or ""
+            max_tokens_key = "max_completion_tokens" if host == _OPENAI_HOST else "max_tokens"
+        elif max_tokens_key not in openai_chat.MAX_TOKENS_KEYS:
+            raise ConfigError(
+                f"{self.name}: max_tokens_key must be 'max_tokens' or 'max_completion_tokens', "
+                f"not {max_tokens_key!r}"
+            )
+        #: The name the output token cap is sent under.
+        self.max_tokens_key: openai_chat.MaxTokensKey = max_tokens_key
+        self._encoding["max_tokens_key"] = max_tokens_key
 
 
 class OpenAIResponses(HTTPProvider):

@@ -69,7 +69,12 @@ class RelayLimits:
     may stay silent; ``handshake_timeout``: seconds to the ``hello`` (and to a whole HTTP request
     body); ``approval_timeout``: seconds a pending approval waits for its answer (then: denied);
     ``send_timeout``: seconds one frame may take to leave (a client that stops reading is cut:
-    its requests end, their upstream streams are closed, and nothing more is sent to it).
+    its requests end, their upstream streams are closed, and nothing more is sent to it);
+    ``max_tokens``: the most output tokens one request may ask for (``None``, the default: no
+    cap). With a cap, a request asking for more -- or for no limit -- is sent upstream with
+    ``max_tokens`` lowered (or set) to it, a request carrying ``extra`` vendor options is
+    refused as ``invalid`` (they could lift the cap under another name), and ``ready`` says the
+    cap to clients of protocol version 2.
     """
 
     max_frame: int = DEFAULT_MAX_FRAME
@@ -78,8 +83,17 @@ class RelayLimits:
     handshake_timeout: float = 10.0
     approval_timeout: float = 300.0
     send_timeout: float = 60.0
+    max_tokens: int | None = None
 
     def __attrs_post_init__(self) -> None:
+        if self.max_tokens is not None and (
+            isinstance(self.max_tokens, bool)
+            or not isinstance(self.max_tokens, int)
+            or self.max_tokens < 1
+        ):
+            raise ConfigError(
+                f"RelayLimits.max_tokens must be an integer >= 1 or None, not {self.max_tokens!r}"
+            )
         for name in ("max_frame", "max_streams"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -33,6 +33,7 @@ from protocols.messages import (
 from protocols.relay import (
     DEFAULT_MAX_FRAME,
     PROTOCOL_VERSION,
+    VERSIONS,
     AbortFrame,
     ApprovalFrame,
     ApproveFrame,
@@ -46,6 +47,7 @@ from protocols.relay import (
     decode_server_frame,
     encode_frame,
     loggable,
+    unsupported_options,
 )
 from protocols.relay import Delta as DeltaFrame
 
@@ -143,6 +145,14 @@ class RelayProvider(StreamingProvider):
       back in the result's ``denied``.
     * A frame from the server over ``max_frame`` bytes (default 16 MiB: a ``result`` repeats
       the whole answer) is refused; what is sent is bounded by the limit the server announces.
+    * It says hello with the newest protocol version (:data:`~protocols.relay.PROTOCOL_VERSION`)
+      and, refused with ``version``, with the one before, on a new connection (a relay from
+      before version 2 speaks 1). On a connection of version 1 a request setting a model
+      setting that version cannot carry (``top_p``, ``seed``, the penalties,
+      ``reasoning_effort``, ``parallel_tool_calls``) fails with a
+      :class:`~protocols.errors.ConfigError` naming them, before anything is sent -- never
+      sent without them. :attr:`ready` holds what the relay said, its ``max_tokens`` cap
+      included.
     * With OpenTelemetry tracing active, the trace context current when a request is made (the
       agent's ``chat`` span) travels with it: in its ``stream`` frame's ``trace``, and in the
       ``traceparent`` header of the websocket handshake the request opens (see
@@ -199,9 +209,19 @@ class RelayProvider(StreamingProvider):
         self._connecting = trio.Lock()
         self._ids = itertools.count(1)
         self._closed = False
+        #: The protocol version said in hello: the newest, until a relay refuses it.
+        self._version = PROTOCOL_VERSION
+        self._ready: ReadyFrame | None = None
 
     def __repr__(self) -> str:
         return f"RelayProvider(url={self.url!r}, token=<redacted>)"
+
+    @property
+    def ready(self) -> ReadyFrame | None:
+        """What the relay said when the latest connection opened: the protocol version it
+        speaks and its limits, ``max_tokens`` (its cap on a request's output tokens) included;
+        ``None`` before the first connection."""
+        return self._ready
 
     async def __aenter__(self) -> RelayProvider:
         manager = trio.open_nursery()
@@ -265,7 +285,7 @@ class RelayProvider(StreamingProvider):
                 if attempt:
                     await trio.sleep(self._backoff.delay(attempt - 1))
                 try:
-                    connection = await self._open(trace)
+                    connection = await self._open_speaking(trace)
                 except ProviderError as error:
                     if not error.retryable:
                         raise
@@ -275,6 +295,24 @@ class RelayProvider(StreamingProvider):
                 return connection
             assert last is not None
             raise last
+
+    async def _open_speaking(self, trace: dict[str, str] | None) -> _Connection:
+        """:meth:`_open`, saying hello again with the version before as long as the relay
+        refuses the version (a relay from before protocol version 2 knows only 1); the
+        version it accepted is kept for the connections after."""
+        while True:
+            try:
+                return await self._open(trace)
+            except ProviderError as error:
+                older = [version for version in VERSIONS if version < self._version]
+                if error.code != "version" or not older:
+                    raise
+                log.info(
+                    "the relay does not speak protocol version %d; saying hello with %d",
+                    self._version,
+                    older[-1],
+                )
+                self._version = older[-1]
 
     async def _open(self, trace: dict[str, str] | None = None) -> _Connection:
         assert self._nursery is not None
@@ -397,7 +435,7 @@ class RelayProvider(StreamingProvider):
     async def _greet(
         self, socket: trio_websocket.WebSocketConnection, task_status: trio.TaskStatus[_Connection]
     ) -> None:
-        await socket.send_message(encode_frame(HelloFrame(PROTOCOL_VERSION, self._token)))
+        await socket.send_message(encode_frame(HelloFrame(self._version, self._token)))
         frame = decode_server_frame(await socket.get_message(), max_bytes=self.max_frame)
         if isinstance(frame, ErrorFrame):
             raise ProviderError(
@@ -406,6 +444,7 @@ class RelayProvider(StreamingProvider):
         if not isinstance(frame, ReadyFrame):
             raise ProtocolError("the relay did not answer hello with ready")
         connection = _Connection(socket, frame)
+        self._ready = frame
         task_status.started(connection)
         await self._read(connection)
 
@@ -466,6 +505,16 @@ class _RelayStream(TextStream):
         text = encode_frame(self._frame)
         for attempt in range(provider._backoff.attempts + 1):
             connection = await provider._connect(self._frame.trace)
+            unsupported = unsupported_options(self._frame.options, connection.ready.version)
+            if unsupported:
+                # The server would refuse the frame by closing the whole connection (and every
+                # other request on it): refused here, never silently sent without them.
+                self._done = True
+                raise ConfigError(
+                    f"the relay speaks protocol version {connection.ready.version}, from before "
+                    f"these model settings: it cannot take {', '.join(unsupported)}; upgrade the "
+                    "relay server or leave them unset"
+                )
             if len(text.encode("utf-8", "surrogatepass")) > connection.ready.max_frame:
                 # The server would refuse it by closing the whole connection (and every other
                 # request on it), and a resend would meet the same refusal.

@@ -90,6 +90,9 @@ if TYPE_CHECKING:
 
 __all__ = ["RelayLimits", "RelayServer", "RelayStatistics", "RelayToken"]
 
+#: The header of a plain HTTP answer that says the server's cap on output tokens, when it has one.
+MAX_TOKENS_HEADER = b"x-relay-max-tokens"
+
 log = logging.getLogger("trio_agents.relay")
 
 
@@ -117,7 +120,11 @@ class RelayServer:
       decides which origin is the server's own.
     * **Limits**, each refused with a clear frame (or status) and never by entering the
       upstream: frame size, streams per connection, per-token streams, requests per minute
-      and token budget.
+      and token budget. A cap on output tokens (``RelayLimits.max_tokens``) lowers or sets each
+      request's ``max_tokens`` and is said in ``ready`` (protocol version 2) and in the
+      ``x-relay-max-tokens`` header of an HTTP answer.
+    * **Protocol versions.** A ``hello`` of version 1 or 2 is accepted and the connection
+      speaks it: a version 1 client never gets a field it would refuse.
     * **Cancellation both ways.** A ``cancel`` frame, a disconnect or :meth:`close` closes the
       upstream stream at once; the client's own ``cancel`` is answered with ``abort`` and the
       partial.
@@ -413,6 +420,8 @@ class RelayServer:
         trace: Mapping[str, str] | None = None,
     ) -> ProviderResult | None:
         started = False
+        cap = self.limits.max_tokens
+        cap_header = [] if cap is None else [(MAX_TOKENS_HEADER, str(cap).encode())]
 
         async def line(frame: ServerFrame) -> None:
             nonlocal started
@@ -428,6 +437,7 @@ class RelayServer:
                             (b"content-type", NDJSON_CONTENT_TYPE.encode()),
                             (b"cache-control", b"no-store"),
                             (b"x-content-type-options", b"nosniff"),
+                            *cap_header,
                         ],
                     }
                 )
@@ -491,7 +501,18 @@ class RelayServer:
         trace: Mapping[str, str] | None = None,
     ) -> ProviderResult | _Failed:
         """:meth:`_upstream`, traced when the relay traces: a span per call, a child of
-        ``trace`` (the client's W3C trace context), ended however the call ends."""
+        ``trace`` (the client's W3C trace context), ended however the call ends. The server's
+        cap on output tokens applies first (a request it refuses is answered ``invalid``)."""
+        try:
+            options = self._capped(options)
+        except ConfigError as error:
+            log.info(
+                "relay request %s refused as invalid: %s",
+                loggable(request_id),
+                loggable(error.message),
+            )
+            await emit(error_frame("invalid", request_id))
+            return _Failed("invalid")
         upstream = functools.partial(
             self._upstream,
             request_id,
@@ -516,6 +537,22 @@ class RelayServer:
         else:
             span.done(outcome, None)
         return outcome
+
+    def _capped(self, options: ProviderOptions | None) -> ProviderOptions | None:
+        """``options`` under the server's cap on output tokens (see :class:`RelayLimits`)."""
+        cap = self.limits.max_tokens
+        if cap is None:
+            return options
+        if options is None:
+            return ProviderOptions(max_tokens=cap)
+        if options.extra:
+            raise ConfigError(
+                "this relay caps output tokens: vendor options in extra are refused (they could "
+                "lift the cap under another name)"
+            )
+        if options.max_tokens is not None and options.max_tokens <= cap:
+            return options
+        return attrs.evolve(options, max_tokens=cap)
 
     async def _upstream(
         self,

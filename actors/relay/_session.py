@@ -22,6 +22,7 @@ from protocols.messages import (
 )
 from protocols.relay import (
     PROTOCOL_VERSION,
+    VERSIONS,
     AbortFrame,
     ApprovalFrame,
     ApproveFrame,
@@ -89,6 +90,8 @@ class _Connection:
         self._approvals: dict[tuple[str, str], tuple[trio.Event, list[ApproveFrame]]] = {}
         self._closed = False
         self._idle: trio.CancelScope | None = None
+        #: The protocol version the connection speaks: its hello's (the newest until then).
+        self.version = PROTOCOL_VERSION
 
     async def _next(self) -> str | bytes | None:
         """The next frame's text, or None when the client left."""
@@ -172,7 +175,11 @@ class _Connection:
         if holder is None or self.server._closing:  # closed while saying hello: not let in
             await self.fail("shutdown", _GOING_AWAY)
             return
-        await self.send(ReadyFrame(PROTOCOL_VERSION, limits.max_frame, limits.max_streams))
+        # The connection speaks the hello's version: a client from before version 2 would
+        # refuse a ready frame with a cap in it (it decodes strictly), so it is not told.
+        version = self.version
+        cap = limits.max_tokens if version >= 2 else None
+        await self.send(ReadyFrame(version, limits.max_frame, limits.max_streams, cap))
         with trio.CancelScope() as everything:
             server._scopes.add(everything)
             try:
@@ -197,9 +204,10 @@ class _Connection:
         if not isinstance(frame, HelloFrame):
             await self.fail("invalid", _POLICY)
             return None
-        if frame.version != PROTOCOL_VERSION:
+        if frame.version not in VERSIONS:
             await self.fail("version", _POLICY)
             return None
+        self.version = frame.version
         holder = self.server._holder(frame.token)
         if holder is None:
             await self.fail("unauthorized", _POLICY)

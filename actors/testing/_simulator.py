@@ -193,7 +193,8 @@ class Simulator(LoopbackServer):
 
     @property
     def requests(self) -> tuple[SimRequest, ...]:
-        """Every valid model request received so far, parsed, in arrival order."""
+        """Every valid model request received so far, parsed, in arrival order (each with the
+        model settings it gave: ``SimRequest.settings``)."""
         return tuple(self._requests)
 
     def statistics(self) -> SimulatorStatistics:

@@ -12,6 +12,7 @@ from .._json import check_json
 from ..accounting import TokenBudget
 from ..errors import ValidationError
 from ..messages import Message
+from ..settings import ModelSettings, SettingsLike
 
 __all__ = ["MAX_CHILDREN", "MAX_DEPTH", "AgentJob"]
 
@@ -88,6 +89,10 @@ def _check_children(
             raise ValidationError(f"AgentJob.children nest deeper than {MAX_DEPTH} levels")
 
 
+def _settings(value: SettingsLike) -> ModelSettings | None:
+    return None if value is None else ModelSettings.of(value)
+
+
 def _metadata(value: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise ValidationError("AgentJob.metadata must be a JSON object")
@@ -104,7 +109,10 @@ class AgentJob:
     ``conversation`` names a thread: jobs naming the same one run one at a time, in the order
     they were admitted (interrupting ones first), each seeing the ones before it; ``children``
     are jobs that run first, each a job of its own, whose results the parent receives in order;
-    ``metadata`` is the caller's JSON, kept as given.
+    ``metadata`` is the caller's JSON, kept as given; ``settings`` are the model's
+    :class:`~protocols.settings.ModelSettings` for this job (or a mapping of their fields),
+    overriding the agent's field by field (a worker from before them refuses a job that sets
+    them: it decodes jobs strictly).
 
     Guarantees: an ``AgentJob`` is valid when it exists (every refusal is a
     :class:`~protocols.errors.ValidationError` naming the field), and ``decode(AgentJob,
@@ -123,6 +131,7 @@ class AgentJob:
         default=(), converter=_children, validator=_check_children
     )
     metadata: dict[str, Any] = attrs.field(factory=dict, converter=_metadata)
+    settings: ModelSettings | None = attrs.field(default=None, converter=_settings)
 
     @classmethod
     def ask(cls, agent: str, text: str, **fields: Any) -> AgentJob:

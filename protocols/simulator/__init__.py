@@ -34,6 +34,12 @@ The policy, applied to the last message of the conversation:
   call it falls in sent with its arguments' JSON text cut (Ollama: as a string).
 * A content filter (:func:`answer`'s ``blocked`` words) cuts the answer just before the first
   blocked word with the vendor's filter finish (``content_filter``; Anthropic ``refusal``).
+* It records the model settings a request gave (:attr:`SimRequest.settings`), read back from
+  the vendor's names -- ``max_completion_tokens``/``max_tokens``, ``max_output_tokens``,
+  ``stop_sequences``, Ollama's ``options``, a ``reasoning`` effort, ``parallel_tool_calls``
+  or Anthropic's ``disable_parallel_tool_use`` -- with the keys it does not know as ``extra``;
+  Anthropic's thinking budget is :attr:`SimRequest.thinking_budget`. It answers the same
+  whatever they say, beyond the output-token cap.
 * Usage: prompt tokens estimate the request's text (:func:`~protocols.accounting.estimate_tokens`);
   completion tokens count the deltas plus the estimate of the thinking and call arguments.
 

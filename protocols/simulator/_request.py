@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal, TypeAlias
 
 import attrs
@@ -11,6 +11,7 @@ import attrs
 from .._json import dumps, loads
 from ..errors import ProtocolError, ValidationError
 from ..messages import FinishReason, Usage
+from ..settings import REASONING_EFFORTS, ModelSettings
 from ..wire.openai_chat import TOOL_IMAGES_LABEL
 
 #: The wire formats the simulator speaks (``"openai"`` is chat completions, ``"openai-responses"``
@@ -89,6 +90,10 @@ class SimRequest:
 
     ``tools`` lists the advertised tool names in order; ``tool_choice`` is ``None`` (auto),
     ``"none"``, ``"required"`` or a tool name; ``max_tokens`` is the output cap, if any.
+    ``settings`` are the model settings the body gave, read back from the vendor's names
+    (``extra``: the body's keys the simulator does not know, as sent; for Ollama, unknown
+    ``options`` keys under ``{"options": ...}``); a reasoning effort Anthropic expresses as a
+    thinking budget is ``thinking_budget`` instead.
     """
 
     vendor: Vendor
@@ -100,6 +105,8 @@ class SimRequest:
     include_usage: bool = False
     tool_choice: str | None = None
     max_tokens: int | None = None
+    settings: ModelSettings = attrs.field(factory=ModelSettings)
+    thinking_budget: int | None = None
 
 
 @attrs.frozen
@@ -189,6 +196,88 @@ def _stream_flag(data: Mapping[str, Any], *, default: bool) -> bool:
 
 def _first_cap(*caps: int | None) -> int | None:
     return next((cap for cap in caps if cap is not None), None)
+
+
+#: Body keys each format reads that are not settings (the rest, unknown, is ``extra``).
+_STRUCTURAL: Final[Mapping[Vendor, frozenset[str]]] = {
+    "openai": frozenset(
+        {"model", "messages", "tools", "tool_choice", "stream", "stream_options", "response_format"}
+    ),
+    "openai-responses": frozenset(
+        {"model", "input", "instructions", "tools", "tool_choice", "stream", "store", "include"}
+        | {"text"}
+    ),
+    "anthropic": frozenset({"model", "messages", "system", "tools", "tool_choice", "stream"}),
+    "ollama": frozenset({"model", "messages", "tools", "stream", "format"}),
+}
+
+
+def _settings(
+    vendor: Vendor,
+    data: Mapping[str, Any],
+    names: Mapping[str, str],
+    *,
+    consumed: Iterable[str] = (),
+    extra: Mapping[str, Any] | None = None,
+    **read: Any,
+) -> ModelSettings:
+    """The settings ``data`` gives under the vendor's ``names`` (wire key -> field), with the
+    fields in ``read`` (read otherwise; ``None``: not given) and, as ``extra``, ``extra`` and
+    every key neither known to the format nor ``consumed`` by the caller."""
+    fields: dict[str, Any] = {}
+    unknown: dict[str, Any] = dict(extra or {})
+    skip = _STRUCTURAL[vendor].union(consumed)
+    for key, value in data.items():
+        name = names.get(key)
+        if name is None:
+            if key not in skip:
+                unknown[key] = value
+        elif name == "reasoning_effort" and value not in REASONING_EFFORTS:
+            unknown[key] = value  # "minimal", "none": the vendor's own levels
+        elif value is not None:
+            fields[name] = [value] if name == "stop" and isinstance(value, str) else value
+    fields.update({name: value for name, value in read.items() if value is not None})
+    if unknown:
+        fields["extra"] = unknown
+    try:
+        return ModelSettings(**fields)
+    except ValidationError as error:
+        raise ValidationError(f"invalid settings: {error.message}") from None
+
+
+_OPENAI_SETTINGS: Final = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "max_tokens": "max_tokens",
+    "max_completion_tokens": "max_tokens",
+    "stop": "stop",
+    "seed": "seed",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "reasoning_effort": "reasoning_effort",
+    "parallel_tool_calls": "parallel_tool_calls",
+}
+_RESPONSES_SETTINGS: Final = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "max_output_tokens": "max_tokens",
+    "parallel_tool_calls": "parallel_tool_calls",
+}
+_ANTHROPIC_SETTINGS: Final = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "max_tokens": "max_tokens",
+    "stop_sequences": "stop",
+}
+_OLLAMA_SETTINGS: Final = {
+    "num_predict": "max_tokens",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "stop": "stop",
+    "seed": "seed",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+}
 
 
 def _role(value: Any, where: str) -> Literal["system", "user", "assistant", "tool"]:
@@ -322,6 +411,7 @@ def _parse_openai(data: dict[str, Any], model: str, messages: list[Any]) -> SimR
         max_tokens=_first_cap(
             _optional_int(data, "max_completion_tokens", ""), _optional_int(data, "max_tokens", "")
         ),
+        settings=_settings("openai", data, _OPENAI_SETTINGS),
     )
 
 
@@ -370,33 +460,70 @@ def _parse_anthropic(data: dict[str, Any], model: str, messages: list[Any]) -> S
         choice = {"auto": None, "any": "required", "none": "none"}.get(str(kind))
         if kind == "tool":
             choice = str(choice_object.get("name", ""))
+    cap = _optional_int(data, "max_tokens", "")
     thinking = data.get("thinking")
+    enabled = isinstance(thinking, dict) and thinking.get("type") == "enabled"
+    budget = thinking.get("budget_tokens") if enabled else None  # type: ignore[union-attr]
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int)):
+        raise ValidationError("thinking.budget_tokens must be an integer")
+    parallel = (
+        False
+        if isinstance(choice_value, dict) and choice_value.get("disable_parallel_tool_use") is True
+        else None
+    )
+    settings = _settings(
+        "anthropic",
+        data,
+        _ANTHROPIC_SETTINGS,
+        consumed=("thinking",) if enabled else (),
+        parallel_tool_calls=parallel,
+    )
     return SimRequest(
         vendor="anthropic",
         model=model,
         turns=tuple(turns),
         tools=_tool_names(data.get("tools"), nested=False, schema_key="input_schema"),
         stream=_stream_flag(data, default=False),
-        think=isinstance(thinking, dict) and thinking.get("type") == "enabled",
+        think=enabled,
         include_usage=True,
         tool_choice=choice,
-        max_tokens=_optional_int(data, "max_tokens", ""),
+        max_tokens=cap,
+        settings=settings,
+        thinking_budget=budget,
     )
+
+
+def _known_think(value: Any) -> bool:
+    """Whether an Ollama ``think`` is one the simulator reads (absent, a flag or a level)."""
+    return value is None or isinstance(value, bool) or value in REASONING_EFFORTS
 
 
 def _parse_ollama(data: dict[str, Any], model: str, messages: list[Any]) -> SimRequest:
     options = _optional_object(data, "options")
     cap = _optional_int(options, "num_predict", "options.") if options is not None else None
+    think = data.get("think")
+    sampling = _settings("ollama", options or {}, _OLLAMA_SETTINGS)
+    other = sampling.extra  # options no setting names
+    settings = _settings(
+        "ollama",
+        data,
+        {},
+        consumed=("options", "think") if _known_think(think) else ("options",),
+        extra={"options": other} if other else None,
+        reasoning_effort=think if think in REASONING_EFFORTS else None,
+        **{k: v for k, v in sampling.fields().items() if k != "extra"},
+    )
     return SimRequest(
         vendor="ollama",
         model=model,
         turns=_chat_turns(messages),
         tools=_tool_names(data.get("tools"), nested=True),
         stream=_stream_flag(data, default=True),  # Ollama streams unless told not to
-        think=data.get("think") is True,
+        think=think is True or think in REASONING_EFFORTS,
         include_usage=True,
         tool_choice=None,
         max_tokens=cap,
+        settings=settings,
     )
 
 
@@ -468,6 +595,16 @@ def _parse_responses(data: dict[str, Any], model: str) -> SimRequest:
     if choice is not None and not isinstance(choice, str):
         raise ValidationError("'tool_choice' must be a string or a function choice")
     reasoning = _optional_object(data, "reasoning")
+    cap = _optional_int(data, "max_output_tokens", "")
+    effort = reasoning.get("effort") if reasoning is not None else None
+    named = effort in REASONING_EFFORTS and set(reasoning or ()) <= {"effort", "summary"}
+    settings = _settings(
+        "openai-responses",
+        data,
+        _RESPONSES_SETTINGS,
+        consumed=("reasoning",) if named or reasoning is None else (),
+        reasoning_effort=effort if named else None,
+    )
     return SimRequest(
         vendor="openai-responses",
         model=model,
@@ -477,5 +614,6 @@ def _parse_responses(data: dict[str, Any], model: str) -> SimRequest:
         think=reasoning is not None and reasoning.get("effort") not in ("none", "minimal"),
         include_usage=True,
         tool_choice=choice,
-        max_tokens=_optional_int(data, "max_output_tokens", ""),
+        max_tokens=cap,
+        settings=settings,
     )

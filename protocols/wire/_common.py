@@ -7,12 +7,45 @@ import binascii
 from collections.abc import Iterable
 from typing import Any
 
+from ..errors import ConfigError
 from ..messages import Message, Role
 
 __all__ = ["RETRYABLE_STATUSES", "classify_status", "image_media_type"]
 
 #: What joins the texts of several system messages into the one system text a request carries.
 SYSTEM_SEPARATOR = "\n\n"
+
+
+class Written:
+    """The request-body keys an encoder wrote from the options, and what each was written from:
+    what ``extra`` may then not set. Not part of the public API."""
+
+    __slots__ = ("adapter", "body", "sources")
+
+    def __init__(self, adapter: str, body: dict[str, Any]) -> None:
+        self.adapter = adapter
+        self.body = body
+        self.sources: dict[str, str] = {}
+
+    def put(self, key: str, value: Any, source: str, *aliases: str) -> None:
+        """Write ``body[key] = value`` from ``source`` (the option's name); ``aliases`` are
+        other keys that say the same to some server, which ``extra`` may not set either."""
+        self.body[key] = value
+        self.sources[key] = source
+        for alias in aliases:
+            self.sources[alias] = source
+
+    def refuse(self, key: str, owned: Iterable[str]) -> None:
+        """Raise :class:`ConfigError` when ``extra`` may not set ``key``: a key the encoder
+        always owns (``owned``), or one it wrote from an option."""
+        if key in owned:
+            raise ConfigError(f"extra may not set {key!r}: the {self.adapter} encoder owns it")
+        source = self.sources.get(key)
+        if source is not None:
+            raise ConfigError(
+                f"extra may not set {key!r}: the {self.adapter} encoder sets it itself, from "
+                f"{source}; set that instead"
+            )
 
 
 def split_system(messages: Iterable[Message]) -> tuple[str | None, list[Message]]:

@@ -41,8 +41,9 @@ from ..messages import (
     Usage,
     new_id,
 )
+from ..settings import ReasoningEffort
 from ..sse import SSEEvent
-from ._common import image_media_type, split_system
+from ._common import Written, image_media_type, split_system
 from ._stream import NOTHING, CallFragment, Increment, ignore_after_end, response_name
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "error_details",
     "is_context_overflow",
     "read_response",
+    "thinking_budget",
 ]
 
 #: The path of the Messages endpoint, relative to the base URL.
@@ -72,6 +74,10 @@ _MIN_THINKING_BUDGET = 1024
 _MESSAGE_LIMIT = 300
 #: Request-body keys the encoder owns: ``ProviderOptions.extra`` may not set them.
 _OWNED_KEYS = ("model", "messages", "system", "tools", "stream")
+#: The settings Anthropic has no field for: refused, never dropped.
+_NO_SUCH_FIELD = ("seed", "presence_penalty", "frequency_penalty")
+#: Quarters of ``max_tokens`` the thinking budget is at each reasoning effort.
+_EFFORT_SHARE: dict[str, int] = {"low": 1, "medium": 2, "high": 3}
 #: The namespace of this adapter's data in ``continuation``.
 _NAMESPACE = "anthropic"
 
@@ -143,18 +149,24 @@ def encode_request(
     * A message that produces no block at all (an empty user or assistant message) is skipped:
       Anthropic refuses empty turns.
 
-    Options (``None`` means defaults): ``max_tokens`` (default :data:`DEFAULT_MAX_TOKENS`);
-    ``temperature`` (Anthropic allows 0 to 1, so a higher value raises
-    :class:`~protocols.errors.ConfigError` rather than being silently clamped); ``stop`` ->
-    ``stop_sequences``; ``tool_choice`` -> ``{"type": "auto" | "any" | "none"}`` or
+    Options (``None`` means defaults): ``max_tokens`` (default :data:`DEFAULT_MAX_TOKENS`:
+    Anthropic requires one); ``temperature`` (Anthropic allows 0 to 1, so a higher value raises
+    :class:`~protocols.errors.ConfigError` rather than being silently clamped); ``top_p``;
+    ``stop`` -> ``stop_sequences``; ``tool_choice`` -> ``{"type": "auto" | "any" | "none"}`` or
     ``{"type": "tool", "name": ...}`` (sent only with tools; ``"required"`` or a name without
-    tools, or a name that is not one of the tools, raises ``ConfigError``); ``think=True`` ->
-    ``"thinking": {"type": "enabled", "budget_tokens": max(1024, max_tokens // 2)}``, which needs
-    ``max_tokens`` above 1024 (``ConfigError`` otherwise); ``think=False`` or ``None`` sends
-    nothing; ``schema`` raises ``ConfigError``, since Anthropic has no JSON-Schema answer mode
-    (structured output needs a tool whose ``input_schema`` is the schema, with ``tool_choice`` set
-    to its name). ``extra`` is merged last and may override anything but ``model``, ``messages``,
-    ``system``, ``tools`` and ``stream`` (``ConfigError`` naming the key).
+    tools, or a name that is not one of the tools, raises ``ConfigError``);
+    ``parallel_tool_calls=False`` (with tools) -> ``"disable_parallel_tool_use": true`` in the
+    tool choice (``{"type": "auto"}`` when none is set), ``True`` is Anthropic's default and
+    sends nothing; ``reasoning_effort`` -> ``"thinking": {"type": "enabled", "budget_tokens":
+    thinking_budget(max_tokens, effort)}`` (a quarter, half or three quarters of
+    ``max_tokens``, at least 1024), and ``think=True`` without one the same at ``"medium"``
+    (``max(1024, max_tokens // 2)``); thinking needs ``max_tokens`` above 1024 (``ConfigError``
+    otherwise); ``think=False`` or ``None`` sends nothing; ``seed``, ``presence_penalty``,
+    ``frequency_penalty`` and ``schema`` raise ``ConfigError``: Anthropic has no such field
+    (for structured output, define a tool whose ``input_schema`` is the schema, with
+    ``tool_choice`` set to its name). ``extra`` is merged last; it may not set ``model``,
+    ``messages``, ``system``, ``tools`` or ``stream``, nor a key written from an option --
+    ``max_tokens`` is always one (``ConfigError`` naming the key).
 
     ``stream=True`` adds ``"stream": true``. ``model`` must be a non-empty string.
     """
@@ -191,36 +203,48 @@ def encode_request(
         else:
             turns.append(_Turn("user", results, others))
 
+    for name in _NO_SUCH_FIELD:
+        if getattr(opts, name) is not None:
+            raise ConfigError(
+                f"Anthropic has no {name}: leave it unset (refusing it beats dropping it)"
+            )
     max_tokens = opts.max_tokens if opts.max_tokens is not None else DEFAULT_MAX_TOKENS
-    body: dict[str, Any] = {
-        "model": model,
-        "max_tokens": max_tokens,
-        "messages": [turn.encode() for turn in turns],
-    }
+    body: dict[str, Any] = {"model": model}
+    written = Written("Anthropic", body)
+    put = written.put
+    put("max_tokens", max_tokens, f"max_tokens ({DEFAULT_MAX_TOKENS} when unset)")
+    body["messages"] = [turn.encode() for turn in turns]
     if system:
         body["system"] = system
     if tool_list:
         body["tools"] = [_tool(tool) for tool in tool_list]
     choice = _tool_choice(opts.tool_choice, tool_list)
-    if choice is not None:
-        body["tool_choice"] = choice
+    if opts.parallel_tool_calls is False and tool_list and choice != {"type": "none"}:
+        choice = {**(choice or {"type": "auto"}), "disable_parallel_tool_use": True}
+        put("tool_choice", choice, "parallel_tool_calls")
+    elif choice is not None:
+        put("tool_choice", choice, "tool_choice")
     if opts.temperature is not None:
         if opts.temperature > 1:
             raise ConfigError(
                 f"Anthropic accepts a temperature from 0 to 1, not {opts.temperature!r}"
             )
-        body["temperature"] = opts.temperature
+        put("temperature", opts.temperature, "temperature")
+    if opts.top_p is not None:
+        put("top_p", opts.top_p, "top_p")
     if opts.stop:
-        body["stop_sequences"] = list(opts.stop)
-    if opts.think:
+        put("stop_sequences", list(opts.stop), "stop")
+    effort = opts.reasoning_effort
+    if effort is not None or opts.think:
         if max_tokens <= _MIN_THINKING_BUDGET:
             raise ConfigError(
                 f"thinking on Anthropic needs max_tokens above {_MIN_THINKING_BUDGET} (the "
                 f"thinking budget is at least {_MIN_THINKING_BUDGET} tokens and must be less than "
                 f"max_tokens), not {max_tokens}"
             )
-        budget = max(_MIN_THINKING_BUDGET, max_tokens // 2)
-        body["thinking"] = {"type": "enabled", "budget_tokens": budget}
+        budget = thinking_budget(max_tokens, effort or "medium")
+        source = "think" if effort is None else "reasoning_effort"
+        put("thinking", {"type": "enabled", "budget_tokens": budget}, source)
     if opts.schema is not None:
         raise ConfigError(
             "Anthropic has no JSON-Schema answer mode: for structured output define a tool whose "
@@ -230,12 +254,16 @@ def encode_request(
     if stream:
         body["stream"] = True
     for key, value in opts.extra.items():
-        if key in _OWNED_KEYS:
-            raise ConfigError(
-                f"ProviderOptions.extra may not set {key!r}: the Anthropic encoder owns it"
-            )
+        written.refuse(key, _OWNED_KEYS)
         body[key] = value
     return body
+
+
+def thinking_budget(max_tokens: int, effort: ReasoningEffort) -> int:
+    """The ``budget_tokens`` of thinking at ``effort`` for a reply of at most ``max_tokens``
+    (above 1024): a quarter, half or three quarters of it for ``low``, ``medium`` and ``high``,
+    and never under Anthropic's minimum of 1024 -- always less than ``max_tokens``."""
+    return max(_MIN_THINKING_BUDGET, max_tokens * _EFFORT_SHARE[effort] // 4)
 
 
 class _Turn:

@@ -20,12 +20,17 @@ What the request body does with each part of the data model:
 - Tools are sent OpenAI-style, ``{"type": "function", "function": {"name", "description",
   "parameters"}}``, with the parameters as given (projecting them with
   :func:`protocols.wire.schema.project` is the caller's choice).
-- Options: ``think`` is the top-level ``think`` flag, ``schema`` the top-level ``format``,
-  ``max_tokens``, ``temperature`` and ``stop`` go in the ``options`` object (``num_predict``,
-  ``temperature``, ``stop``). Ollama cannot force a tool call, so ``tool_choice`` may only be
-  ``"auto"`` (or unset) or ``"none"``, which leaves the tools out of the request.
+- Options: ``think`` is the top-level ``think`` flag, and ``reasoning_effort`` the same field
+  with the level (``"think": "high"``: gpt-oss takes levels; other reasoning models may refuse
+  one); ``schema`` is the top-level ``format``; ``max_tokens``, ``temperature``, ``top_p``,
+  ``stop``, ``seed``, ``presence_penalty`` and ``frequency_penalty`` go in the ``options``
+  object (``num_predict`` for ``max_tokens``, the others under their own names). Ollama cannot
+  force a tool call, so ``tool_choice`` may only be ``"auto"`` (or unset) or ``"none"``, which
+  leaves the tools out of the request; nor can it keep a reply to one call, so
+  ``parallel_tool_calls=False`` with tools is refused (``True`` is what it does anyway).
 - ``extra`` is merged last; an ``options`` object in it is merged into the encoder's own
-  ``options`` (its keys win), so ``{"options": {"num_ctx": 8192}}`` keeps ``num_predict``.
+  ``options``, so ``{"options": {"num_ctx": 8192}}`` keeps ``num_predict``. It may not set a
+  key the encoder wrote from an option, at the top level or in ``options``.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from ..messages import (
     Usage,
     new_id,
 )
-from ._common import split_system
+from ._common import Written, split_system
 from ._stream import (
     NOTHING,
     CallFragment,
@@ -77,6 +82,17 @@ _ERROR_TEXT_LIMIT: Final = 300
 
 _FINISH: Final = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH}
 
+#: The settings that go in the ``options`` object: (option field, Ollama's name), in order.
+_SAMPLING: Final = (
+    ("max_tokens", "num_predict"),
+    ("temperature", "temperature"),
+    ("top_p", "top_p"),
+    ("stop", "stop"),
+    ("seed", "seed"),
+    ("presence_penalty", "presence_penalty"),
+    ("frequency_penalty", "frequency_penalty"),
+)
+
 
 # ---------------------------------------------------------------------------------------------
 # Request
@@ -102,8 +118,9 @@ def encode_request(
     as read-only. The inputs are never modified.
 
     Raises :class:`~protocols.errors.ConfigError` when ``model`` is empty, when ``tool_choice``
-    asks for something Ollama cannot do (``"required"`` or a tool name), and when ``extra`` sets
-    a key the encoder owns (``model``, ``messages``, ``tools``, ``stream``).
+    asks for something Ollama cannot do (``"required"`` or a tool name), when
+    ``parallel_tool_calls`` is ``False`` for a request with tools, and when ``extra`` sets a key
+    the encoder owns (``model``, ``messages``, ``tools``, ``stream``) or wrote from an option.
     """
     if not isinstance(model, str) or not model:
         raise ConfigError("the Ollama model name must be a non-empty string")
@@ -114,11 +131,14 @@ def encode_request(
             f"Ollama cannot honour tool_choice={choice!r}: its API has no way to force a tool "
             "call; use 'auto' (or leave it unset) or 'none', and ask for the tool in the prompt"
         )
+    if opts.parallel_tool_calls is False and tools and choice != "none":
+        raise ConfigError(
+            "Ollama cannot honour parallel_tool_calls=False: its API has no way to keep a reply "
+            "to one tool call; leave it unset"
+        )
     for key in _OWNED_KEYS:
         if key in opts.extra:
-            raise ConfigError(
-                f"ProviderOptions.extra may not set {key!r}: the Ollama encoder writes it"
-            )
+            raise ConfigError(f"extra may not set {key!r}: the Ollama encoder owns it")
 
     system, others = split_system(messages)
     encoded = [] if system is None else [{"role": "system", "content": system}]
@@ -127,24 +147,32 @@ def encode_request(
     if tools and choice != "none":
         body["tools"] = [_tool(tool) for tool in tools]
     body["stream"] = stream
-    if opts.think is not None:
-        body["think"] = opts.think
+    written = Written("Ollama", body)
+    if opts.reasoning_effort is not None:
+        written.put("think", opts.reasoning_effort, "reasoning_effort")
+    elif opts.think is not None:
+        written.put("think", opts.think, "think")
     if opts.schema is not None:
-        body["format"] = opts.schema
+        written.put("format", opts.schema, "schema")
     sampling: dict[str, Any] = {}
-    if opts.max_tokens is not None:
-        sampling["num_predict"] = opts.max_tokens
-    if opts.temperature is not None:
-        sampling["temperature"] = opts.temperature
-    if opts.stop:
-        sampling["stop"] = list(opts.stop)
+    inner = Written("Ollama", sampling)  # what ``extra``'s own ``options`` may not set
+    for name, key in _SAMPLING:
+        value = getattr(opts, name)
+        if value is not None and value != ():
+            inner.put(key, list(value) if name == "stop" else value, name)
     if sampling:
         body["options"] = sampling
     for key, value in opts.extra.items():
-        current = body.get(key)
-        if key == "options" and isinstance(current, dict) and isinstance(value, dict):
-            body[key] = {**current, **value}
+        if key == "options" and sampling:
+            if not isinstance(value, dict):
+                raise ConfigError(
+                    "extra's 'options' must be an object, merged into the encoder's own"
+                )
+            for option in value:
+                inner.refuse(option, ())
+            body[key] = {**sampling, **value}
         else:
+            written.refuse(key, _OWNED_KEYS)
             body[key] = value
     return body
 

@@ -18,7 +18,7 @@ they do know with the wrong shape is a :class:`~protocols.errors.ProtocolError`,
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, NoReturn
+from typing import Any, Final, Literal, NoReturn, TypeAlias
 
 from .._json import dumps, loads, loads_object_unchecked, scan_string, string_token
 from ..errors import ConfigError, ProtocolError, ProviderError, ValidationError
@@ -32,7 +32,7 @@ from ..messages import (
     Usage,
 )
 from ..sse import SSEEvent
-from ._common import data_url, label, split_system
+from ._common import Written, data_url, label, split_system
 from ._stream import (
     NOTHING,
     CallFragment,
@@ -44,10 +44,12 @@ from ._stream import (
 
 __all__ = [
     "DEFAULT_BASE_URL",
+    "MAX_TOKENS_KEYS",
     "PATH",
     "RESERVED_KEYS",
     "THINK_EFFORT",
     "TOOL_IMAGES_LABEL",
+    "MaxTokensKey",
     "OpenAIChatReader",
     "encode_request",
     "error_details",
@@ -62,6 +64,12 @@ DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
 
 #: Request-body keys :func:`encode_request` owns; ``ProviderOptions.extra`` may not set them.
 RESERVED_KEYS: Final = frozenset({"model", "messages", "tools", "stream", "stream_options"})
+
+#: The names the format has for the output token cap: ``max_tokens`` (what OpenAI-compatible
+#: servers take) and ``max_completion_tokens`` (what OpenAI's API wants; its reasoning models
+#: refuse ``max_tokens``).
+MaxTokensKey: TypeAlias = Literal["max_tokens", "max_completion_tokens"]
+MAX_TOKENS_KEYS: Final[tuple[MaxTokensKey, ...]] = ("max_tokens", "max_completion_tokens")
 
 #: ``reasoning_effort`` sent for ``think=True``: the level OpenAI's reasoning models default to.
 THINK_EFFORT: Final = "medium"
@@ -93,6 +101,7 @@ def encode_request(
     tools: Sequence[ToolDefinition] = (),
     options: ProviderOptions | None = None,
     stream: bool = True,
+    max_tokens_key: MaxTokensKey = "max_tokens",
 ) -> dict[str, Any]:
     """The JSON request body for ``messages``: strict JSON data, ready to serialise and send.
 
@@ -124,25 +133,27 @@ def encode_request(
       sent when there are none.
     * ``stream=True`` asks for a streamed response with usage in its last chunk
       (``stream_options.include_usage``); ``stream=False`` sends neither key.
-    * Options: ``max_tokens`` is sent as ``max_tokens``, which OpenAI-compatible servers accept
-      (OpenAI's reasoning models want ``max_completion_tokens`` instead: pass
-      ``extra={"max_completion_tokens": n}``); ``temperature``; ``stop`` as a list;
-      ``tool_choice`` as ``"auto"``/``"none"``/``"required"`` or, for a tool name, the
-      function-choice object (sent as given, also when there are no tools: the server judges);
-      ``schema`` as a ``json_schema`` ``response_format`` named
-      ``"output"``. ``think=True`` is sent as ``"reasoning_effort": "medium"``
-      (:data:`THINK_EFFORT`), the format's reasoning setting (OpenAI's reasoning models, vLLM,
+    * Options, each only when set: ``max_tokens`` as ``max_tokens_key`` -- ``max_tokens``
+      (the default: what OpenAI-compatible servers take) or ``max_completion_tokens`` (what
+      OpenAI's own API wants, and its reasoning models require); ``temperature``, ``top_p``,
+      ``seed``, ``presence_penalty`` and ``frequency_penalty`` under their own names; ``stop``
+      as a list; ``reasoning_effort`` as ``reasoning_effort``, and ``think=True`` without one as
+      ``"reasoning_effort": "medium"`` (:data:`THINK_EFFORT`: OpenAI's reasoning models, vLLM,
       Groq, OpenRouter read it; a model that cannot reason may refuse it with a 400, which is
       better than being silently ignored); ``think=False`` sends nothing, since the format has
       no "off" every server takes -- turn reasoning off with the server's own field through
       ``extra``, e.g. ``{"reasoning_effort": "minimal"}`` for OpenAI or
       ``{"chat_template_kwargs": {"enable_thinking": False}}`` for vLLM or llama.cpp serving
-      Qwen3.
-    * ``options.extra`` is merged last and overrides the fields above, except the keys this
-      function owns (:data:`RESERVED_KEYS`).
+      Qwen3; ``parallel_tool_calls`` when the request has tools (OpenAI refuses it without);
+      ``tool_choice`` as ``"auto"``/``"none"``/``"required"`` or, for a tool name, the
+      function-choice object (sent as given, also when there are no tools: the server
+      judges); ``schema`` as a ``json_schema`` ``response_format`` named ``"output"``.
+    * ``options.extra`` is merged last. It may not set a key this function owns
+      (:data:`RESERVED_KEYS`) nor one it wrote from an option (``max_tokens`` also reserves the
+      other name of the token cap).
 
     Raises :class:`~protocols.errors.ConfigError` when ``model`` is empty or ``extra`` sets a
-    reserved key (the error names it).
+    key it may not (the error names it and why).
     """
     if not isinstance(model, str) or not model:
         raise ConfigError("the OpenAI chat request needs a non-empty model name")
@@ -169,7 +180,7 @@ def encode_request(
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
     if options is not None:
-        _encode_options(body, options)
+        _encode_options(body, options, max_tokens_key)
     return body
 
 
@@ -213,31 +224,45 @@ def _encode_tool(tool: ToolDefinition) -> dict[str, Any]:
     return {"type": "function", "function": function}
 
 
-def _encode_options(body: dict[str, Any], options: ProviderOptions) -> None:
+def _encode_options(
+    body: dict[str, Any], options: ProviderOptions, max_tokens_key: MaxTokensKey
+) -> None:
+    written = Written("OpenAI chat", body)
+    put = written.put
     if options.max_tokens is not None:
-        body["max_tokens"] = options.max_tokens
+        put(max_tokens_key, options.max_tokens, "max_tokens", *MAX_TOKENS_KEYS)
     if options.temperature is not None:
-        body["temperature"] = options.temperature
+        put("temperature", options.temperature, "temperature")
+    if options.top_p is not None:
+        put("top_p", options.top_p, "top_p")
     if options.stop:
-        body["stop"] = list(options.stop)
-    if options.think:
-        body["reasoning_effort"] = THINK_EFFORT
+        put("stop", list(options.stop), "stop")
+    if options.seed is not None:
+        put("seed", options.seed, "seed")
+    if options.presence_penalty is not None:
+        put("presence_penalty", options.presence_penalty, "presence_penalty")
+    if options.frequency_penalty is not None:
+        put("frequency_penalty", options.frequency_penalty, "frequency_penalty")
+    if options.reasoning_effort is not None:
+        put("reasoning_effort", options.reasoning_effort, "reasoning_effort")
+    elif options.think:
+        put("reasoning_effort", THINK_EFFORT, "think")
+    if options.parallel_tool_calls is not None and "tools" in body:
+        put("parallel_tool_calls", options.parallel_tool_calls, "parallel_tool_calls")
     choice = options.tool_choice
     if choice is not None:
         if choice in ("auto", "none", "required"):
-            body["tool_choice"] = choice
+            put("tool_choice", choice, "tool_choice")
         else:
-            body["tool_choice"] = {"type": "function", "function": {"name": choice}}
+            put("tool_choice", {"type": "function", "function": {"name": choice}}, "tool_choice")
     if options.schema is not None:
-        body["response_format"] = {
-            "type": "json_schema",
-            "json_schema": {"name": "output", "schema": options.schema},
-        }
+        put(
+            "response_format",
+            {"type": "json_schema", "json_schema": {"name": "output", "schema": options.schema}},
+            "schema",
+        )
     for key, value in options.extra.items():
-        if key in RESERVED_KEYS:
-            raise ConfigError(
-                f"ProviderOptions.extra may not set {key!r}: the OpenAI chat encoder owns it"
-            )
+        written.refuse(key, RESERVED_KEYS)
         body[key] = value
 
 

@@ -39,7 +39,7 @@ from ..messages import (
     Usage,
 )
 from ..sse import SSEEvent
-from ._common import classify_status, data_url, label, split_system
+from ._common import Written, classify_status, data_url, label, split_system
 from ._stream import (
     NOTHING,
     CallFragment,
@@ -139,17 +139,20 @@ def encode_request(
       ``parameters``, ``"strict": false`` -- the Responses API is strict by default, which
       refuses most schemas); no ``tools`` key when there are none.
     * ``stream=True`` sends ``"stream": true``; ``stream=False`` sends no ``stream`` key.
-    * Options: ``max_tokens`` as ``max_output_tokens``; ``temperature``; ``tool_choice`` as
-      ``"auto"``/``"none"``/``"required"`` or ``{"type": "function", "name": ...}``; ``schema``
-      as ``text.format`` of type ``json_schema`` named ``"output"``; ``think=True`` as
-      ``"reasoning": {"effort": "medium", "summary": "auto"}`` with ``"include":
-      ["reasoning.encrypted_content"]`` (so the reasoning can be sent back); ``think=False``
-      sends nothing. ``options.extra`` is merged last and overrides the fields above, except the
-      keys this function owns (:data:`RESERVED_KEYS`).
+    * Options, each only when set: ``max_tokens`` as ``max_output_tokens``; ``temperature``;
+      ``top_p``; ``reasoning_effort`` as ``"reasoning": {"effort": ..., "summary": "auto"}``
+      with ``"include": ["reasoning.encrypted_content"]`` (so the reasoning can be sent back),
+      and ``think=True`` without one the same at ``"medium"``; ``think=False`` sends nothing;
+      ``parallel_tool_calls`` when the request has tools; ``tool_choice`` as
+      ``"auto"``/``"none"``/``"required"`` or ``{"type": "function", "name": ...}``;
+      ``schema`` as ``text.format`` of type ``json_schema`` named ``"output"``.
+      ``options.extra`` is merged last; it may not set a key this function owns
+      (:data:`RESERVED_KEYS`) nor one it wrote from an option.
 
-    Raises :class:`~protocols.errors.ConfigError` when ``model`` is empty, when ``stop``
-    sequences are asked for (the Responses API has none: refusing beats dropping them), or when
-    ``extra`` sets a reserved key (the error names it).
+    Raises :class:`~protocols.errors.ConfigError` when ``model`` is empty, when ``stop``,
+    ``seed``, ``presence_penalty`` or ``frequency_penalty`` is set (the Responses API has none
+    of them: refusing beats dropping them), or when ``extra`` sets a key it may not (the error
+    names it and why).
     """
     if not isinstance(model, str) or not model:
         raise ConfigError("the OpenAI Responses request needs a non-empty model name")
@@ -232,33 +235,46 @@ def _encode_tool(tool: ToolDefinition) -> dict[str, Any]:
     return encoded
 
 
+#: The settings the Responses API has no field for: refused, never dropped.
+_NO_SUCH_FIELD: Final = ("stop", "seed", "presence_penalty", "frequency_penalty")
+
+
 def _encode_options(body: dict[str, Any], options: ProviderOptions) -> None:
-    if options.stop:
-        raise ConfigError(
-            "the OpenAI Responses API has no stop sequences: leave ProviderOptions.stop empty"
-        )
+    for name in _NO_SUCH_FIELD:
+        if getattr(options, name) not in (None, ()):
+            raise ConfigError(
+                f"the OpenAI Responses API has no {name}: leave it unset (refusing it beats "
+                "dropping it)"
+            )
+    written = Written("OpenAI Responses", body)
+    put = written.put
     if options.max_tokens is not None:
-        body["max_output_tokens"] = options.max_tokens
+        put("max_output_tokens", options.max_tokens, "max_tokens")
     if options.temperature is not None:
-        body["temperature"] = options.temperature
-    if options.think:
-        body["reasoning"] = {"effort": THINK_EFFORT, "summary": "auto"}
-        body["include"] = ["reasoning.encrypted_content"]
+        put("temperature", options.temperature, "temperature")
+    if options.top_p is not None:
+        put("top_p", options.top_p, "top_p")
+    effort = options.reasoning_effort
+    if effort is not None or options.think:
+        source = "think" if effort is None else "reasoning_effort"
+        put("reasoning", {"effort": effort or THINK_EFFORT, "summary": "auto"}, source)
+        put("include", ["reasoning.encrypted_content"], source)
+    if options.parallel_tool_calls is not None and "tools" in body:
+        put("parallel_tool_calls", options.parallel_tool_calls, "parallel_tool_calls")
     choice = options.tool_choice
     if choice is not None:
         if choice in ("auto", "none", "required"):
-            body["tool_choice"] = choice
+            put("tool_choice", choice, "tool_choice")
         else:
-            body["tool_choice"] = {"type": "function", "name": choice}
+            put("tool_choice", {"type": "function", "name": choice}, "tool_choice")
     if options.schema is not None:
-        body["text"] = {
-            "format": {"type": "json_schema", "name": "output", "schema": options.schema}
-        }
+        put(
+            "text",
+            {"format": {"type": "json_schema", "name": "output", "schema": options.schema}},
+            "schema",
+        )
     for key, value in options.extra.items():
-        if key in RESERVED_KEYS:
-            raise ConfigError(
-                f"ProviderOptions.extra may not set {key!r}: the OpenAI Responses encoder owns it"
-            )
+        written.refuse(key, RESERVED_KEYS)
         body[key] = value
 
 

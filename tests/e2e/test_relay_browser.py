@@ -63,9 +63,9 @@ LAST_ANSWER = "#messages li.assistant:last-child"
 
 
 class ReasoningOpenAIChat(OpenAIChat):
-    """``sim.openai()``, except that ``think`` is sent as ``reasoning_effort``: the
-    OpenAI-compatible format has no standard switch for it (the provider drops it), and the
-    page's "Ask for reasoning" box should show the simulator's thinking here."""
+    """``sim.openai()``, asking for low reasoning effort where the page asks for reasoning
+    (``think``): the page's "Ask for reasoning" box should show the simulator's thinking here.
+    (The effort is a model setting: ``extra`` may not set a key the adapter writes itself.)"""
 
     def stream(
         self,
@@ -75,7 +75,7 @@ class ReasoningOpenAIChat(OpenAIChat):
         options: ProviderOptions | None = None,
     ) -> Any:
         if options is not None and options.think:
-            options = attrs.evolve(options, extra={**options.extra, "reasoning_effort": "low"})
+            options = attrs.evolve(options, reasoning_effort="low")
         return super().stream(messages, tools=tools, options=options)
 
 

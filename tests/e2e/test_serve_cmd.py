@@ -35,6 +35,7 @@ from protocols.relay import (
     Delta,
     Hello,
     Ready,
+    Result,
     ServerFrame,
     Stream,
     decode_server_frame,
@@ -318,3 +319,34 @@ async def test_serve_with_an_endpoint_relays_to_it_and_runs_no_simulator(
     assert other.status_code == 421
     assert "sk-endpoint" not in out.getvalue()
     assert json.dumps(TOKEN) not in out.getvalue()
+
+
+async def test_max_tokens_caps_every_request_and_is_said_in_the_answer_to_hello() -> None:
+    async with serving("--max-tokens", "3", "--interval", "0") as (process, url, printed):
+        with trio.fail_after(60):
+            async with Websocket.connect(url) as socket:
+                await socket.send(Hello(PROTOCOL_VERSION, TOKEN))
+                ready = await socket.frame()
+                await socket.send(Stream("w", [Message.user("count to 9")]))
+                frames = []
+                while not isinstance(frame := await socket.frame(), Result):
+                    assert frame is not None
+                    frames.append(frame)
+            process.send_signal(signal.SIGINT)
+            out, errors = await read_rest(process, printed)
+    assert isinstance(ready, Ready)
+    assert ready.max_tokens == 3
+    assert frame.result.content == "1 2 3"
+    assert frame.result.finish == "length"
+    assert "output tokens capped at 3 per request" in out
+    assert process.returncode == 0, errors
+
+
+@pytest.mark.parametrize("given", ["0", "many", "-1"])
+def test_max_tokens_must_be_a_positive_whole_number(
+    given: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli_main(["serve", "--port", "0", "--token", TOKEN, "--max-tokens", given])
+    assert exited.value.code == 2
+    assert "--max-tokens" in capsys.readouterr().err

@@ -629,7 +629,7 @@ def test_optional_fields_accept_explicit_defaults() -> None:
         (ProviderOptions, {"temperature": -0.1}, "temperature must be a number from 0 to 2"),
         (ProviderOptions, {"max_tokens": 0}, "max_tokens must be an int >= 1"),
         (ProviderOptions, {"tool_choice": "bad name!"}, "tool_choice must be 'auto'"),
-        (ProviderOptions, {"stop": [""]}, "must not contain empty strings"),
+        (ProviderOptions, {"stop": [""]}, "stop[0] must be a non-empty str"),
         (ProviderOptions, {"schema": {"type": 5}}, "ProviderOptions.schema is not a valid"),
         (Delta, {"channel": "content", "text": ""}, "Delta.text must be a non-empty string"),
         (ToolFailure, {"success": False, "id": "a", "name": "b", "error": ""}, "non-empty"),

@@ -583,7 +583,7 @@ async def test_a_right_authorization_header_needs_no_hello_and_a_hello_then_is_i
         (json.dumps({"type": "hello", "version": 1, "token": TOKEN, "x": 1}), "invalid"),
         ('{"type": "hello", "version": 1}', "invalid"),
         (json.dumps({"type": "hello", "version": "1", "token": TOKEN}), "invalid"),
-        (json.dumps({"type": "hello", "version": 2, "token": TOKEN}), "version"),
+        (json.dumps({"type": "hello", "version": 3, "token": TOKEN}), "version"),
         (json.dumps({"type": "hello", "version": 99, "token": WRONG}), "version"),
         ('{"type": "stream", "id": "a", "messages": []}', "invalid"),
         ('{"type": "cancel", "id": "a"}', "invalid"),

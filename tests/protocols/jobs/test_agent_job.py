@@ -18,6 +18,7 @@ from protocols.codec import decode, encode, from_json, loads, to_json
 from protocols.errors import ProtocolError, ValidationError
 from protocols.jobs import MAX_CHILDREN, MAX_DEPTH, AgentJob
 from protocols.messages import Message, Role, ToolCall
+from protocols.settings import ModelSettings
 
 SETTINGS = settings(max_examples=60, deadline=None)
 
@@ -249,6 +250,16 @@ BUDGETS = st.none() | st.builds(
 TIMEOUTS = st.none() | st.integers(1, 10**6) | st.floats(min_value=1e-3, max_value=1e6)
 
 
+MODEL_SETTINGS = st.none() | st.builds(
+    ModelSettings,
+    temperature=st.none() | st.floats(0, 2),
+    max_tokens=st.none() | st.integers(1, 10**6),
+    stop=st.none() | st.lists(st.text(min_size=1, max_size=5), max_size=3),
+    reasoning_effort=st.none() | st.sampled_from(["low", "medium", "high"]),
+    extra=st.none() | st.dictionaries(TEXT, JSON_VALUES, max_size=2),
+)
+
+
 def jobs(children: st.SearchStrategy[list[AgentJob]]) -> st.SearchStrategy[AgentJob]:
     return st.builds(
         AgentJob,
@@ -260,6 +271,7 @@ def jobs(children: st.SearchStrategy[list[AgentJob]]) -> st.SearchStrategy[Agent
         conversation=st.none() | NAMES,
         children=children,
         metadata=st.dictionaries(TEXT, JSON_VALUES, max_size=3),
+        settings=MODEL_SETTINGS,
     )
 
 
@@ -288,6 +300,15 @@ def test_canonical_text_round_trips(job: AgentJob) -> None:
 def test_defaults_are_omitted() -> None:
     assert to_json(AgentJob("a")) == {"agent": "a"}
     assert decode(AgentJob, '{"agent": "a"}') == AgentJob("a")
+
+
+def test_a_job_carries_its_model_settings() -> None:
+    job = AgentJob.ask("a", "hi", settings={"max_tokens": 10, "stop": ["END"]})
+    assert job.settings == ModelSettings(max_tokens=10, stop=("END",))
+    assert to_json(job)["settings"] == {"max_tokens": 10, "stop": ["END"]}  # type: ignore[index]
+    assert decode(AgentJob, encode(job)) == job
+    with pytest.raises(ProtocolError, match=r"\$\.settings: unknown field\(s\) 'temp'"):
+        decode(AgentJob, '{"agent": "a", "settings": {"temp": 1}}')
 
 
 def sample() -> dict[str, Any]:

@@ -401,14 +401,24 @@ def test_schema_is_refused_with_advice() -> None:
         body([Message.user("q")], options=options)
 
 
-def test_extra_is_merged_last_and_may_override_options() -> None:
-    options = ProviderOptions(
-        max_tokens=100, extra={"max_tokens": 200, "top_k": 5, "metadata": {"user_id": "u1"}}
-    )
+def test_extra_is_merged_last_and_may_not_set_what_an_option_sets() -> None:
+    options = ProviderOptions(max_tokens=100, extra={"top_k": 5, "metadata": {"user_id": "u1"}})
     request = body([Message.user("q")], options=options)
-    assert request["max_tokens"] == 200
+    assert request["max_tokens"] == 100
     assert request["top_k"] == 5
     assert request["metadata"] == {"user_id": "u1"}
+    # max_tokens is always the encoder's (Anthropic requires it: its default when unset)
+    for given in (100, None):
+        options = ProviderOptions(max_tokens=given, extra={"max_tokens": 200})
+        with pytest.raises(ConfigError, match=r"may not set 'max_tokens'.*from max_tokens"):
+            body([Message.user("q")], options=options)
+    options = ProviderOptions(think=True, extra={"thinking": {"type": "disabled"}})
+    with pytest.raises(ConfigError, match=r"may not set 'thinking'.*from think"):
+        body([Message.user("q")], options=options)
+    # a key no option wrote is the caller's
+    assert (
+        body([Message.user("q")], options=ProviderOptions(extra={"thinking": {}}))["thinking"] == {}
+    )
 
 
 @pytest.mark.parametrize("key", ["model", "messages", "system", "tools", "stream"])

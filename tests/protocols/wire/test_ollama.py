@@ -293,25 +293,31 @@ def test_each_sampling_option_alone(options: ProviderOptions, expected: dict[str
 
 
 def test_extra_is_merged_last() -> None:
-    options = ProviderOptions(think=True, extra={"keep_alive": "10m", "think": False})
+    options = ProviderOptions(think=True, extra={"keep_alive": "10m"})
     assert body(options=options) == {
         "model": "llama3.2",
         "messages": [USER],
         "stream": True,
-        "think": False,
+        "think": True,
         "keep_alive": "10m",
     }
+    options = ProviderOptions(think=True, extra={"think": False})
+    with pytest.raises(ConfigError, match=r"may not set 'think'.*from think"):
+        body(options=options)
 
 
 def test_extra_options_are_merged_into_the_encoders_options() -> None:
-    options = ProviderOptions(
-        max_tokens=64, temperature=0.5, extra={"options": {"num_ctx": 8192, "temperature": 0.9}}
-    )
+    options = ProviderOptions(max_tokens=64, temperature=0.5, extra={"options": {"num_ctx": 8192}})
     assert body(options=options)["options"] == {
         "num_predict": 64,
-        "temperature": 0.9,
+        "temperature": 0.5,
         "num_ctx": 8192,
     }
+    options = ProviderOptions(max_tokens=64, extra={"options": {"num_predict": 8}})
+    with pytest.raises(ConfigError, match=r"may not set 'num_predict'.*from max_tokens"):
+        body(options=options)
+    with pytest.raises(ConfigError, match="'options' must be an object"):
+        body(options=ProviderOptions(max_tokens=64, extra={"options": 1}))
 
 
 def test_extra_options_alone() -> None:

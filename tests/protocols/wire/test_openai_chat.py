@@ -263,36 +263,41 @@ def test_encode_default_options_add_nothing() -> None:
     assert encode_request([Message.user("x")], model="m", options=options) == plain
 
 
-def test_encode_think_asks_for_reasoning_effort_and_extra_may_override_it() -> None:
+def test_encode_think_asks_for_reasoning_effort_and_extra_may_not_override_it() -> None:
     body = encode_request([Message.user("x")], model="m", options=ProviderOptions(think=True))
     assert body["reasoning_effort"] == "medium"
     options = ProviderOptions(think=True, extra={"reasoning_effort": "high"})
-    assert encode_request([Message.user("x")], model="m", options=options)["reasoning_effort"] == (
-        "high"
-    )
+    with pytest.raises(ConfigError, match=r"may not set 'reasoning_effort'.*from think"):
+        encode_request([Message.user("x")], model="m", options=options)
+    # reasoning off, the server's way: extra says what no option does
+    options = ProviderOptions(extra={"reasoning_effort": "minimal"})
+    body = encode_request([Message.user("x")], model="m", options=options)
+    assert body["reasoning_effort"] == "minimal"
 
 
 def test_encode_extra_is_merged_last() -> None:
     options = ProviderOptions(
         max_tokens=100,
         temperature=0.5,
-        extra={
-            "max_tokens": 50,
-            "max_completion_tokens": 4000,
-            "reasoning_effort": "low",
-            "chat_template_kwargs": {"enable_thinking": False},
-        },
+        extra={"reasoning_effort": "low", "chat_template_kwargs": {"enable_thinking": False}},
     )
     body = encode_request([Message.user("x")], model="m", options=options, stream=False)
     assert body == {
         "model": "m",
         "messages": [{"role": "user", "content": "x"}],
-        "max_tokens": 50,
+        "max_tokens": 100,
         "temperature": 0.5,
-        "max_completion_tokens": 4000,
         "reasoning_effort": "low",
         "chat_template_kwargs": {"enable_thinking": False},
     }
+
+
+@pytest.mark.parametrize("key", ["max_tokens", "max_completion_tokens", "temperature"])
+def test_encode_extra_may_not_set_what_an_option_sets(key: str) -> None:
+    # the token cap has two names: both are the encoder's once max_tokens is set
+    options = ProviderOptions(max_tokens=100, temperature=0.5, extra={key: 1})
+    with pytest.raises(ConfigError, match=f"may not set {key!r}"):
+        encode_request([Message.user("x")], model="m", options=options)
 
 
 @pytest.mark.parametrize("key", sorted(RESERVED_KEYS))

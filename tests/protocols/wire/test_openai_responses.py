@@ -268,10 +268,14 @@ def test_default_options_add_nothing() -> None:
 
 
 def test_extra_is_merged_last() -> None:
-    options = ProviderOptions(think=True, extra={"reasoning": {"effort": "high"}, "top_p": 0.9})
+    options = ProviderOptions(extra={"reasoning": {"effort": "minimal"}, "top_logprobs": 2})
     request = body([Message.user("Hi")], options=options)
-    assert request["reasoning"] == {"effort": "high"}
-    assert request["top_p"] == 0.9
+    assert request["reasoning"] == {"effort": "minimal"}
+    assert request["top_logprobs"] == 2
+    for key in ("reasoning", "include"):
+        options = ProviderOptions(think=True, extra={key: {}})
+        with pytest.raises(ConfigError, match=f"may not set {key!r}.*from think"):
+            body([Message.user("Hi")], options=options)
 
 
 @pytest.mark.parametrize("key", sorted(RESERVED_KEYS))
