@@ -372,6 +372,13 @@ def _mcp_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="with --http: the bearer token every request must carry (at least 16 characters; "
         "needed to serve beyond this machine); default: $TRIO_AGENTS_MCP_TOKEN",
     )
+    mcp.add_argument(
+        "--session-history",
+        action="store_true",
+        help="an agent keeps one conversation per MCP session (the calls of a session see the "
+        "ones before); default: every call starts a fresh conversation. Never shared between "
+        "sessions",
+    )
     _debug_option(mcp)
 
 
@@ -767,6 +774,7 @@ def _run(args: argparse.Namespace, endpoint: Endpoint | None) -> int:
             port=args.port,
             path=args.path,
             token=args.token,
+            session_history=args.session_history,
             out=sys.stdout,
         )
     if args.command == "simulator":

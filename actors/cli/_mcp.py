@@ -19,17 +19,30 @@ __all__ = ["mcp_main"]
 
 
 def mcp_main(
-    *, app: str, http: bool, host: str, port: int, path: str, token: str | None, out: TextIO
+    *,
+    app: str,
+    http: bool,
+    host: str,
+    port: int,
+    path: str,
+    token: str | None,
+    out: TextIO,
+    session_history: bool = False,
 ) -> int:
-    """Serve ``app`` until the client closes stdin (stdio) or SIGINT/SIGTERM (HTTP); 0."""
+    """Serve ``app`` until the client closes stdin (stdio) or SIGINT/SIGTERM (HTTP); 0.
+    ``session_history``: a served agent keeps one conversation per MCP session."""
     target = load_app(app)
     if token is None:
         token = os.environ.get("TRIO_AGENTS_MCP_TOKEN") or None
-    return trio.run(_main, (app, target), (http, host, port, path), token, out)
+    return trio.run(_main, (app, target), (http, host, port, path), token, out, session_history)
 
 
 async def _main(
-    app: tuple[str, Any], where: tuple[bool, str, int, str], token: str | None, out: TextIO
+    app: tuple[str, Any],
+    where: tuple[bool, str, int, str],
+    token: str | None,
+    out: TextIO,
+    session_history: bool,
 ) -> int:
     http, host, port, path = where
     from actors import Agent, open_runtime  # noqa: PLC0415
@@ -42,7 +55,12 @@ async def _main(
         if callable(target) and not isinstance(target, Agent | ToolRegistry | CallableTool):
             target = await call_app(spec, target, runtime)  # what it raises names the app
         served = await resolve_app(target, runtime)
-        server = mcp_server(served)
+        if session_history and not isinstance(served, Agent):
+            raise ConfigError(
+                f"--session-history applies to an agent; --app {spec} serves tools, which keep "
+                "no conversation"
+            )
+        server = mcp_server(served, session_history=True) if session_history else mcp_server(served)
         if not http:
             # stdout is the protocol's: what this command has to say goes to stderr.
             print("trio-agents mcp: serving over stdio", file=sys.stderr, flush=True)

@@ -246,6 +246,30 @@ async def test_mcp_serves_the_example_agent_against_the_simulator_server(
                 assert result.content[0].text == "The answer is 42."
 
 
+async def test_mcp_session_history_serves_an_agent_and_refuses_a_tool(
+    tmp_path: pathlib.Path,
+) -> None:
+    # --session-history (issue 24, item 6): an agent keeps one conversation per session; it
+    # means nothing for a tool, which is said in one line.
+    with simulator_server(tmp_path) as base:
+        params = mcp.StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "actors", "mcp", "--app", "offline_app:calculator", "--session-history"],
+            env=environment(OPENAI_BASE_URL=base),
+            cwd=str(EXAMPLES),
+        )
+        with trio.fail_after(WITHIN):
+            async with mcp.Client(params) as client:
+                result = await client.call_tool("calculator", {"prompt": "What is 19 + 23?"})
+                assert result.content[0].text == "The answer is 42."
+    refused = cli(EXAMPLES, "mcp", "--app", "offline_app:add", "--session-history")
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        "trio-agents mcp: --session-history applies to an agent; --app offline_app:add serves "
+        "tools, which keep no conversation"
+    )
+
+
 def test_mcp_app_naming_something_else_says_what_it_may_name(tmp_path: pathlib.Path) -> None:
     (tmp_path / "odd.py").write_text("number = 7\n", encoding="utf-8")
     refused = cli(tmp_path, "mcp", "--app", "odd:number")
