@@ -470,9 +470,15 @@ def _check_turns(run: RunCase, seen: Seen, result: AgentResult, budget: int | No
     # The budget cuts the turn at the delta that reaches it -- also its last one.
     trip = _budget_trip(turns, budget) if budget is not None else None
     for index, turn in enumerate(turns):
-        step = run.steps[index]
+        # A turn past the script: its call failed (the script was exhausted) at the moment a
+        # cut landed, and the cut outranked the failure (000 G17): a cut turn, nothing shown.
+        step = run.steps[index] if index < len(run.steps) else None
         content = "".join(turn.content)
-        if _completed(step, turn) and not (trip is not None and trip[0] == index):
+        if step is None:
+            assert index == len(turns) - 1, "a turn past the script was not the run's last"
+            assert result.stop in CUTS, "a turn past the script, and the run was not cut"
+            assert not content
+        elif _completed(step, turn) and not (trip is not None and trip[0] == index):
             assert isinstance(step, Reply)
             expected.append((content, turn.thinking, step.calls, False))
             if step.usage is not None:
