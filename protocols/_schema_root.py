@@ -1,13 +1,35 @@
 """Which tool-argument schemas describe an object at their root: shared by
 :class:`~protocols.messages.ToolDefinition` (what it accepts) and
-:func:`protocols.wire.schema.project` (what it flattens for a vendor). Pure."""
+:func:`protocols.wire.schema.project` (what it flattens for a vendor); and where JSON Schema
+keeps its subschemas (:data:`ONE_SUBSCHEMA`, :data:`SUBSCHEMA_LISTS`), for whatever walks one.
+Pure."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, Final
 
-__all__ = ["UNIONS", "object_root", "resolve_local"]
+__all__ = ["ONE_SUBSCHEMA", "SUBSCHEMA_LISTS", "UNIONS", "object_root", "resolve_local"]
+
+#: Keywords whose value is one subschema (``items`` may also be an array of them).
+ONE_SUBSCHEMA: Final = frozenset(
+    {
+        "additionalItems",
+        "additionalProperties",
+        "contains",
+        "contentSchema",
+        "else",
+        "if",
+        "items",
+        "not",
+        "propertyNames",
+        "then",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+    }
+)
+#: Keywords whose value is an array of subschemas.
+SUBSCHEMA_LISTS: Final = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
 
 #: The combinators a typeless root may be made of, when all their members are object schemas.
 UNIONS: Final = ("anyOf", "oneOf")

@@ -26,31 +26,14 @@ import sys
 from collections.abc import Callable
 from typing import Any, Final
 
+from .._schema_root import ONE_SUBSCHEMA as _ONE
+from .._schema_root import SUBSCHEMA_LISTS as _LIST
 from ..errors import ValidationError
 
 #: The most schema nodes an inlined pydantic schema may have (a model that reuses a large model
 #: many times over inlines to many copies of it).
 MAX_INLINED: Final = 5000
 
-#: Keywords whose value is one subschema.
-_ONE: Final = frozenset(
-    {
-        "additionalItems",
-        "additionalProperties",
-        "contains",
-        "contentSchema",
-        "else",
-        "if",
-        "items",
-        "not",
-        "propertyNames",
-        "then",
-        "unevaluatedItems",
-        "unevaluatedProperties",
-    }
-)
-#: Keywords whose value is a list of subschemas.
-_LIST: Final = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
 #: Keywords whose value maps names (or patterns) to subschemas.
 _MAP: Final = frozenset({"properties", "patternProperties", "dependentSchemas"})
 

@@ -77,6 +77,8 @@ from typing import Any, Final, Literal, TypeAlias
 
 import attrs
 
+from .._schema_root import ONE_SUBSCHEMA as _ONE
+from .._schema_root import SUBSCHEMA_LISTS as _LIST
 from .._schema_root import object_root, resolve_local
 
 __all__ = ["Outcome", "Projection", "Vendor", "project"]
@@ -89,25 +91,6 @@ Vendor: TypeAlias = Literal["openai", "anthropic", "ollama"]
 _VENDORS: Final = frozenset({"openai", "anthropic", "ollama"})
 _RESERVED: Final = frozenset({"__proto__", "constructor", "prototype"})
 
-#: Keywords whose value is one subschema (``items`` may also be an array of them).
-_ONE: Final = frozenset(
-    {
-        "additionalItems",
-        "additionalProperties",
-        "contains",
-        "contentSchema",
-        "else",
-        "if",
-        "items",
-        "not",
-        "propertyNames",
-        "then",
-        "unevaluatedItems",
-        "unevaluatedProperties",
-    }
-)
-#: Keywords whose value is an array of subschemas.
-_LIST: Final = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
 #: Keywords whose value maps names to subschemas (``dependencies`` values may be name arrays).
 _MAP: Final = frozenset(
     {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"}

@@ -665,6 +665,7 @@ OPTIONS = [
     "max_repeats",
     "on_tool_error",
     "pace",
+    "settings",
     "tool_concurrency",
     "window",
     "strict",

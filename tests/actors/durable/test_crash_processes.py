@@ -787,13 +787,16 @@ async def _killed_at_random(
         next_cut = trio.current_time() + rng.uniform(0.2, 0.5)
         while (
             kills < MIN_KILLS
+            or len(cancels) < MIN_CANCELS
             or (cut is not None and cuts < MIN_CUTS)
             or not submitted()
             or not tail
         ):
             now = trio.current_time()
             if now > deadline:
-                pytest.fail(f"{tag}: the kill phase did not end ({kills} kills)")
+                pytest.fail(
+                    f"{tag}: the kill phase did not end ({kills} kills, {len(cancels)} cancels)"
+                )
             if now >= next_check:
                 await pool.check_alive()
                 next_check = now + 0.5
@@ -808,17 +811,22 @@ async def _killed_at_random(
                 ended = await trio.to_thread.run_sync(cut, victim.name)
                 cuts += ended > 0
                 next_cut = now + rng.uniform(0.3, 0.8)
-            if now >= next_kill and (kills < MIN_KILLS or not tail):
+            if now >= next_kill and (kills < MIN_KILLS or len(cancels) < MIN_CANCELS or not tail):
                 # Half the kills go, when one is, to a worker with a call past its effect and
                 # its result not yet journaled: both ways of continuing such a call are then
                 # seen in every run, not only when the timing happens to allow.
                 cutting = [w for w in pool.active() if w.mid_effect()]
                 chosen = cutting if cutting and rng.random() < 0.5 else pool.active()
+                behind = len(cancels) < MIN_CANCELS
+                if behind:
+                    # Cancels while the holder is dead are owed: kill a worker holding a job.
+                    holding = await holders(store, pool)
+                    chosen = holding or chosen
                 victim = rng.choice(chosen)
                 code = await pool.kill(victim)
                 assert code == -signal.SIGKILL, f"{victim.name} had ended: {victim.errors()}"
                 kills += 1
-                if rng.random() < 0.5:
+                if behind or rng.random() < 0.5:
                     await cancel_one_of(store, victim, cancels, rng)
                 done = victim.acked()
                 # What it did not acknowledge is submitted again by another (with the keys it
@@ -865,6 +873,13 @@ async def _killed_at_random(
 
 #: Cancels landing while the job's worker is dead: at least this many per run.
 MIN_CANCELS = 5
+
+
+async def holders(store: RunStore, pool: Pool) -> list[Worker]:
+    """The living workers that hold a running job now."""
+    running = await store.list(statuses=[J.JobStatus.RUNNING], limit=1000)
+    owners = {r.lease.owner.rsplit("-", 1)[0] for r in running if r.lease is not None}
+    return [worker for worker in pool.active() if worker.name in owners]
 
 
 async def cancel_one_of(
