@@ -345,6 +345,9 @@ async def queue_wall(
             for number in range(SUBMITTERS):
                 nursery.start_soon(submitter, jobs // SUBMITTERS + (number < jobs % SUBMITTERS))
         elapsed = time.perf_counter() - start
+        # A result is seen once its record is committed, a moment before the worker that
+        # committed it counts it: wait for the worker to be done before reading its counts.
+        await queue.wait_idle()
         done = queue.statistics()["completed"]
     if done != jobs or len(answers) != jobs:
         raise SystemExit(f"throughput: {done} jobs completed, {len(answers)} answered, not {jobs}")
