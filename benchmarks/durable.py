@@ -305,6 +305,7 @@ async def bench_runs(
                             samples[name].extend(times)
                 await agent.aclose()
                 for name, queue in queues.items():
+                    await queue.wait_idle()  # (its last job counted: see queue_wall)
                     done = queue.statistics()["completed"]
                     if done != per_batch * (batches + 1):
                         raise SystemExit(f"{name}: the queue completed {done} jobs")
