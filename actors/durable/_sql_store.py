@@ -753,8 +753,12 @@ class SQLRunStore:
                     item.announced.clear()
 
         try:
-            # (A lane's call is never abandoned: a cancel of this task lands after the commit.)
-            await self._writer.run(commit)
+            # Shielded: a cancel of this task must not stop the commit from being handed to the
+            # writer (the lane checks for one before it takes a call) -- the batch holds other
+            # callers' writes, which would end with no outcome. The cancel lands afterwards.
+            with trio.CancelScope(shield=True):
+                await self._writer.run(commit)
+            await trio.lowlevel.checkpoint_if_cancelled()
         finally:
             self._committing = False
             committed, self._committed = self._committed, trio.Event()
