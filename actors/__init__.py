@@ -33,6 +33,7 @@ from ._core._supervisor import SupervisorGaveUp as SupervisorGaveUp
 from ._core._supervisor import SupervisorStatistics as SupervisorStatistics
 from ._core._supervisor import TerminateChild as TerminateChild
 from ._delegation import handoff as handoff
+from ._live import RunEvents as RunEvents
 from ._run_context import BudgetView as BudgetView
 from ._run_context import RunContext as RunContext
 from ._run_context import RunStep as RunStep
@@ -103,6 +104,7 @@ __all__ = [
     "ReplyStream",
     "Restart",
     "RunContext",
+    "RunEvents",
     "RunStep",
     "Runtime",
     "SQLiteConversationStore",

@@ -27,6 +27,7 @@ from protocols.messages import (
     ToolResult,
     ToolSuccess,
     Usage,
+    new_id,
 )
 from protocols.toolschema import validate_arguments
 
@@ -216,7 +217,8 @@ def _child_request(child: Agent, parent: _Run | None, call: ToolCall, text: str)
         (Message.user(text),),
         RunOptions(abort=(parent.token,)),  # the parent's abort is the child's too
         None,
-        run_id=f"subagent:{call.id}",
+        # Unique, to be followed by its id (a model's call ids repeat across runs and turns).
+        run_id=f"subagent:{call.id}:{new_id()[:12]}",
         path=(*parent.path, step),
         deps=child.deps if child.deps is not None else parent.deps,
         forward=forward,

@@ -25,7 +25,7 @@ from protocols.errors import (
     ValidationError,
 )
 from protocols.history import estimate_messages
-from protocols.jobs import UNKNOWN_EFFECT, CheckpointPolicy, Decision
+from protocols.jobs import UNKNOWN_EFFECT, Decision
 from protocols.messages import (
     CUT_SHORT,
     AgentResult,
@@ -55,6 +55,7 @@ _T = TypeVar("_T")
 if TYPE_CHECKING:
     from opentelemetry.context import Context
 
+    from ._live import LiveRun
     from ._tracing import RunTrace
     from .agent import Agent, _Request
     from .providers import ProviderStream
@@ -211,7 +212,7 @@ class AgentEvent:
     * ``error``: the run raised ``error``;
     * ``progress``: a tool reported progress (``call``, ``text``, ``data``);
     * ``subagent_start``: the tool ``call`` delegated to ``agent``, whose run is ``child``
-      (``subagent:<call id>``);
+      (``subagent:<call id>:<12 hex digits>``, unique: follow it by its id);
     * ``subagent_finish``: that run ended: ``status`` (its stop reason, or ``error``),
       ``duration`` (seconds), ``usage`` (its total, delegations included; ``estimated``: it
       includes estimates);
@@ -268,7 +269,11 @@ class Chunk:
     tool's ``progress`` (``text``; ``call`` is the reporting call).
 
     ``run_id`` is the run that produced it; a chunk of a run delegated to (``as_tool``) reaches
-    the parent's stream with the hops down to that run in ``path`` (empty for the run's own)."""
+    the parent's stream with the hops down to that run in ``path`` (empty for the run's own).
+    ``seq`` is the chunk's event in the run's log (:meth:`Runtime.watch
+    <actors.Runtime.watch>`: follow the run from there, from anywhere; 0 for a ``usage`` chunk,
+    whose event is the turn's ``usage`` event, and for a run whose log nobody can follow -- a
+    durable job's, which its queue's log is)."""
 
     kind: Literal["content", "thinking", "tool_call", "tool_result", "usage", "progress"]
     text: str = ""
@@ -278,6 +283,7 @@ class Chunk:
     estimated: bool = False
     run_id: str = ""
     path: tuple[RunStep, ...] = ()
+    seq: int = 0
 
 
 @attrs.frozen
@@ -316,7 +322,10 @@ class RunJournal(Protocol):
         """Results of the open batch (those not journaled yet, of calls it knows)."""
 
     async def checkpoint(self, turn: int, content: str, thinking: str) -> None:
-        """What the turn in flight has streamed so far."""
+        """What the turn in flight has streamed so far (a cut turn's whole partial)."""
+
+    def stream(self, turn: int, channel: str, text: str) -> None:
+        """A delta the turn in flight streamed (as shown), to be journaled behind the run."""
 
     async def gate(self, calls: Sequence[ToolCall], authority: Authority) -> None:
         """Before a batch runs: make the run wait for approvals no human has given yet."""
@@ -376,12 +385,35 @@ class _Run:
         # The agent whose answer ended the run, after a handoff.
         self.answered_by: str | None = None
         self.pace: Callable[[Any], Awaitable[None]] | None = agent._option(request.options, "pace")
+        #: The run's event log (None: a journaled run, whose log is its journal's).
+        self.live: LiveRun | None = request.live
         self.journal: RunJournal | None = request.journal
-        self.checkpoints = CheckpointPolicy() if request.journal is not None else None
         # The run's spans (None: not traced), and the context of the tool call that handed
         # the run on (a handoff), the parent of the handed-to run's span.
         self.trace: RunTrace | None = request.trace
         self.handed_from: Context | None = None
+
+    def show(
+        self,
+        kind: Literal["content", "thinking", "tool_call", "tool_result", "progress"],
+        text: str = "",
+        *,
+        call: ToolCall | None = None,
+        result: ToolResult | None = None,
+    ) -> None:
+        """Publish one of the run's own chunks: in its log, then to its stream."""
+        seq = 0
+        live = self.live
+        if live is not None:
+            if kind == "content" or kind == "thinking":  # noqa: PLR1714 - the hot path
+                seq = live.add(kind, text)
+            elif kind == "tool_call":
+                seq = live.add(kind, {"call": call})
+            elif kind == "tool_result":
+                seq = live.add(kind, {"result": result})
+            else:
+                seq = live.add(kind, {"call_id": call.id if call else None, "text": text})
+        self.emit(Chunk(kind, text, call, result, None, False, self.run_id, (), seq))
 
     def emit(self, chunk: Chunk) -> None:
         request = self.request
@@ -440,7 +472,7 @@ class _Run:
 
     def progress(self, call_id: str, text: str, data: Mapping[str, Any]) -> None:
         call = next((c for c in self.open_calls if c.id == call_id), None)
-        self.emit(Chunk("progress", text=text, call=call, run_id=self.run_id))
+        self.show("progress", text, call=call)
         self.event("progress", call=call, text=text, data=dict(data))
 
     def delegated_to(self, usage: Usage | None, *, estimated: bool = False) -> None:
@@ -499,6 +531,11 @@ class _Run:
         self.event("retry", attempt=retry.attempt, delay=retry.delay, reason=retry.code + status)
 
     def event(self, kind: Any, **fields: Any) -> None:
+        live = self.live
+        if live is not None:
+            logged = _LOGGED.get(kind)
+            if logged is not None:
+                live.add(logged[0], logged[1](self, fields))
         agent = self.agent
         forward = self.request.forward_event
         if agent._listeners or forward is not None:  # nobody listening: build no event
@@ -617,7 +654,7 @@ class _Run:
                 continue
             self.open_calls = result.calls
             for call in result.calls:
-                self.emit(Chunk("tool_call", call=call, run_id=self.run_id))
+                self.show("tool_call", call=call)
             if tools_off:
                 # The model was told to call no tools and did: none runs, each is answered (the
                 # history stays well formed), and the run fails -- its answer cannot be trusted.
@@ -756,7 +793,7 @@ class _Run:
         unknown = [d.result for d in decisions if d.action == "unknown" and d.result is not None]
         if unknown:
             for tool_result in unknown:
-                self.emit(Chunk("tool_result", result=tool_result, run_id=self.run_id))
+                self.show("tool_result", result=tool_result)
             await self.record(unknown)
         again = tuple(d.call for d in decisions if d.action in ("run", "rerun"))
         if again:
@@ -776,14 +813,14 @@ class _Run:
             for decision in decisions
         ]
         for tool_result in results:
-            self.emit(Chunk("tool_result", result=tool_result, run_id=self.run_id))
+            self.show("tool_result", result=tool_result)
         await self.record(results)
 
     async def answer(self, calls: Sequence[ToolCall], text: str) -> None:
         """Record ``text`` as the failed result of every call (none of them runs)."""
         results = [_failed(call, text) for call in calls]
         for tool_result in results:
-            self.emit(Chunk("tool_result", result=tool_result, run_id=self.run_id))
+            self.show("tool_result", result=tool_result)
         await self.record(results)
         self.open_calls = ()
 
@@ -813,7 +850,7 @@ class _Run:
         finally:
             _tool_run.reset(reset)
         for index, (call, tool_result) in enumerate(zip(calls, results, strict=True)):
-            self.emit(Chunk("tool_result", result=tool_result, run_id=self.run_id))
+            self.show("tool_result", result=tool_result)
             if index in batch.denied and isinstance(tool_result, ToolFailure):
                 self.event("deny", call=call, result=tool_result, reason=tool_result.error)
             else:
@@ -857,11 +894,11 @@ class _Run:
             return
         self.open_calls = calls
         for call in calls:
-            self.emit(Chunk("tool_call", call=call, run_id=self.run_id))
+            self.show("tool_call", call=call)
         default = CUT_SHORT[result.finish]
         results = [_failed(call, result.denied.get(call.id, default)) for call in calls]
         for tool_result in results:
-            self.emit(Chunk("tool_result", result=tool_result, run_id=self.run_id))
+            self.show("tool_result", result=tool_result)
         await self.record(results)
         self.open_calls = ()
 
@@ -896,7 +933,7 @@ class _Run:
             self.turns_made += 1
             self.agent._statistics["turns"] += 1
             self.event("turn")
-        journal, checkpoints = self.journal, self.checkpoints
+        journal = self.journal
         if journal is not None and not again:
             await journal.request(self.turns_made)
         provider = self.agent.provider
@@ -906,12 +943,8 @@ class _Run:
         try:
             self.stream = stream = provider.stream(prompt, tools=definitions, options=options)
             async with stream:
-                run_id = self.run_id
+                turn = self.turns_made
                 async for delta in stream:
-                    if checkpoints is not None and checkpoints.delta():
-                        assert journal is not None
-                        partial = stream.partial
-                        await journal.checkpoint(self.turns_made, partial.content, partial.thinking)
                     if meter is not None and meter.spent:
                         # Spent by another run drawing on the same budget (a team's, a parent's)
                         # before this delta: it is neither shown nor charged.
@@ -919,7 +952,11 @@ class _Run:
                         assert self.scope is not None
                         self.scope.cancel()
                         await trio.lowlevel.checkpoint()
-                    self.emit(Chunk(delta.channel, delta.text, run_id=run_id))
+                    # Shown -- and journaled, written behind the run: a durable job's log is
+                    # derived from its journal -- exactly as the stream gave it.
+                    self.show(delta.channel, delta.text)
+                    if journal is not None:
+                        journal.stream(turn, delta.channel, delta.text)
                     if (
                         delta.channel == "content"
                         and meter is not None
@@ -990,7 +1027,7 @@ class _Run:
                 else:
                     settled = [_failed(call, NOT_EXECUTED) for call in self.open_calls]
                 for tool_result in settled:
-                    self.emit(Chunk("tool_result", result=tool_result, run_id=self.run_id))
+                    self.show("tool_result", result=tool_result)
                 await self.record(settled)
                 self.open_calls = ()
                 self.batch = None
@@ -998,3 +1035,64 @@ class _Run:
 
 def _failed(call: ToolCall, text: str) -> ToolResult:
     return ToolFailure(call.id, call.name, text)
+
+
+def _usage_data(run: _Run, fields: dict[str, Any]) -> dict[str, Any]:
+    finish = fields.get("finish")
+    return {
+        "usage": fields.get("usage"),
+        "estimated": fields.get("estimated", False),
+        "finish": finish.value if finish is not None else None,
+    }
+
+
+def _reason_data(run: _Run, fields: dict[str, Any]) -> dict[str, Any]:
+    error = fields.get("error")
+    return {"reason": fields.get("reason") or (str(error) if error is not None else "")}
+
+
+def _turn_data(run: _Run, fields: dict[str, Any]) -> dict[str, Any]:
+    return {"turn": run.turns_made}
+
+
+def _call_id(fields: dict[str, Any]) -> str | None:
+    call = fields.get("call")
+    return call.id if call is not None else None
+
+
+#: The listener events a run's log also holds: their kind in the log, and their data there.
+_LOGGED: dict[str, tuple[str, Callable[[_Run, dict[str, Any]], dict[str, Any]]]] = {
+    "start": ("started", lambda run, fields: {"agent": run.agent.name}),
+    "turn": ("turn", _turn_data),
+    "retry": (
+        "retry",
+        lambda run, fields: {
+            "attempt": fields["attempt"],
+            "delay": fields["delay"],
+            "reason": fields["reason"],
+        },
+    ),
+    "usage": ("usage", _usage_data),
+    "guard": ("guard", _reason_data),
+    "fault": ("fault", _reason_data),
+    "subagent_start": (
+        "subagent_started",
+        lambda run, fields: {
+            "call_id": _call_id(fields),
+            "agent": fields.get("agent"),
+            "run_id": fields.get("child"),
+        },
+    ),
+    "subagent_finish": (
+        "subagent_finished",
+        lambda run, fields: {
+            "call_id": _call_id(fields),
+            "run_id": fields.get("child"),
+            "status": fields.get("status"),
+        },
+    ),
+    "handoff": (
+        "handoff",
+        lambda run, fields: {"call_id": _call_id(fields), "agent": fields.get("agent")},
+    ),
+}

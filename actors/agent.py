@@ -60,6 +60,7 @@ from protocols.errors import (
     ValidationError,
 )
 from protocols.history import check_history
+from protocols.live import terminal_for
 from protocols.messages import (
     AgentResult,
     Message,
@@ -99,6 +100,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Tracer, TracerProvider
 
     from ._core._runtime import Runtime
+    from ._live import LiveRun
     from .providers import ProviderConnection, ProviderInterface
 
 __all__ = [
@@ -332,6 +334,9 @@ class _Request:
     #: A journaled run's journal (actors.durable), and where a continued one stands.
     journal: RunJournal | None = None
     resume: Resume | None = None
+    #: The run's event log, from the moment it is asked for (None: a journaled run's log is its
+    #: journal's, or the agent has no runtime).
+    live: LiveRun | None = None
     #: Tracing (actors._tracing): the tracer of the run (None: not traced), the OpenTelemetry
     #: context current where the run was requested (its span's parent), and the run's spans.
     tracer: Tracer | None = None
@@ -358,6 +363,9 @@ class _Request:
                 self.state = _State.WITHDRAWN
                 raise
         self.chain = (*chain, self)
+        runtime = agent._runtime
+        if self.live is None and self.journal is None and runtime is not None:
+            self.live = runtime.live.open(self.run_id)
         sources = (*agent.defaults.abort, *self.options.abort)
         self.watch = watch = Abort.any(self.token, *sources) if sources else self.token
         if queued:
@@ -435,6 +443,7 @@ class _Request:
         self.result = result = AgentResult(
             stop=StopReason.CANCELLED, run_id=self.run_id, agent=self.agent.name
         )
+        self.end_log("cancelled", {"result": result})
         self.deliver(("result", result))
         self.close()
         self.finished.set()
@@ -458,9 +467,20 @@ class _Request:
         self._settle()
         if self.result is None and self.error is None:
             self.error = error
+            self.end_log("failed", {"error": _described(error)})
             self.deliver(("error", error))
         self.close()
         self.finished.set()
+
+    def end_log(self, kind: str, data: dict[str, Any]) -> None:
+        """Publish the run's terminal event (once), and let its log go after the runtime's
+        keeping time."""
+        live = self.live
+        if live is not None and not live.ended:
+            live.add(kind, data)
+            runtime = self.agent._runtime
+            if runtime is not None:
+                runtime.live.end(self.run_id)
 
     def deliver(self, item: Any) -> bool:
         """Hand ``item`` to the consumer; False (and nothing raised) when it has gone away."""
@@ -1191,6 +1211,7 @@ class Agent:
             self.status = AgentStatus.ERROR
             self._statistics["errors"] += 1
             request.error = error
+            request.end_log("failed", {"error": _described(error)})
             request.deliver(("error", error))
             self._event(request, AgentEvent("error", number, error=error, run_id=request.run_id))
         except BaseException as error:
@@ -1206,6 +1227,8 @@ class Agent:
                 stop = run.cut_reason()
                 run.event("abort", reason=run.token.reason or stop.value, stop=stop)
                 run.event("finish", stop=stop, partial=True, finish=run.finish)
+                cut = run.result(stop)
+                request.end_log(terminal_for(cut), {"result": cut})
             if request.forward is None:
                 # The agent is being stopped: its caller must not wait for the run.
                 request.fail(
@@ -1218,6 +1241,7 @@ class Agent:
             self.status = AgentStatus.DONE
             self._statistics["runs"] += 1
             request.result = result
+            request.end_log(terminal_for(result), {"result": result})
             request.deliver(("result", result))
             if self._listeners or request.forward_event is not None:
                 finish = AgentEvent(
@@ -1422,3 +1446,11 @@ def _cut_on_trip(
 
 def _nothing() -> None:
     pass
+
+
+def _described(error: BaseException) -> dict[str, Any]:
+    """A failure as a run's ``failed`` event shows it: its class, code and message (an error of
+    ours; a foreign one's message is left out, as tracing leaves it out)."""
+    if isinstance(error, AgentsError):
+        return {"type": type(error).__name__, "code": error.code, "message": error.message}
+    return {"type": type(error).__name__, "code": None, "message": ""}

@@ -27,6 +27,9 @@ from .errors import ProviderError as ProviderError
 from .errors import SizeLimitError as SizeLimitError
 from .errors import ToolError as ToolError
 from .errors import ValidationError as ValidationError
+from .live import RunEvent as RunEvent
+from .live import event_from_json as event_from_json
+from .live import event_to_json as event_to_json
 from .messages import AgentResult as AgentResult
 from .messages import Channel as Channel
 from .messages import Delta as Delta
@@ -74,6 +77,7 @@ __all__ = [
     "ProviderOptions",
     "ProviderResult",
     "Role",
+    "RunEvent",
     "SSEComment",
     "SSEDecoder",
     "SSEEvent",
@@ -95,6 +99,8 @@ __all__ = [
     "dumps",
     "encode",
     "estimate_tokens",
+    "event_from_json",
+    "event_to_json",
     "from_json",
     "loads",
     "new_id",

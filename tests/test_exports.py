@@ -31,6 +31,7 @@ PROTOCOLS_API = [
     "ProviderOptions",
     "ProviderResult",
     "Role",
+    "RunEvent",
     "SSEComment",
     "SSEDecoder",
     "SSEEvent",
@@ -52,6 +53,8 @@ PROTOCOLS_API = [
     "dumps",
     "encode",
     "estimate_tokens",
+    "event_from_json",
+    "event_to_json",
     "from_json",
     "loads",
     "new_id",
@@ -65,6 +68,7 @@ ACTORS_API = [
     "Chunk",
     "BudgetView",
     "RunContext",
+    "RunEvents",
     "RunStep",
     "TeamBudget",
     "handoff",
@@ -458,6 +462,7 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "AgentSpec",
         "DEFAULT_MAX_BYTES",
         "JobError",
+        "JobEvents",
         "JobQueue",
         "LINGER",
         "MemoryRunStore",
@@ -475,6 +480,7 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "purge_job",
         "submit_job",
         "wait_job",
+        "watch_job",
     ]
     assert {"AgentJob", "JobRecord", "JobStatus", "replay", "decide", "runnable"} <= set(
         protocols.jobs.__all__

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import trio
 
 from protocols.breaker import CircuitBreaker
+from protocols.live import DEFAULT_CAPACITY
 
+from .._live import DEFAULT_KEEP, LiveRuns, RunEvents
 from ..agent import Agent
 from ..providers import ProviderConnection, ProviderInterface, StreamingProvider
 from ..providers._spec import provider_from_string
@@ -52,11 +54,23 @@ class Runtime:
     """A running actor tree, as yielded by :func:`open_runtime`. Its root is a one-for-one
     :class:`Supervisor`; everything spawned here is a child of it."""
 
-    __slots__ = ("_cell", "root")
+    __slots__ = ("_cell", "live", "root")
 
-    def __init__(self, root: Supervisor, cell: _Cell) -> None:
+    def __init__(self, root: Supervisor, cell: _Cell, live: LiveRuns | None = None) -> None:
         self.root = root
         self._cell = cell
+        #: The runs whose event logs can be followed here (:meth:`watch`).
+        self.live = live if live is not None else LiveRuns()
+
+    def watch(self, run_id: str, *, after: int = 0) -> RunEvents:
+        """Follow run ``run_id`` of an agent of this runtime: an async iterator of its
+        :class:`~protocols.live.RunEvent` objects after seq ``after`` (0: from its first) -- those
+        already published, then the others as they come -- ending after the terminal event.
+        A follower that fell behind what the log keeps reads a ``gap`` event first. Raises
+        :class:`~protocols.errors.ValidationError` for a run this runtime does not know (never
+        started here, or ended longer ago than its logs are kept: ``open_runtime(keep_events=)``).
+        A durable job's events are its queue's to follow (``JobQueue.watch``)."""
+        return self.live.watch(run_id, after=after)
 
     async def spawn(
         self,
@@ -193,6 +207,8 @@ async def open_runtime(
     period: float = 5.0,
     backoff: Backoff | None = None,
     rng: random.Random | None = None,
+    event_capacity: int = DEFAULT_CAPACITY,
+    keep_events: float = DEFAULT_KEEP,
 ) -> AsyncIterator[Runtime]:
     """Run an actor runtime for the duration of the ``async with`` block.
 
@@ -210,8 +226,12 @@ async def open_runtime(
     * No task started by the runtime outlives the block, and nothing is global: two runtimes in
       one process are independent.
 
-    The arguments configure the root supervisor (see :class:`Supervisor`).
+    The arguments configure the root supervisor (see :class:`Supervisor`), and the runs' event
+    logs (:meth:`Runtime.watch`): ``event_capacity`` events kept per run (10,000 by default;
+    a follower behind them reads a gap), ``keep_events`` seconds an ended run's log is kept
+    (600 by default).
     """
+    live = LiveRuns(capacity=event_capacity, keep=keep_events)
     root = Supervisor(
         strategy=Strategy.ONE_FOR_ONE,
         max_restarts=max_restarts,
@@ -226,7 +246,7 @@ async def open_runtime(
             await nursery.start(_run_root, cell, root)
             try:
                 with one.own():
-                    yield Runtime(root, cell)
+                    yield Runtime(root, cell, live)
             finally:
                 with trio.CancelScope(shield=True):
                     await cell.stop()

@@ -26,6 +26,8 @@ from ._store import DEFAULT_MAX_BYTES as DEFAULT_MAX_BYTES
 from ._store import Admitted as Admitted
 from ._store import MemoryRunStore as MemoryRunStore
 from ._store import RunStore as RunStore
+from ._watch import JobEvents as JobEvents
+from ._watch import watch_job as watch_job
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -35,6 +37,7 @@ __all__ = [
     "AgentRegistry",
     "AgentSpec",
     "JobError",
+    "JobEvents",
     "JobQueue",
     "MemoryRunStore",
     "PostgresRunStore",
@@ -50,4 +53,5 @@ __all__ = [
     "purge_job",
     "submit_job",
     "wait_job",
+    "watch_job",
 ]

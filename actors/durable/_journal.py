@@ -6,33 +6,36 @@ written -- with everything journaled before it, in one append -- before it is cr
 provider call's request before the call; a call's intent (after the response that made the call)
 before the call's effect; an approval request with the job's suspension; the terminal with the
 job's end. The input and a settled response go with the barrier that always follows them at
-once. A call's result and streamed text (every :data:`~protocols.jobs.CHECKPOINT_EVERY` deltas)
-wait at most :data:`LINGER` seconds for the next barrier to carry them, and are written on their
-own after that: a crash loses at most what was journaled in the last moments before it, never a
-boundary. A write the store refuses as fenced -- this worker no longer holds the job -- drops the
-run: it is cut at once, and nothing more is written for it. A barrier the store refuses because the
-job's cancel was requested (``code="cancelled"``, checked in the append's own transaction) is never
-crossed: the provider call or the tool call it guards does not start, and the run is cut as a cancel
-cuts it -- what it produced is still journaled, and the job ends ``cancelled``. A write that fails
-because the store could not be reached (a database restarting, a connection cut) is asked again,
-with backoff, for up to :data:`RETRY_FOR` seconds -- first finding out from the stored journal
-whether the failed attempt had in fact committed, so nothing is written twice -- and the run goes on
-where it was; only after that is it cut, to be continued from its journal.
+once. A call's result and the deltas a call streams wait at most :data:`LINGER` seconds for the
+next barrier to carry them, and are written on their own after that: a crash loses at most what
+was journaled in the last moments before it, never a boundary. A write the store refuses as
+fenced -- this worker no longer holds the job -- drops the run: it is cut at once, and nothing
+more is written for it. A barrier the store refuses because the job's cancel was requested
+(``code="cancelled"``, checked in the append's own transaction) is never crossed: the provider
+call or the tool call it guards does not start, and the run is cut as a cancel cuts it -- what
+it produced is still journaled, and the job ends ``cancelled``. A write that fails because the
+store could not be reached (a database restarting, a connection cut) is asked again, with
+backoff, for up to :data:`RETRY_FOR` seconds -- first finding out from the stored journal
+whether the failed attempt had in fact committed, so nothing is written twice -- and the run
+goes on where it was; only after that is it cut, to be continued from its journal.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 import trio
 
 from protocols.authority import Authority, Verdict
 from protocols.jobs import (
+    AnswerEntry,
     Applied,
     ApprovalAnswer,
     ApprovalRequest,
     AskEntry,
+    AttemptEntry,
     CheckpointEntry,
     Entry,
     InputEntry,
@@ -43,6 +46,7 @@ from protocols.jobs import (
     RequestEntry,
     ResponseEntry,
     ResultEntry,
+    StreamEntry,
     crosses,
     idempotency_key,
     suspend,
@@ -109,6 +113,10 @@ class StoreJournal:
         self._recorded: set[str] = set()  # calls of the batch whose result is journaled
         self._intents: dict[str, str] = {}
         self._buffer: list[Entry] = []  # written behind the run, in order
+        # Deltas streamed since the last entry was buffered (of turn _stream_turn): sealed into
+        # one StreamEntry when anything else is buffered or the buffer is written.
+        self._deltas: list[tuple[str, str]] = []
+        self._stream_turn = 0
         self._journaled = journaled  # the entries the stored journal holds
         self._writing = False  # an append is in flight (the writer's or a barrier's)
         self._progress = trio.Event()  # set (and replaced) whenever an append ends
@@ -132,9 +140,27 @@ class StoreJournal:
         not woken for them; :meth:`close` writes them if the run ends first."""
         if not self._writable:
             return
+        self._seal()
         self._buffer.extend(entries)
         if not carried:
             self._more.set()
+
+    def stream(self, turn: int, channel: str, text: str) -> None:
+        """A delta the turn in flight streamed (as the run showed it): journaled behind the
+        run, the deltas of a turn that are buffered together in one :class:`StreamEntry`."""
+        if not self._writable:
+            return
+        if self._stream_turn != turn:
+            self._seal()
+            self._stream_turn = turn
+        self._deltas.append((channel, text))
+        self._more.set()
+
+    def _seal(self) -> None:
+        """The deltas buffered so far become one entry, in their place in the buffer."""
+        if self._deltas:
+            self._buffer.append(StreamEntry(self._stream_turn, tuple(self._deltas)))
+            self._deltas = []
 
     async def writer(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -145,7 +171,7 @@ class StoreJournal:
             await self._more.wait()
             self._more = trio.Event()
             await trio.sleep(LINGER)
-            while self._buffer and self.holds() and not self.suspended:
+            while (self._buffer or self._deltas) and self.holds() and not self.suspended:
                 with trio.CancelScope(shield=True):
                     await self._write_buffer(())
 
@@ -168,6 +194,7 @@ class StoreJournal:
         try:
             if not self.holds() or self.suspended:
                 return False
+            self._seal()
             batch, self._buffer = [*self._buffer, *entries], []
             if not batch:
                 return True
@@ -258,6 +285,7 @@ class StoreJournal:
         try:
             if self.failure is not None:
                 raise self.failure
+            self._seal()
             batch, self._buffer = [*self._buffer, terminal], []
             try:
                 await self._store_batch(batch, then)
@@ -344,6 +372,18 @@ class StoreJournal:
     async def input(self, messages: Sequence[Message]) -> None:
         """The messages the run starts from (its first attempt)."""
         await self._append(InputEntry(tuple(messages)), carried=True)
+
+    async def attempt(
+        self,
+        fence: int,
+        reason: Literal["takeover", "retry", "answered"],
+        answers: Sequence[ApprovalAnswer],
+    ) -> None:
+        """A continued attempt begins (``reason``: ``takeover``, ``retry`` or ``answered``),
+        with the answers its batch waited for that the journal does not hold yet."""
+        entries: list[Entry] = [AttemptEntry(fence, reason)]
+        entries.extend(AnswerEntry(a.call_id, a.allow, a.reason) for a in answers)
+        await self._append(*entries, carried=True)
 
     async def request(self, turn: int) -> None:
         """A provider call of ``turn`` is about to start (a barrier: a call lost in a crash

@@ -16,7 +16,7 @@ import math
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import trio
@@ -56,6 +56,7 @@ from ._journal import StoreJournal
 from ._ops import answer_job, cancel_job, existing_job, purge_job
 from ._registry import AgentRegistry, AgentSpec
 from ._store import RunStore
+from ._watch import JobEvents, watch_job
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -250,6 +251,12 @@ class JobQueue:
             if record.terminal:
                 self._notify(id, record)
         return record
+
+    def watch(self, id: str, *, after: int = 0) -> JobEvents:
+        """Follow job ``id``: its :class:`~protocols.live.RunEvent` objects after seq ``after``, as
+        its journal holds them (the same seqs in any process, also after a takeover) and then
+        as it grows, until a terminal event (see :func:`~actors.durable.watch_job`)."""
+        return watch_job(self.store, id, after=after, poll=self.poll)
 
     async def answer(self, id: str, call_id: str, allow: bool, reason: str = "") -> JobRecord:
         """Answer an approval the job waits for (from any process): ``allow`` or deny, with a
@@ -550,6 +557,17 @@ class JobQueue:
         agent = await self._agent(spec, job, journal)
         try:
             if made.started:
+                # A continued attempt: said first in the journal (its log shows a rewind), with
+                # the approvals its batch waited for, now answered.
+                answers = [a for a in record.answers if a.call_id not in made.answers]
+                reason: Literal["takeover", "retry", "answered"]
+                if made.asked and record.answers:
+                    reason = "answered"
+                elif record.takeovers > made.takeovers:
+                    reason = "takeover"
+                else:
+                    reason = "retry"
+                await journal.attempt(record.fence, reason, answers)
                 await agent.conversation.add(made.messages)
                 resume: Resume | None = Resume(
                     made.turns,

@@ -46,6 +46,7 @@ from protocols.messages import new_id
 
 from .._sqlite import _META, JOBS, JOURNAL, TOMBSTONES, Lane, StoreError, translated
 from ._store import (
+    JOURNAL_GREW,
     Admitted,
     Announcer,
     Watch,
@@ -55,6 +56,7 @@ from ._store import (
     check_id,
     check_lease,
     check_limit,
+    check_position,
     check_successor,
     check_time,
     closed,
@@ -553,6 +555,8 @@ class Jobs:
             check_successor(stored, then.record)
             self._store(then.record, announce=noticeable(stored, then.record))
         seq = int(row[4])
+        if texts:
+            self._announcing.append(JOURNAL_GREW + id)  # (for the watchers of journals)
         # One multi-row INSERT a chunk: one round trip, and no driver pipeline (psycopg's
         # executemany pipelines, and a pipeline cut by a lost connection logs on its own).
         rows = [(id, seq + offset, text) for offset, text in enumerate(texts, start=1)]
@@ -630,9 +634,11 @@ class Jobs:
         rows = self._x(self.reader, query, arguments).fetchall()
         return [decode_record(str(id), text) for id, text in rows]
 
-    def journal(self, id: str) -> builtins.list[Entry]:
+    def journal(self, id: str, after: int = 0) -> builtins.list[Entry]:
         rows = self._x(
-            self.reader, f"SELECT ENTRY_TEXT FROM {JOURNAL} WHERE job = ? ORDER BY seq", (id,)
+            self.reader,
+            f"SELECT ENTRY_TEXT FROM {JOURNAL} WHERE job = ? AND seq > ? ORDER BY seq",
+            (id, after),
         ).fetchall()
         return [decode_entry(id, text) for (text,) in rows]
 
@@ -861,10 +867,13 @@ class SQLRunStore:
             lambda jobs: jobs.append(id, holder, texts, then, crossing),
         )
 
-    async def journal(self, id: str) -> builtins.list[Entry]:
+    async def journal(self, id: str, *, after: int = 0) -> builtins.list[Entry]:
         """See :meth:`RunStore.journal <actors.durable.RunStore.journal>`."""
         check_id(id)
-        return await self._read(f"reading the journal of job {id}", lambda jobs: jobs.journal(id))
+        check_position(after)
+        return await self._read(
+            f"reading the journal of job {id}", lambda jobs: jobs.journal(id, after)
+        )
 
     async def purge(self, id: str, *, now: float | None = None) -> Tombstone | Conflict | None:
         """See :meth:`RunStore.purge <actors.durable.RunStore.purge>`."""
@@ -884,10 +893,10 @@ class SQLRunStore:
         starts. (``trio-agents jobs submit`` warns when it is ``None``.)"""
         return await self._read("reading the store's meta data", lambda jobs: jobs.worker_seen())
 
-    def watch(self) -> Watch:
+    def watch(self, *, journals: bool = False) -> Watch:
         """See :meth:`RunStore.watch <actors.durable.RunStore.watch>`: this store's own
         commits (a subclass may add other processes')."""
-        return self._announcer.watch()
+        return self._announcer.watch(journals=journals)
 
     async def aclose(self) -> None:
         """Refuse new calls, let waiting ones finish, then close the connections. Idempotent."""

@@ -34,7 +34,7 @@ import math
 import time
 from collections.abc import Iterable, Sequence
 from types import TracebackType
-from typing import Protocol, runtime_checkable
+from typing import Final, Protocol, runtime_checkable
 
 import attrs
 import trio
@@ -144,8 +144,8 @@ class RunStore(Protocol):
         no entry starts new work after a cancel was requested (else ``code="cancelled"``)."""
         ...
 
-    async def journal(self, id: str) -> builtins.list[Entry]:
-        """The job's journal, in order."""
+    async def journal(self, id: str, *, after: int = 0) -> builtins.list[Entry]:
+        """The job's journal, in order: its entries after the first ``after``."""
         ...
 
     async def purge(self, id: str, *, now: float | None = None) -> Tombstone | Conflict | None:
@@ -156,8 +156,9 @@ class RunStore(Protocol):
         """The tombstone of a purged job, or ``None``."""
         ...
 
-    def watch(self) -> Watch:
-        """Changes to the store's jobs as they commit (see :class:`Watch`)."""
+    def watch(self, *, journals: bool = False) -> Watch:
+        """Changes to the store's jobs as they commit (see :class:`Watch`): their records, and
+        with ``journals=True`` their journals' growth too."""
         ...
 
     async def aclose(self) -> None:
@@ -180,8 +181,10 @@ class Watch:
     #: Ids kept for a watcher between two calls before it is told "everything" instead.
     LIMIT = 10_000
 
-    def __init__(self, announcer: Announcer) -> None:
+    def __init__(self, announcer: Announcer, *, journals: bool = False) -> None:
         self._announcer = announcer
+        #: Also told of jobs whose journals grew.
+        self.journals = journals
         self._ids: set[str] = set()
         self._everything = False
         self._event = trio.Event()
@@ -217,24 +220,43 @@ class Watch:
         self.close()
 
 
+#: How an announced id says that the job's journal grew (not its record): ``~`` before it.
+JOURNAL_GREW: Final = "~"
+
+
 class Announcer:
-    """Hands the changes a store commits to its watchers (in the event loop's thread)."""
+    """Hands the changes a store commits to its watchers (in the event loop's thread): the
+    jobs whose records changed, and -- to the watchers of journals -- those whose journals grew
+    (announced as ``~`` and the id)."""
 
     def __init__(self) -> None:
         self._watches: set[Watch] = set()
 
-    def watch(self) -> Watch:
-        watch = Watch(self)
+    def watch(self, *, journals: bool = False) -> Watch:
+        watch = Watch(self, journals=journals)
         self._watches.add(watch)
         return watch
 
     def announce(self, ids: Iterable[str] | None) -> None:
         """``ids`` changed (``None``: anything may have)."""
-        chosen = None if ids is None else tuple(ids)
-        if chosen == ():
+        if ids is None:
+            for watch in self._watches:
+                watch._add(None)
+            return
+        records: list[str] = []
+        grown: list[str] = []
+        for id in ids:
+            if id.startswith(JOURNAL_GREW):
+                grown.append(id[1:])
+            else:
+                records.append(id)
+        if not records and not grown:
             return
         for watch in self._watches:
-            watch._add(chosen)
+            if watch.journals:
+                watch._add((*records, *grown))
+            elif records:
+                watch._add(records)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,6 +282,12 @@ def check_time(value: object, what: str = "now") -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ValidationError(f"{what} must be a time in seconds, not {value!r}")
     return float(value)
+
+
+def check_position(after: object) -> int:
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise ValidationError(f"after must be a count of entries (an int >= 0), not {after!r}")
+    return after
 
 
 def check_after(after: object) -> int | None:
@@ -593,12 +621,15 @@ class MemoryRunStore:
             check_successor(stored, then.record)
             self._store(then.record, announce=noticeable(stored, then.record))
         self._journals.setdefault(id, []).extend(texts)
+        if texts:
+            self._announcer.announce((JOURNAL_GREW + id,))
 
-    async def journal(self, id: str) -> builtins.list[Entry]:
+    async def journal(self, id: str, *, after: int = 0) -> builtins.list[Entry]:
         """See :meth:`RunStore.journal`."""
         check_id(id)
+        check_position(after)
         await self._enter()
-        return [decode_entry(id, text) for text in self._journals.get(id, [])]
+        return [decode_entry(id, text) for text in self._journals.get(id, [])[after:]]
 
     async def purge(self, id: str, *, now: float | None = None) -> Tombstone | Conflict | None:
         """See :meth:`RunStore.purge`."""
@@ -627,9 +658,9 @@ class MemoryRunStore:
         await self._enter()
         return self._tombstones.get(id)
 
-    def watch(self) -> Watch:
+    def watch(self, *, journals: bool = False) -> Watch:
         """See :meth:`RunStore.watch`."""
-        return self._announcer.watch()
+        return self._announcer.watch(journals=journals)
 
     async def aclose(self) -> None:
         """Forget everything and refuse further calls (idempotent)."""

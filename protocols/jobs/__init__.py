@@ -11,6 +11,7 @@ from ._journal import CHECKPOINT_EVERY as CHECKPOINT_EVERY
 from ._journal import UNKNOWN_EFFECT as UNKNOWN_EFFECT
 from ._journal import AnswerEntry as AnswerEntry
 from ._journal import AskEntry as AskEntry
+from ._journal import AttemptEntry as AttemptEntry
 from ._journal import CheckpointEntry as CheckpointEntry
 from ._journal import CheckpointPolicy as CheckpointPolicy
 from ._journal import Decision as Decision
@@ -23,6 +24,7 @@ from ._journal import Replay as Replay
 from ._journal import RequestEntry as RequestEntry
 from ._journal import ResponseEntry as ResponseEntry
 from ._journal import ResultEntry as ResultEntry
+from ._journal import StreamEntry as StreamEntry
 from ._journal import TerminalEntry as TerminalEntry
 from ._journal import crosses as crosses
 from ._journal import decide as decide
@@ -71,6 +73,7 @@ __all__ = [
     "ApprovalAnswer",
     "ApprovalRequest",
     "AskEntry",
+    "AttemptEntry",
     "CheckpointEntry",
     "CheckpointPolicy",
     "Conflict",
@@ -88,6 +91,7 @@ __all__ = [
     "RequestEntry",
     "ResponseEntry",
     "ResultEntry",
+    "StreamEntry",
     "TerminalEntry",
     "Tombstone",
     "Transition",

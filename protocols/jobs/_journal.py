@@ -10,8 +10,12 @@ The rule: every boundary whose loss would be ambiguous is made durable before it
 * :class:`ResultEntry` -- the call's result, after it;
 * :class:`MessageEntry` -- any other message the run adds (feedback on a wrong structured
   answer);
-* :class:`CheckpointEntry` -- the text a turn has streamed so far (every
-  :data:`CHECKPOINT_EVERY` deltas and at every tool boundary, see :class:`CheckpointPolicy`);
+* :class:`StreamEntry` -- the deltas a turn streamed since the last one, in order (written
+  behind the run, a few milliseconds after they streamed): the run's event log is derived from
+  them, delta by delta; :class:`CheckpointEntry` -- the text a turn has streamed so far (what
+  journals written before :class:`StreamEntry` hold);
+* :class:`AttemptEntry` -- a continued attempt begins (a takeover, a retry, answered
+  approvals), before anything else it journals;
 * :class:`AskEntry` / :class:`AnswerEntry` -- a batch waiting for human approval, and each
   answer;
 * :class:`TerminalEntry` -- how the run ended.
@@ -48,6 +52,7 @@ __all__ = [
     "UNKNOWN_EFFECT",
     "AnswerEntry",
     "AskEntry",
+    "AttemptEntry",
     "CheckpointEntry",
     "CheckpointPolicy",
     "Decision",
@@ -60,6 +65,7 @@ __all__ = [
     "RequestEntry",
     "ResponseEntry",
     "ResultEntry",
+    "StreamEntry",
     "TerminalEntry",
     "crosses",
     "decide",
@@ -166,6 +172,37 @@ class CheckpointEntry:
     kind: ClassVar[str] = "checkpoint"
 
 
+def _deltas(value: Any) -> tuple[tuple[str, str], ...]:
+    out: list[tuple[str, str]] = []
+    for item in value:
+        pair = tuple(item)
+        if len(pair) != 2 or pair[0] not in ("content", "thinking") or not isinstance(pair[1], str):
+            raise ValueError(f"a delta is a (channel, text) pair, not {item!r}")
+        out.append((pair[0], pair[1]))
+    return tuple(out)
+
+
+@attrs.frozen
+class StreamEntry:
+    """Deltas the turn in flight streamed (``turn`` is one past the settled responses), in
+    order: ``(channel, text)`` pairs, ``channel`` ``content`` or ``thinking``."""
+
+    turn: int
+    deltas: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_deltas)
+    kind: ClassVar[str] = "stream"
+
+
+@attrs.frozen
+class AttemptEntry:
+    """A continued attempt of the run begins, held with fencing token ``fence``; ``reason``:
+    ``takeover`` (its worker died), ``retry`` (an attempt failed and was given up) or
+    ``answered`` (the approvals it waited for are in)."""
+
+    fence: int
+    reason: Literal["takeover", "retry", "answered"] = "takeover"
+    kind: ClassVar[str] = "attempt"
+
+
 @attrs.frozen
 class AskEntry:
     """The batch of the last response waits for approval of these calls (``reasons``: the
@@ -204,6 +241,8 @@ Entry = (
     | IntentEntry
     | ResultEntry
     | CheckpointEntry
+    | StreamEntry
+    | AttemptEntry
     | AskEntry
     | AnswerEntry
     | TerminalEntry
@@ -228,6 +267,8 @@ _KINDS: dict[str, type[Any]] = {
         IntentEntry,
         ResultEntry,
         CheckpointEntry,
+        StreamEntry,
+        AttemptEntry,
         AskEntry,
         AnswerEntry,
         TerminalEntry,
@@ -297,6 +338,8 @@ class Replay:
     unsettled: int = 0
     known: Usage = attrs.field(factory=Usage)
     estimate: int = 0
+    #: Continued attempts that were takeovers (an :class:`AttemptEntry` each).
+    takeovers: int = 0
 
     @property
     def started(self) -> bool:
@@ -327,6 +370,8 @@ def replay(
     answers: dict[str, AnswerEntry] = {}
     checkpoint: CheckpointEntry | None = None
     terminal: TerminalEntry | None = None
+    fence = 0  # the last continued attempt's
+    takeovers = 0
 
     def drift(index: int, detail: str) -> JournalDrift:
         return JournalDrift(job, f"entry {index + 1}: {detail}")
@@ -413,13 +458,31 @@ def replay(
                 raise drift(index, f"a second result for call {call.id!r}")
             results[call.id] = result
             messages.append(Message.from_result(result))
-        elif isinstance(entry, CheckpointEntry):
+        elif isinstance(entry, CheckpointEntry | StreamEntry):
             unanswered = [cid for cid in calls if cid not in results]
             if unanswered:
-                raise drift(index, f"a checkpoint while calls {unanswered} have no result")
+                raise drift(index, f"a {entry.kind} while calls {unanswered} have no result")
             if entry.turn != max(requested, turns + 1):
-                raise drift(index, f"a checkpoint of turn {entry.turn}, not of the call in flight")
-            checkpoint = entry
+                raise drift(
+                    index, f"a {entry.kind} of turn {entry.turn}, not of the call in flight"
+                )
+            if isinstance(entry, CheckpointEntry):
+                checkpoint = entry
+            else:
+                # What the turn streamed so far: the deltas before, and these.
+                content = checkpoint.content if checkpoint is not None else ""
+                thinking = checkpoint.thinking if checkpoint is not None else ""
+                added = {"content": [content], "thinking": [thinking]}
+                for channel, text in entry.deltas:
+                    added[channel].append(text)
+                checkpoint = CheckpointEntry(
+                    entry.turn, "".join(added["content"]), "".join(added["thinking"])
+                )
+        elif isinstance(entry, AttemptEntry):
+            if entry.fence <= fence:
+                raise drift(index, f"an attempt with fence {entry.fence} after fence {fence}")
+            fence = entry.fence
+            takeovers += entry.reason == "takeover"
         elif isinstance(entry, AskEntry):
             unknown = [cid for cid in entry.calls if cid not in calls]
             if unknown or not entry.calls:
@@ -461,6 +524,7 @@ def replay(
         unsettled,
         known,
         estimate,
+        takeovers,
     )
     if history is not None:
         _check_history(job, made, history)

@@ -10,6 +10,7 @@ exact trio seconds, and concurrency is shown by elapsed trio time, never by task
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +27,11 @@ from protocols.errors import ConfigError, ProviderError, ToolError
 from protocols.messages import AgentResult, Message, Role, StopReason, ToolCall, Usage
 
 # -- helpers -----------------------------------------------------------------------------------
+
+
+def child_of(run_id: str | None, call_id: str) -> bool:
+    """``run_id`` names a run delegated by the call ``call_id`` (unique: a suffix of its own)."""
+    return re.fullmatch(rf"subagent:{re.escape(call_id)}:[0-9a-f]{{12}}", run_id or "") is not None
 
 
 def ask(call_id: str, tool_name: str, text: str) -> ToolCall:
@@ -249,7 +255,8 @@ async def test_a_childs_chunks_reach_the_parents_stream_tagged_with_the_hop() ->
     hop = (RunStep(result.run_id, "c1", "worker"),)
     child = [c for c in chunks if c.path == hop]
     assert [c.text for c in child if c.kind == "content"] == ["one ", "two ", "thre", "e"]
-    assert {c.run_id for c in child} == {"subagent:c1"}
+    (child_id,) = {c.run_id for c in child}
+    assert child_of(child_id, "c1")
     assert {c.run_id for c in chunks if c.path == ()} == {result.run_id}
     # In order: the child streams between the parent's call and its result.
     kinds = [(c.kind, c.path) for c in chunks]
@@ -283,13 +290,16 @@ async def test_chunks_at_depth_three_carry_every_hop_and_total_usage_sums_the_tr
         )
         chunks, result = await drain(lead, "go")
     to_mid = RunStep(result.run_id, "l1", "mid")
-    to_leaf = RunStep("subagent:l1", "m1", "leaf")
+    (mid_id,) = {c.run_id for c in chunks if c.path == (to_mid,)}
+    assert child_of(mid_id, "l1")
+    to_leaf = RunStep(mid_id, "m1", "leaf")
     assert content_by_path(chunks) == {
         (to_mid, to_leaf): "leaf text",
         (to_mid,): "mid text",
         (): "lead text",
     }
-    assert {c.run_id for c in chunks if c.path == (to_mid, to_leaf)} == {"subagent:m1"}
+    (leaf_id,) = {c.run_id for c in chunks if c.path == (to_mid, to_leaf)}
+    assert child_of(leaf_id, "m1")
     # usage: the lead's own turns; total_usage: the whole tree.
     assert result.usage == Usage(15, 6)
     assert result.total_usage == Usage(15, 6) + Usage(3, 3) + Usage(3, 4)
@@ -336,16 +346,12 @@ async def test_subagent_events_carry_the_call_child_run_status_duration_and_usag
     start = next(e for e in lead_events if e.kind == "subagent_start")
     finish = next(e for e in lead_events if e.kind == "subagent_finish")
     assert start.call == ask("c9", "worker", "spell")
-    assert (start.run_id, start.path, start.agent, start.child) == (
-        result.run_id,
-        (),
-        "worker",
-        "subagent:c9",
-    )
+    assert (start.run_id, start.path, start.agent) == (result.run_id, (), "worker")
+    assert child_of(start.child, "c9")
     assert (finish.call, finish.agent, finish.child, finish.status) == (
         start.call,
         "worker",
-        "subagent:c9",
+        start.child,
         "complete",
     )
     assert finish.duration == pytest.approx(6)  # three deltas, two trio seconds each
@@ -355,10 +361,10 @@ async def test_subagent_events_carry_the_call_child_run_status_duration_and_usag
     hop = (RunStep(result.run_id, "c9", "worker"),)
     child_kinds = [e.kind for e in worker_events]
     assert child_kinds == ["start", "turn", "usage", "finish"]
-    assert {(e.run_id, e.path) for e in worker_events} == {("subagent:c9", ())}
+    assert {(e.run_id, e.path) for e in worker_events} == {(start.child, ())}
     forwarded = [e for e in lead_events if e.path == hop]
     assert [e.kind for e in forwarded] == child_kinds
-    assert {e.run_id for e in forwarded} == {"subagent:c9"}
+    assert {e.run_id for e in forwarded} == {start.child}
     order = lead_events.index
     assert order(start) < order(forwarded[0])
     assert order(forwarded[-1]) < order(finish)

@@ -273,7 +273,7 @@ async def test_a_delegated_run_context_has_its_own_run_id_and_the_hop_in_its_pat
         )
         result = await lead.generate("go", budget=TokenBudget(500))
     (ctx,) = seen
-    assert ctx.run_id == "subagent:c1"
+    assert ctx.run_id.startswith("subagent:c1:")
     assert (ctx.call_id, ctx.agent) == ("w1", "worker")
     assert ctx.path == (RunStep(result.run_id, "c1", "worker"),)
     # A child without deps of its own reads its parent's.
@@ -410,12 +410,14 @@ async def test_progress_of_a_delegated_run_reaches_the_parents_stream_and_listen
                 chunks.append(chunk)
     hop = (RunStep(run.run_id, "c1", "worker"),)
     progress = [c for c in chunks if c.kind == "progress"]
+    child = progress[0].run_id
+    assert child.startswith("subagent:c1:")
     assert [(c.text, c.call, c.run_id, c.path) for c in progress] == [
-        ("child working", inner, "subagent:c1", hop)
+        ("child working", inner, child, hop)
     ]
     reported = [e for e in events if e.kind == "progress"]
     assert [(e.text, e.data, e.path, e.run_id) for e in reported] == [
-        ("child working", {"stage": "one"}, hop, "subagent:c1")
+        ("child working", {"stage": "one"}, hop, child)
     ]
 
 

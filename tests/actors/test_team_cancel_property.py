@@ -514,7 +514,7 @@ def _runs(record: Record) -> dict[str, RunInfo]:
             assert ev.call is not None
             assert ev.child is not None
             assert ev.agent is not None
-            assert ev.child == f"subagent:{ev.call.id}"
+            assert ev.child.startswith(f"subagent:{ev.call.id}:")  # (and a unique suffix)
             assert ev.call.id not in run.started, "a call delegated twice"
             run.started[ev.call.id] = ev.child
             info(ev.child, ev.agent).parent = run
@@ -547,7 +547,7 @@ class Facts:
         if run_id == self.main_id:
             return MAIN
         if run_id.startswith("subagent:"):
-            return run_id.removeprefix("subagent:")
+            return run_id.removeprefix("subagent:").rsplit(":", 1)[0]
         return next((t for t, o in self.record.interrupts.items() if o.run_id == run_id), None)
 
     def run_of(self, task: str) -> str | None:
@@ -555,7 +555,12 @@ class Facts:
             return self.main_id
         if task in self.record.interrupts:
             return self.record.interrupts[task].run_id
-        return f"subagent:{task}"
+        return self.child_run(task)
+
+    def child_run(self, call_id: str) -> str | None:
+        """The run the call ``call_id`` delegated to (its id is the call's and a suffix)."""
+        prefix = f"subagent:{call_id}:"
+        return next((run_id for run_id in self.runs if run_id.startswith(prefix)), None)
 
     def deadline(self, run: RunInfo) -> float:
         """The run's deadline: its own timeout from its start, or the one it inherited."""
@@ -1062,7 +1067,8 @@ def _check_delegations(
             if name not in children:
                 continue
             delegated = call_id in parent.started
-            child = facts.runs.get(f"subagent:{call_id}")
+            child_id = facts.child_run(call_id)
+            child = facts.runs.get(child_id) if child_id is not None else None
             if text == INTERRUPTED:
                 assert delegated, f"{call_id}: interrupted, but never delegated"
                 event("a delegation interrupted")

@@ -62,7 +62,8 @@ async def test_a_lead_delegating_to_a_worker_over_http_streams_nested_chunks_and
     assert (delegation.name, delegation.arguments) == ("worker", {"input": "What is 19 + 23?"})
     hop = (RunStep(result.run_id, delegation.id, "worker"),)
     nested = [c for c in chunks if c.path == hop]
-    assert {c.run_id for c in nested} == {f"subagent:{delegation.id}"}
+    (child_run,) = {c.run_id for c in nested}
+    assert child_run.startswith(f"subagent:{delegation.id}:")
     # The worker's turn streamed through the lead's stream, piece by piece, in order.
     worker_text = [c.text for c in nested if c.kind == "content"]
     assert len(worker_text) > 1
@@ -85,7 +86,7 @@ async def test_a_lead_delegating_to_a_worker_over_http_streams_nested_chunks_and
 
     # Usage: the lead's own turns, and the total with the worker's run.
     finish = next(e for e in events if e.kind == "subagent_finish")
-    assert (finish.child, finish.status) == (f"subagent:{delegation.id}", "complete")
+    assert (finish.child, finish.status) == (child_run, "complete")
     assert finish.usage is not None
     assert finish.usage.total > 0
     assert result.usage.total > 0

@@ -53,6 +53,7 @@ from protocols.jobs import (
     RequestEntry,
     ResponseEntry,
     ResultEntry,
+    StreamEntry,
     TerminalEntry,
     replay,
 )
@@ -67,6 +68,7 @@ ONE_CALL_JOURNAL = [
     "intent",
     "result",
     "request",
+    "stream",  # the answer's deltas, as they streamed
     "response",
     "terminal",
 ]
@@ -321,9 +323,11 @@ async def _two_turn_journal(store: RunStore, clock: Callable[[], float]) -> None
     assert [e.turn for e in entries if isinstance(e, RequestEntry)] == [1, 2]
     assert isinstance(entries[4], ResultEntry)
     assert entries[4].result.render() == "found ada"
-    assert isinstance(entries[7], TerminalEntry)
-    assert entries[7].stop is StopReason.COMPLETE
-    assert entries[7].result == result
+    assert isinstance(entries[6], StreamEntry)
+    assert "".join(text for _, text in entries[6].deltas) == "Ada is found."
+    assert isinstance(entries[8], TerminalEntry)
+    assert entries[8].stop is StopReason.COMPLETE
+    assert entries[8].result == result
     made = replay(id, entries)
     assert made.terminal is not None
     assert made.turns == 2

@@ -552,6 +552,7 @@ def every_kind_of_entry(job: str) -> list[J.Entry]:
             )
         ),
         J.RequestEntry(1),
+        J.StreamEntry(1, (("thinking", "hm…"), ("content", "Let"), ("content", " me ✓"))),
         J.CheckpointEntry(1, content="Let me", thinking="hm…"),
         J.ResponseEntry(
             Message.assistant(
@@ -571,6 +572,7 @@ def every_kind_of_entry(job: str) -> list[J.Entry]:
         ),
         J.ResultEntry(ToolFailure("call-2", "write", "disk full")),
         J.AskEntry(("call-3",), reasons={"call-3": "deletes everything"}),
+        J.AttemptEntry(2, "answered"),
         J.AnswerEntry("call-3", allow=False, reason="no ✋"),
         J.ResultEntry(ToolFailure("call-3", "delete", "denied: no ✋")),
         J.RequestEntry(2),

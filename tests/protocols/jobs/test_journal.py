@@ -28,6 +28,7 @@ from protocols.jobs import (
     UNKNOWN_EFFECT,
     AnswerEntry,
     AskEntry,
+    AttemptEntry,
     CheckpointEntry,
     CheckpointPolicy,
     Decision,
@@ -40,6 +41,7 @@ from protocols.jobs import (
     RequestEntry,
     ResponseEntry,
     ResultEntry,
+    StreamEntry,
     TerminalEntry,
     decide,
     entry_from_json,
@@ -765,6 +767,14 @@ ENTRIES: dict[str, st.SearchStrategy[Any]] = {
     "intent": st.builds(IntentEntry, CALLS, TEXT),
     "result": st.builds(ResultEntry, RESULTS),
     "checkpoint": st.builds(CheckpointEntry, st.integers(0, 1000), TEXT, TEXT),
+    "stream": st.builds(
+        StreamEntry,
+        st.integers(0, 1000),
+        st.lists(st.tuples(st.sampled_from(["content", "thinking"]), TEXT), max_size=4).map(tuple),
+    ),
+    "attempt": st.builds(
+        AttemptEntry, st.integers(1, 1000), st.sampled_from(["takeover", "retry", "answered"])
+    ),
     "ask": st.builds(
         AskEntry, st.lists(IDS, max_size=3).map(tuple), st.dictionaries(IDS, TEXT, max_size=3)
     ),

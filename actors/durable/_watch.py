@@ -1,0 +1,115 @@
+"""Following a durable job's events from any process: its log is derived from its journal
+(:class:`protocols.live.JournalEvents`), read from the store as it grows."""
+
+from __future__ import annotations
+
+import collections
+import time
+
+import trio
+
+from protocols.errors import ValidationError
+from protocols.jobs import JobRecord, JobStatus
+from protocols.live import JournalEvents, RunEvent
+
+from ._store import RunStore
+
+__all__ = ["JobEvents", "watch_job"]
+
+
+def watch_job(store: RunStore, id: str, *, after: int = 0, poll: float = 0.5) -> JobEvents:
+    """The events of job ``id`` after seq ``after`` (0: from its first), from its journal in
+    ``store`` -- in any process, also after its workers restarted: the same journal gives the
+    same events under the same seqs. An async iterator that replays them, then follows the job
+    as its journal grows (woken by the store's notifications where it has them -- its own
+    process's commits, and PostgreSQL's from other processes -- and looking every ``poll``
+    seconds in any case), and stops after a terminal event: ``finished``, ``failed``,
+    ``cancelled`` or ``awaiting_input`` (the job waits for approvals: watch again after it
+    to follow the rest). A job that ended with no terminal in its journal (cancelled or
+    abandoned before its run ended it) gives one, derived from its record. Raises
+    :class:`~protocols.errors.ValidationError` when the job does not exist (on the first
+    step)."""
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise ValidationError(f"after must be a seq (an int >= 0), not {after!r}")
+    if isinstance(poll, bool) or not isinstance(poll, int | float) or not 0 < poll < float("inf"):
+        raise ValidationError(f"poll must be a number of seconds > 0, not {poll!r}")
+    return JobEvents(store, id, after, float(poll))
+
+
+class JobEvents:
+    """See :func:`watch_job`."""
+
+    def __init__(self, store: RunStore, id: str, after: int, poll: float) -> None:
+        self.store = store
+        self.id = id
+        self._after = after
+        self._poll = poll
+        self._derived = JournalEvents(id)
+        self._pending: collections.deque[RunEvent] = collections.deque()
+        self._done = False
+
+    @property
+    def position(self) -> int:
+        """The seq of the last event handed out (``after`` before the first)."""
+        return self._after
+
+    def __aiter__(self) -> JobEvents:
+        return self
+
+    async def __anext__(self) -> RunEvent:
+        if self._done:
+            raise StopAsyncIteration
+        with self.store.watch(journals=True) as watch:
+            while not self._pending:
+                record = await self._read()
+                if self._pending:
+                    break
+                if record.terminal:
+                    # Ended, and its journal will grow no more: its end, from the record, if
+                    # the journal does not say it (cancelled or abandoned before its run ended).
+                    ending = None if self._derived.final else self._ending(record)
+                    if ending is None or ending.seq <= self._after:
+                        self._done = True
+                        raise StopAsyncIteration
+                    self._pending.append(ending)
+                    break
+                with trio.move_on_after(self._poll):
+                    while True:
+                        ids = await watch.next()
+                        if not ids or self.id in ids:
+                            break
+        event = self._pending.popleft()
+        self._after = event.seq
+        if event.terminal:
+            self._done = True
+            self._pending.clear()
+        return event
+
+    async def _read(self) -> JobRecord:
+        """Read the record, then what the journal holds that was not read yet (the record
+        first: a terminal record read before the journal means the journal is whole)."""
+        record = await self.store.get(self.id)
+        if record is None:
+            raise ValidationError(f"no job {self.id!r} (never admitted, or purged)")
+        self._derived.agent = record.job.agent
+        entries = await self.store.journal(self.id, after=self._derived.entries)
+        for event in self._derived.feed(entries, time.time()):
+            if event.seq > self._after:
+                self._pending.append(event)
+        return record
+
+    def _ending(self, record: JobRecord) -> RunEvent:
+        derived = self._derived
+        seq = derived.last + 1
+        data: dict[str, object]
+        if record.result is not None:
+            kind = "cancelled" if record.status is JobStatus.CANCELLED else "finished"
+            data = {"result": record.result}
+        elif record.status is JobStatus.CANCELLED:
+            kind, data = "cancelled", {"result": None}
+        else:
+            message = record.error or f"the job ended {record.status.value}"
+            kind = "failed"
+            data = {"error": {"type": "JobError", "code": record.status.value, "message": message}}
+        stamp = record.updated_at if record.updated_at is not None else time.time()
+        return RunEvent(self.id, seq, kind, stamp, data)

@@ -1,0 +1,396 @@
+"""The run's event log, sans-IO: what every observer of a run reads -- the caller's stream, other
+followers, the relay's frames and SSE, the durable job's watchers.
+
+A run publishes :class:`RunEvent`\\ s, numbered ``seq`` 1, 2, 3, ... per run, each once: a seq never
+stands for two events with different content, in any process. The last event is terminal
+(:data:`TERMINAL`: ``finished``, ``failed``, ``cancelled``, ``awaiting_input``); nothing belongs
+to that stream after it (002's terminal rule).
+
+* :class:`EventLog` keeps one run's events in memory, bounded: a follower that fell behind what
+  it keeps reads a ``gap`` event (:func:`gap`) saying which events it cannot have and where to go
+  on, never a silent hole.
+* :class:`JournalEvents` derives a durable job's events from its journal, deterministically: the
+  same journal gives the same events under the same seqs, in any process, after any restart. A
+  continued attempt (a takeover, a retry) starts with a ``rewind`` event saying up to which seq
+  the log stands (``data["to"]``): what a dead worker showed beyond it was never published.
+* :func:`event_to_json` / :func:`event_from_json` carry an event on a wire (strict JSON).
+
+Nothing here waits; :mod:`actors` publishes and follows.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Final, Literal
+
+import attrs
+
+from ._json import JSON
+from .codec import from_json, to_json
+from .errors import ProtocolError, ValidationError
+from .jobs._journal import (
+    AnswerEntry,
+    AskEntry,
+    AttemptEntry,
+    CheckpointEntry,
+    Entry,
+    InputEntry,
+    IntentEntry,
+    MessageEntry,
+    RequestEntry,
+    ResponseEntry,
+    ResultEntry,
+    StreamEntry,
+    TerminalEntry,
+)
+from .messages import AgentResult, Message, StopReason, ToolCall, ToolResult, Usage
+
+__all__ = [
+    "DEFAULT_CAPACITY",
+    "KINDS",
+    "TERMINAL",
+    "EventLog",
+    "JournalEvents",
+    "RunEvent",
+    "event_from_json",
+    "event_to_json",
+    "gap",
+    "terminal_for",
+]
+
+#: Events an in-memory run keeps by default (a long answer's deltas and then some).
+DEFAULT_CAPACITY: Final = 10_000
+
+EventKind = Literal[
+    "started",
+    "turn",
+    "content",
+    "thinking",
+    "tool_call",
+    "tool_result",
+    "progress",
+    "usage",
+    "retry",
+    "guard",
+    "fault",
+    "message",
+    "approval_requested",
+    "approval_answered",
+    "subagent_started",
+    "subagent_finished",
+    "handoff",
+    "takeover",
+    "rewind",
+    "gap",
+    "finished",
+    "failed",
+    "cancelled",
+    "awaiting_input",
+]
+
+#: Every kind of event (``gap`` is never in a log: a follower that fell behind reads one).
+KINDS: Final[frozenset[str]] = frozenset(EventKind.__args__)  # type: ignore[attr-defined]
+
+#: The kinds that end a run's stream: nothing follows them in that stream.
+TERMINAL: Final[frozenset[str]] = frozenset({"finished", "failed", "cancelled", "awaiting_input"})
+
+
+@attrs.frozen(slots=True)
+class RunEvent:
+    """One thing that happened in run ``run_id``: its ``seq`` (1, 2, 3, ... in the run's order),
+    ``kind`` (:data:`KINDS`), wall-clock ``time`` (seconds) and ``data``, by kind:
+
+    * ``started``: ``agent`` (its name); ``turn``: ``turn`` (the provider call, from 1);
+    * ``content`` / ``thinking``: ``text`` (a delta of the answer or of its reasoning);
+    * ``tool_call``: ``call`` (a :class:`~protocols.messages.ToolCall`); ``tool_result``:
+      ``result`` (a :class:`~protocols.messages.ToolResult`); ``progress``: ``call_id``,
+      ``text`` (what a running tool reported);
+    * ``usage``: ``usage`` (a :class:`~protocols.messages.Usage`, ``None`` when not reported),
+      ``estimated``, ``finish`` (the call's finish reason);
+    * ``retry``: ``attempt``, ``delay``, ``reason`` (a provider call tried again);
+    * ``guard`` / ``fault``: ``reason``; ``message``: ``message`` (a message the run added that
+      is neither an answer nor a result);
+    * ``approval_requested``: ``call_id``, ``tool``, ``reason``; ``approval_answered``:
+      ``call_id``, ``allow``, ``reason``;
+    * ``subagent_started``: ``call_id``, ``agent``, ``run_id`` (the child run's id: follow it
+      too); ``subagent_finished``: ``call_id``, ``run_id``, ``status``; ``handoff``:
+      ``call_id``, ``agent``;
+    * ``takeover``: ``fence`` (another worker continues the durable run) with ``reason``
+      (``takeover``, ``retry`` or ``answered``); ``rewind``: ``to`` (the last seq that stands:
+      a client drops what it showed after it);
+    * ``gap`` (never in a log): ``first`` -- the events ``first`` .. ``seq`` are gone from the
+      log; the follower goes on after ``seq``;
+    * terminal: ``finished`` / ``cancelled``: ``result`` (the
+      :class:`~protocols.messages.AgentResult`); ``failed``: ``error`` (``type``, ``code``,
+      ``message``); ``awaiting_input``: ``calls`` (the approvals asked: ``call_id``, ``tool``,
+      ``reason`` each).
+    """
+
+    run_id: str
+    seq: int
+    kind: str
+    time: float
+    data: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def terminal(self) -> bool:
+        """Nothing follows this event in its stream."""
+        return self.kind in TERMINAL
+
+
+def gap(run_id: str, first: int, last: int, time: float) -> RunEvent:
+    """The event a follower reads for the events ``first`` .. ``last`` it cannot have (they
+    are gone from the log): its seq is ``last``, so that going on after it is going on."""
+    return RunEvent(run_id, last, "gap", time, {"first": first})
+
+
+def terminal_for(result: AgentResult) -> str:
+    """The terminal kind of a run that ended with ``result``: ``cancelled`` when it was
+    cancelled, ``finished`` otherwise (a partial result says why in its ``stop``)."""
+    return "cancelled" if result.stop is StopReason.CANCELLED else "finished"
+
+
+# ---------------------------------------------------------------------------------------------
+# The in-memory log
+
+
+class EventLog:
+    """One run's events in memory: at most ``capacity`` of the latest (older ones are
+    dropped; a follower behind them reads a :func:`gap`). Seqs start at ``first`` (1).
+    :meth:`add` after the terminal event raises :class:`~protocols.errors.ValidationError`."""
+
+    __slots__ = ("_dropped", "_items", "capacity", "ended", "run_id")
+
+    def __init__(self, run_id: str, *, capacity: int = DEFAULT_CAPACITY) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ValidationError(f"an event log's capacity must be an int >= 1, not {capacity!r}")
+        self.run_id = run_id
+        self.capacity = capacity
+        #: The time the terminal event was added (``None``: the run goes on).
+        self.ended: float | None = None
+        self._items: collections.deque[tuple[str, Any, float]] = collections.deque(maxlen=capacity)
+        self._dropped = 0  # events that fell out of the front
+
+    @property
+    def last(self) -> int:
+        """The seq of the latest event (0: none yet)."""
+        return self._dropped + len(self._items)
+
+    @property
+    def first(self) -> int:
+        """The seq of the oldest event still kept (``last + 1`` when none is)."""
+        return self._dropped + 1
+
+    def add(self, kind: str, data: Mapping[str, Any] | None, time: float) -> int:
+        """Append an event; its seq. A terminal ``kind`` ends the log."""
+        if self.ended is not None:
+            raise ValidationError(f"run {self.run_id}: an event after the terminal one")
+        items = self._items
+        if len(items) == self.capacity:
+            self._dropped += 1
+        items.append((kind, data, time))
+        if kind in TERMINAL:
+            self.ended = time
+        return self._dropped + len(items)
+
+    def read(self, after: int, limit: int = 1000, *, now: float = math.nan) -> list[RunEvent]:
+        """The events after seq ``after``, at most ``limit`` of them: a :func:`gap` first when
+        some of them are gone (``now``: the gap's time)."""
+        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+            raise ValidationError(f"after must be a seq (an int >= 0), not {after!r}")
+        out: list[RunEvent] = []
+        start = after + 1
+        if start < self.first and self.first <= self.last + 1 and self._dropped:
+            out.append(gap(self.run_id, start, self.first - 1, now))
+            start = self.first
+            limit -= 1
+        index = start - self.first
+        if index >= len(self._items) or limit <= 0:
+            return out
+        run_id = self.run_id
+        for offset, (kind, data, time) in enumerate(
+            itertools.islice(self._items, index, index + limit)
+        ):
+            out.append(RunEvent(run_id, start + offset, kind, time, _data(kind, data)))
+        return out
+
+
+def _data(kind: str, data: Any) -> Mapping[str, Any]:
+    # Deltas are kept as their text alone (the log's hot path); the event shows them whole.
+    if kind in ("content", "thinking"):
+        return {"text": data}
+    return data if data is not None else {}
+
+
+# ---------------------------------------------------------------------------------------------
+# A durable job's events, from its journal
+
+
+class JournalEvents:
+    """The events of job ``run_id`` (of agent ``agent``), derived from its journal: feed the
+    entries in order
+    (:meth:`feed`), in as many calls as they arrive; the events come out numbered from 1. The
+    same entries always give the same events (content and seqs); times are the
+    ``time``\\ s given with the entries (an entry's write), which only a display reads."""
+
+    __slots__ = ("_calls", "_seq", "agent", "ended", "entries", "final", "run_id")
+
+    def __init__(self, run_id: str, *, agent: str | None = None) -> None:
+        self.run_id = run_id
+        #: The job's agent, as its ``started`` event names it.
+        self.agent = agent
+        #: How many entries were fed.
+        self.entries = 0
+        #: The last event was terminal (a new attempt may follow an ``awaiting_input``).
+        self.ended = False
+        #: The last event ended the run for good (terminal, and not ``awaiting_input``).
+        self.final = False
+        self._seq = 0
+        self._calls: dict[str, ToolCall] = {}  # the open batch's calls, by id
+
+    @property
+    def last(self) -> int:
+        """The seq of the last event derived (0: none)."""
+        return self._seq
+
+    def feed(self, entries: Iterable[Entry], time: float = math.nan) -> list[RunEvent]:
+        """The events the next ``entries`` add (none for an entry that shows nothing)."""
+        out: list[RunEvent] = []
+        for entry in entries:
+            self.entries += 1
+            out.extend(self._events(entry, time))
+        return out
+
+    def _event(self, kind: str, time: float, **data: Any) -> RunEvent:
+        self._seq += 1
+        self.ended = kind in TERMINAL
+        self.final = self.ended and kind != "awaiting_input"
+        return RunEvent(self.run_id, self._seq, kind, time, data)
+
+    def _events(self, entry: Entry, time: float) -> Iterator[RunEvent]:
+        if isinstance(entry, InputEntry):
+            yield self._event("started", time, agent=self.agent)
+        elif isinstance(entry, AttemptEntry):
+            yield self._event("rewind", time, to=self._seq)
+            yield self._event("takeover", time, fence=entry.fence, reason=entry.reason)
+        elif isinstance(entry, RequestEntry):
+            yield self._event("turn", time, turn=entry.turn)
+        elif isinstance(entry, StreamEntry):
+            for channel, text in entry.deltas:
+                yield self._event(
+                    "thinking" if channel == "thinking" else "content", time, text=text
+                )
+        elif isinstance(entry, ResponseEntry):
+            message = entry.message
+            self._calls = {call.id: call for call in message.calls}
+            for call in message.calls:
+                yield self._event("tool_call", time, call=call)
+            yield self._event("usage", time, usage=entry.usage, estimated=False, finish=None)
+        elif isinstance(entry, ResultEntry):
+            yield self._event("tool_result", time, result=entry.result)
+        elif isinstance(entry, MessageEntry):
+            yield self._event("message", time, message=entry.message)
+        elif isinstance(entry, AskEntry):
+            asked = []
+            for call_id in entry.calls:
+                asking = self._calls.get(call_id)
+                tool = asking.name if asking is not None else ""
+                reason = entry.reasons.get(call_id, "")
+                asked.append({"call_id": call_id, "tool": tool, "reason": reason})
+                yield self._event(
+                    "approval_requested", time, call_id=call_id, tool=tool, reason=reason
+                )
+            yield self._event("awaiting_input", time, calls=asked)
+        elif isinstance(entry, AnswerEntry):
+            yield self._event(
+                "approval_answered",
+                time,
+                call_id=entry.call_id,
+                allow=entry.allow,
+                reason=entry.reason,
+            )
+        elif isinstance(entry, TerminalEntry):
+            if entry.result is not None:
+                yield self._event(terminal_for(entry.result), time, result=entry.result)
+            elif entry.stop is StopReason.CANCELLED:
+                yield self._event(
+                    "failed" if entry.error else "cancelled", time, **_failure(entry.error)
+                )
+            else:
+                yield self._event("failed", time, **_failure(entry.error))
+        # IntentEntry (a call about to run) and CheckpointEntry (an older journal's
+        # accumulated text) show nothing.
+        elif not isinstance(entry, IntentEntry | CheckpointEntry):  # pragma: no cover
+            raise ProtocolError(f"no events for a journal entry {entry.kind!r}", code="decode")
+
+
+def _failure(error: str | None) -> dict[str, Any]:
+    text = error or "the job ended without a result"
+    kind, _, message = text.partition(": ")
+    if not message:
+        kind, message = "JobError", text
+    return {"error": {"type": kind, "code": None, "message": message}}
+
+
+# ---------------------------------------------------------------------------------------------
+# On a wire
+
+#: Per kind, the fields that hold data-model objects, and their class.
+_OBJECTS: Final[dict[str, dict[str, Any]]] = {
+    "tool_call": {"call": ToolCall},
+    "tool_result": {"result": ToolResult},
+    "usage": {"usage": Usage | None},
+    "message": {"message": Message},
+    "finished": {"result": AgentResult},
+    "cancelled": {"result": AgentResult},
+}
+
+
+def event_to_json(event: RunEvent) -> dict[str, JSON]:
+    """``event`` as strict JSON data: ``{"run_id", "seq", "kind", "time", "data"}`` (a time
+    that is not a finite number is left out)."""
+    objects = _OBJECTS.get(event.kind, {})
+    data: dict[str, JSON] = {}
+    for key, value in event.data.items():
+        data[key] = to_json(value) if key in objects and value is not None else value
+    out: dict[str, JSON] = {
+        "run_id": event.run_id,
+        "seq": event.seq,
+        "kind": event.kind,
+        "data": data,
+    }
+    if math.isfinite(event.time):
+        out["time"] = event.time
+    return out
+
+
+def event_from_json(data: Any) -> RunEvent:
+    """The event :func:`event_to_json` made, checked strictly. Raises
+    :class:`~protocols.errors.ProtocolError` ``code="decode"``."""
+    if not isinstance(data, dict):
+        raise ProtocolError("an event must be a JSON object", code="decode")
+    unknown = set(data) - {"run_id", "seq", "kind", "time", "data"}
+    if unknown:
+        raise ProtocolError(f"an event has unknown fields {sorted(unknown)}", code="decode")
+    run_id, seq, kind = data.get("run_id"), data.get("seq"), data.get("kind")
+    time = data.get("time", math.nan)
+    payload = data.get("data", {})
+    if not isinstance(run_id, str) or not run_id:
+        raise ProtocolError("an event's run_id must be a non-empty string", code="decode")
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+        raise ProtocolError("an event's seq must be an int >= 0", code="decode")
+    if kind not in KINDS:
+        raise ProtocolError(f"unknown event kind {kind!r}", code="decode")
+    if isinstance(time, bool) or not isinstance(time, int | float):
+        raise ProtocolError("an event's time must be a number", code="decode")
+    if not isinstance(payload, dict):
+        raise ProtocolError("an event's data must be an object", code="decode")
+    objects = _OBJECTS.get(kind, {})
+    decoded = {
+        key: from_json(objects[key], value) if key in objects and value is not None else value
+        for key, value in payload.items()
+    }
+    return RunEvent(run_id, seq, kind, float(time), decoded)
