@@ -179,9 +179,9 @@ async def main() -> None:
     for event in sorted(finished, key=lambda event: str(event.agent)):
         tokens = event.usage.total if event.usage is not None else "unknown"
         print(f"{event.agent:>10}: {event.status}, {tokens} tokens, run {event.child}")
-    # ->    analyst: complete, ... tokens, run subagent:call_sim0_1
-    # -> researcher: complete, ... tokens, run subagent:call_sim0_0
-    # ->     writer: complete, ... tokens, run subagent:call_sim0_2
+    # ->    analyst: complete, ... tokens, run subagent:call_sim0_1:...
+    # -> researcher: complete, ... tokens, run subagent:call_sim0_0:...
+    # ->     writer: complete, ... tokens, run subagent:call_sim0_2:...
     own, everything = result.usage, result.total_usage
     assert own is not None  # the simulator reports usage, so neither is unknown
     assert everything is not None

@@ -13,7 +13,9 @@ to that stream after it (002's terminal rule).
   same journal gives the same events under the same seqs, in any process, after any restart. A
   continued attempt (a takeover, a retry) starts with a ``rewind`` event saying up to which seq
   the log stands (``data["to"]``): what a dead worker showed beyond it was never published.
-* :func:`event_to_json` / :func:`event_from_json` carry an event on a wire (strict JSON).
+* :func:`event_to_json` / :func:`event_from_json` carry an event on a wire (strict JSON);
+  :func:`event_to_sse` frames one as a Server-Sent Event whose ``id:`` is its seq, and
+  :func:`last_event_id` reads the seq a resuming client sends back (``Last-Event-ID``).
 
 Nothing here waits; :mod:`actors` publishes and follows.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import json
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final, Literal
@@ -51,13 +54,16 @@ from .messages import AgentResult, Message, StopReason, ToolCall, ToolResult, Us
 __all__ = [
     "DEFAULT_CAPACITY",
     "KINDS",
+    "SSE_KEEPALIVE",
     "TERMINAL",
     "EventLog",
     "JournalEvents",
     "RunEvent",
     "event_from_json",
     "event_to_json",
+    "event_to_sse",
     "gap",
+    "last_event_id",
     "terminal_for",
 ]
 
@@ -394,3 +400,27 @@ def event_from_json(data: Any) -> RunEvent:
         for key, value in payload.items()
     }
     return RunEvent(run_id, seq, kind, float(time), decoded)
+
+
+#: A Server-Sent Events comment that keeps an idle stream open through proxies.
+SSE_KEEPALIVE: Final = b": keep-alive\n\n"
+
+
+def event_to_sse(event: RunEvent) -> bytes:
+    """``event`` as one Server-Sent Event: ``id:`` its seq (what a browser's ``EventSource``
+    sends back as ``Last-Event-ID`` when it reconnects), ``event:`` its kind, ``data:`` the
+    :func:`event_to_json` object on one line."""
+    data = json.dumps(event_to_json(event), separators=(",", ":"), ensure_ascii=False)
+    return f"id: {event.seq}\nevent: {event.kind}\ndata: {data}\n\n".encode()
+
+
+def last_event_id(value: str | None) -> int:
+    """The seq a resuming client asks to go on after, from its ``Last-Event-ID`` header (or a
+    query's ``after``): ``0`` for none. Raises :class:`~protocols.errors.ValidationError` for
+    anything but a decimal seq of at most 18 digits."""
+    if value is None or value == "":
+        return 0
+    text = value.strip()
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
+        raise ValidationError("Last-Event-ID must be the seq of an event (a decimal int >= 0)")
+    return int(text)
