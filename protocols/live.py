@@ -88,6 +88,7 @@ EventKind = Literal[
     "subagent_started",
     "subagent_finished",
     "handoff",
+    "compaction",
     "takeover",
     "rewind",
     "gap",
@@ -124,6 +125,9 @@ class RunEvent:
     * ``subagent_started``: ``call_id``, ``agent``, ``run_id`` (the child run's id: follow it
       too); ``subagent_finished``: ``call_id``, ``run_id``, ``status``; ``handoff``:
       ``call_id``, ``agent``;
+    * ``compaction``: ``reason`` (``window``: the prompt reached the agent's window;
+      ``overflow``: the provider refused it as too long), ``replaced`` (how many messages the
+      summary stands for);
     * ``takeover``: ``fence`` (another worker continues the durable run) with ``reason``
       (``takeover``, ``retry`` or ``answered``); ``rewind``: ``to`` (the last seq that stands:
       a client drops what it showed after it);
