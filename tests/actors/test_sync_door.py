@@ -232,7 +232,8 @@ def test_a_job_queue_on_a_store_url(tmp_path: pathlib.Path) -> None:
 # -- Ctrl-C ----------------------------------------------------------------------------------------
 
 SCRIPT = """
-import json, sys, threading
+import faulthandler, json, sys, threading
+faulthandler.dump_traceback_later(50, exit=True)  # a hang shows every thread's stack
 sys.path[:0] = [{root!r}, {tests!r}]
 
 import actors.sync
