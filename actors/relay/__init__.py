@@ -3,6 +3,9 @@ websocket without ever seeing the credential.
 
 * :class:`RelayServer` -- the ASGI application (mount it anywhere, or :func:`serve` it on
   hypercorn's trio worker); ``trio-agents serve`` runs one with the browser chat page.
+* :class:`RelayJobs` -- durable jobs served by the relay (``RelayServer(..., jobs=...)``):
+  submitted, shown, cancelled, answered and followed over HTTP, run by the workers of a job
+  queue on the same store.
 * :class:`RelayProvider` -- the client: a provider like any other, so an ``Agent`` runs over
   the relay unchanged (its tools run client-side).
 
@@ -11,6 +14,9 @@ The frames are :mod:`protocols.relay`.
 
 from ._client import RelayApprover as RelayApprover
 from ._client import RelayProvider as RelayProvider
+from ._jobs import RelayJobLimits as RelayJobLimits
+from ._jobs import RelayJobs as RelayJobs
+from ._jobs import RelayJobStatistics as RelayJobStatistics
 from ._serve import serve as serve
 from ._server import RelayLimits as RelayLimits
 from ._server import RelayServer as RelayServer
@@ -19,6 +25,9 @@ from ._server import RelayToken as RelayToken
 
 __all__ = [
     "RelayApprover",
+    "RelayJobLimits",
+    "RelayJobStatistics",
+    "RelayJobs",
     "RelayLimits",
     "RelayProvider",
     "RelayServer",

@@ -83,6 +83,7 @@ from ._asgi import (
     _plain,
     _ws_deny,
 )
+from ._jobs import JOBS_PATH, RelayJobs
 from ._session import _cancel_on_disconnect, _coalesced, _Connection, _Failed, _stack
 
 if TYPE_CHECKING:
@@ -142,6 +143,9 @@ class RelayServer:
     ``content_filter``) -- is not decided: it keeps its ``denied`` text and never runs, in any
     client that honours ``denied`` (which every client version does).
 
+    ``jobs`` (optional): a :class:`~actors.relay.RelayJobs` -- the relay also serves durable
+    jobs under ``/v1/jobs`` (see ``docs/relay.md``).
+
     ``tracer_provider`` (optional; default: the global one, if configured): each relayed call
     is an OpenTelemetry span ``chat {model}`` (SERVER), a child of the trace context the client
     sent -- its ``stream`` frame's ``trace``, else its websocket handshake's or HTTP request's
@@ -159,6 +163,7 @@ class RelayServer:
         authority: Authority | None = None,
         page: bool = True,
         tracer_provider: TracerProvider | None = None,
+        jobs: RelayJobs | None = None,
     ) -> None:
         holders: list[tuple[bytes, _TokenState]] = []
         for item in tokens:
@@ -186,6 +191,9 @@ class RelayServer:
         self._statistics = RelayStatistics()
         self._closing = False
         self._scopes: set[trio.CancelScope] = set()
+        self.jobs = jobs  # the durable jobs API (actors/relay/_jobs.py), when given
+        if jobs is not None:
+            jobs._attach(self)
 
     def __repr__(self) -> str:
         return f"<RelayServer tokens={len(self._holders)} provider={type(self.provider).__name__}>"
@@ -331,7 +339,9 @@ class RelayServer:
         if kind != "http":
             return
         method = scope.get("method", "GET")
-        if path == STREAM_PATH:
+        if self.jobs is not None and (path == JOBS_PATH or path.startswith(JOBS_PATH + "/")):
+            await self.jobs._serve(self, scope, headers, receive, send)
+        elif path == STREAM_PATH:
             if method != "POST":
                 await _plain(send, 405, extra=[(b"allow", b"POST")])
                 return
