@@ -291,6 +291,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="a host name the relay answers to besides the bind address and localhost "
         "(repeatable; checked against the Host header)",
     )
+    durable = relay.add_argument_group(
+        "durable jobs",
+        "With --store, the relay also serves durable jobs at /v1/jobs (submit, show, cancel, "
+        "answer, follow their events), run by workers here and in any other process on the "
+        "store (trio-agents worker).",
+    )
+    durable.add_argument("--store", metavar="URL", help=_STORE_HELP)
+    durable.add_argument(
+        "--app",
+        metavar="MODULE:ATTR",
+        help="the agents jobs may name: an AgentRegistry (or a function returning one, given "
+        "the runtime or nothing), as a worker's --app (default: one agent, 'assistant', on "
+        "the relay's model, with an add tool)",
+    )
+    durable.add_argument(
+        "--workers",
+        type=_count(0, 10000),
+        default=None,
+        metavar="N",
+        help="jobs run at once in this process (default: 4; 0: none here -- other "
+        "processes' workers run them, and any agent name is admitted unless --app is given)",
+    )
     _endpoint_options(relay, 0.02, think=False)  # thinking is each client's option
     _debug_option(relay)
     _durable_commands(commands)
@@ -807,4 +829,7 @@ def _run(args: argparse.Namespace, endpoint: Endpoint | None) -> int:
         grace=args.grace,
         allowed_hosts=args.allowed_hosts,
         max_tokens=args.max_tokens,
+        store=args.store,
+        app=args.app,
+        workers=args.workers,
     )

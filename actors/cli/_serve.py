@@ -1,5 +1,7 @@
 """``trio-agents serve``: run a relay (with its browser chat page) in front of the simulator or a
-real OpenAI-compatible endpoint."""
+real OpenAI-compatible endpoint -- and, with ``--store URL``, the durable jobs API on that store,
+with workers of its own (``--workers``) and the agents ``--app`` names (by default one,
+``assistant``, on the relay's model)."""
 
 from __future__ import annotations
 
@@ -9,22 +11,103 @@ import secrets
 import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 import trio
 
 from protocols.relay import is_loopback, parse_origin, split_host
 
+from ..durable import AgentRegistry, open_job_queue, open_run_store
+from ..durable._open import check_store_url
 from ..providers import OpenAIChat, StreamingProvider
-from ..relay import RelayLimits, RelayServer, RelayToken, serve
+from ..relay import RelayJobs, RelayLimits, RelayServer, RelayToken, serve
 from ..relay._serve import GRACE
 from ..testing import Simulator
 from ._demo import Endpoint
 
-__all__ = ["GRACE", "TOKEN_ENV", "main", "run"]
+__all__ = [
+    "DEFAULT_AGENT",
+    "DEFAULT_WORKERS",
+    "GRACE",
+    "TOKEN_ENV",
+    "Jobs",
+    "main",
+    "run",
+]
 
 #: Where ``serve`` reads its bearer token when ``--token`` is not given.
 TOKEN_ENV = "TRIO_AGENTS_RELAY_TOKEN"
+
+#: The agent ``serve --store`` serves when ``--app`` names none: on the relay's model.
+DEFAULT_AGENT = "assistant"
+
+#: Jobs ``serve --store`` runs at once itself unless ``--workers`` says otherwise.
+DEFAULT_WORKERS = 4
+
+
+class Jobs:
+    """What ``serve --store`` serves: the store ``url``, the agents of ``app`` (``MODULE:ATTR``
+    as a worker's ``--app`` takes it: an :class:`~actors.durable.AgentRegistry`, or a function
+    given the runtime (or nothing) that returns one; ``None``: :data:`DEFAULT_AGENT` on the
+    relay's model), and ``workers``: jobs run at once in this process (0: none -- ``trio-agents
+    worker`` processes on the same store run them)."""
+
+    def __init__(self, url: str, *, app: str | None = None, workers: int = DEFAULT_WORKERS) -> None:
+        from ._jobs import load_app  # noqa: PLC0415
+
+        check_store_url(url)  # a bad URL, or an --app that cannot be had, fails before serving
+        self.url = url
+        self.app = app
+        self.target: Any = None if app is None else load_app(app)
+        self.workers = workers
+
+
+@contextlib.asynccontextmanager
+async def _serving_jobs(
+    jobs: Jobs, upstream: StreamingProvider, grace: float
+) -> AsyncIterator[tuple[RelayJobs, str]]:
+    """The relay's jobs API over ``jobs``' store, with its workers running; and the line that
+    says so. Leaving stops the workers (running jobs get ``grace`` seconds, then are cut:
+    another worker continues them once their leases expire) and closes the store."""
+    from .._core._runtime import open_runtime  # noqa: PLC0415
+    from .._postgres import redacted  # noqa: PLC0415
+    from ._demo import SYSTEM, add  # noqa: PLC0415
+    from ._jobs import _registry  # noqa: PLC0415
+
+    store = await open_run_store(jobs.url)
+    try:
+        async with open_runtime() as runtime, contextlib.AsyncExitStack() as stack:
+            registry: AgentRegistry | None
+            if jobs.app is not None:
+                registry = await _registry(jobs.app, jobs.target, runtime)
+            elif jobs.workers:
+                registry = AgentRegistry()
+                registry.add(DEFAULT_AGENT, upstream, system=SYSTEM, tools=[add], limit=6)
+            else:
+                registry = None  # the workers elsewhere know the agents: any name is admitted
+            if jobs.workers:
+                assert registry is not None
+                queue = await stack.enter_async_context(
+                    open_job_queue(store, registry, runtime, concurrency=jobs.workers)
+                )
+
+                async def drain() -> None:
+                    queue.stop_taking()
+                    with trio.move_on_after(grace):
+                        await queue.wait_idle()
+
+                stack.push_async_callback(drain)
+            agents = ", ".join(registry) if registry is not None else "any (not checked here)"
+            workers = (
+                f"{jobs.workers} worker{'s' if jobs.workers != 1 else ''} here"
+                if jobs.workers
+                else "no workers here: run trio-agents worker on the store"
+            )
+            line = f"durable jobs on {redacted(jobs.url)} (agents: {agents}; {workers})"
+            yield RelayJobs(store, agents=registry), line
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()
 
 
 def _token(given: str | None) -> tuple[str, bool]:
@@ -70,25 +153,36 @@ async def run(
     grace: float = GRACE,
     allowed_hosts: Sequence[str] | None = None,
     max_tokens: int | None = None,
+    jobs: Jobs | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled, or, with ``signals``, until SIGINT or SIGTERM: then open requests
     get their ``shutdown`` frame or line (websockets close with 1001) within ``grace``
     seconds, and it returns. ``task_status`` gets the page's URL once it is up. ``max_tokens``:
-    the relay's cap on a request's output tokens (see :class:`~actors.relay.RelayLimits`)."""
+    the relay's cap on a request's output tokens (see :class:`~actors.relay.RelayLimits`).
+    ``jobs``: also serve durable jobs under ``/v1/jobs`` (see :class:`Jobs`); on the way out
+    its workers' running jobs get ``grace`` seconds to end."""
 
     async def signalled() -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
             async for _ in received:
                 return
 
-    async with _upstream(endpoint, interval) as (upstream, where):
+    async with (
+        _upstream(endpoint, interval) as (upstream, where),
+        contextlib.AsyncExitStack() as stack,
+    ):
+        served: RelayJobs | None = None
+        said = None
+        if jobs is not None:
+            served, said = await stack.enter_async_context(_serving_jobs(jobs, upstream, grace))
         app = RelayServer(
             upstream,
             tokens=[RelayToken(token, name="serve")],
             origins=origins,
             allowed_hosts=allowed_hosts or (),
             limits=RelayLimits(max_frame=max_frame, max_tokens=max_tokens),
+            jobs=served,
         )
         async with trio.open_nursery() as nursery:
             bound: list[str] = await nursery.start(
@@ -105,6 +199,8 @@ async def run(
             url = bound[0] + "/"
             print(f"relay for {where} at {url}", file=out)
             print(f"websocket: {bound[0].replace('http', 'ws', 1)}/v1/relay", file=out)
+            if said is not None:
+                print(f"{said}: {bound[0]}/v1/jobs", file=out)
             if max_tokens is not None:
                 print(f"output tokens capped at {max_tokens} per request", file=out)
             if shown:
@@ -149,15 +245,26 @@ def main(
     grace: float = GRACE,
     allowed_hosts: Sequence[str] | None = None,
     max_tokens: int | None = None,
+    store: str | None = None,
+    app: str | None = None,
+    workers: int | None = None,
     out: TextIO = sys.stdout,
     err: TextIO | None = None,
 ) -> int:
-    """Run the relay until Ctrl-C or SIGTERM; returns the exit status (2: a bad option)."""
+    """Run the relay until Ctrl-C or SIGTERM; returns the exit status (2: a bad option). With
+    ``store``, it serves durable jobs too (``app``: their agents; ``workers``: jobs run at once
+    here, :data:`DEFAULT_WORKERS` by default). A store URL no store opens, or an ``app`` that
+    cannot be imported, raises :class:`~protocols.errors.ConfigError` before anything starts."""
     err = sys.stderr if err is None else err
     problem = _check(host, origins, allowed_hosts)
+    if problem is None and store is None and (app is not None or workers is not None):
+        problem = "--app and --workers serve durable jobs: they need --store URL"
     if problem is not None:
         print(f"trio-agents serve: {problem}", file=err)
         return 2
+    jobs = None
+    if store is not None:
+        jobs = Jobs(store, app=app, workers=DEFAULT_WORKERS if workers is None else workers)
     chosen, shown = _token(token)
     try:
         RelayToken(chosen)
@@ -187,6 +294,7 @@ def main(
                 grace=grace,
                 allowed_hosts=allowed_hosts,
                 max_tokens=max_tokens,
+                jobs=jobs,
             )
         )
     except BaseException as error:
