@@ -198,6 +198,9 @@ def test_subpackage_export_lists_are_pinned() -> None:
 
     assert sorted(actors.relay.__all__) == [
         "RelayApprover",
+        "RelayJobLimits",
+        "RelayJobStatistics",
+        "RelayJobs",
         "RelayLimits",
         "RelayProvider",
         "RelayServer",

@@ -14,8 +14,9 @@ from __future__ import annotations
 import logging
 import math
 import time
+import traceback
 import urllib.parse
-from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -229,6 +230,15 @@ class RelayJobs:
         send: Send,
     ) -> None:
         """Answer one HTTP request under :data:`JOBS_PATH` (its host already checked)."""
+        started = [False]
+        original = send
+
+        async def tracked(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                started[0] = True
+            await original(message)
+
+        send = tracked
         try:
             if server._closing:
                 raise _Refusal("shutdown")
@@ -263,6 +273,18 @@ class RelayJobs:
             )
             server._refuse(code)
             await _answer(send, STATUS[code], error_body(code))
+        except Exception as error:
+            # A bug: its own request fails, and nothing of it reaches the client. (An event
+            # stream that had begun is cut: its client resumes after the last id it has.)
+            log.warning(
+                "relay jobs: a request failed: %s (its text is not logged: it may quote the "
+                "request)\n%s",
+                type(error).__name__,
+                "".join(traceback.format_tb(error.__traceback__)).rstrip(),
+            )
+            if not started[0]:
+                server._refuse("internal")
+                await _answer(send, STATUS["internal"], error_body("internal"))
 
     async def _route(self, call: _Call, where: JobRoute) -> None:
         owner = call.owner
@@ -433,24 +455,31 @@ class RelayJobs:
 
     async def _pump(self, id: str, after: int, out: _HttpOut) -> None:
         """Put the job's events after ``after`` to ``out`` up to its terminal one, with a
-        keep-alive comment after each ``keepalive`` seconds of silence."""
+        keep-alive comment after each ``keepalive`` seconds of silence. A client that stopped
+        reading (``out.cut``) ends it."""
         keepalive = self.limits.keepalive
         last = trio.current_time()
 
-        async def beat() -> None:
+        async def beat(scope: trio.CancelScope) -> None:
             nonlocal last
             while True:
                 await trio.sleep_until(last + keepalive)
                 if trio.current_time() >= last + keepalive:
                     last = trio.current_time()
-                    await out.put(_chunk(SSE_KEEPALIVE))
+                    try:
+                        await out.put(_chunk(SSE_KEEPALIVE))
+                    except _Gone:
+                        scope.cancel()
+                        return
 
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(beat)
+            nursery.start_soon(beat, nursery.cancel_scope)
             try:
                 async for event in watch_job(self.store, id, after=after, poll=self.limits.poll):
                     await out.put(_chunk(event_to_sse(shown_event(event))))
                     last = trio.current_time()
+            except _Gone:
+                pass  # (out.cut says so to the caller)
             except ValidationError:
                 pass  # purged meanwhile: nothing more to show
             except StoreError as error:

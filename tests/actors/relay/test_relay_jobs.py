@@ -738,3 +738,29 @@ async def test_a_relay_that_knows_no_agents_admits_any_name(
     assert named.status_code == 201
     assert other.status_code == 400
     assert anything.status_code == 201
+
+
+async def test_a_store_that_fails_is_a_json_error_without_its_text(
+    mock_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with harness(workers=False) as h:
+        id = (await h.submit()).json()["id"]
+        with trio.fail_after(120):
+            followed: list[Any] = []
+
+            async def follow() -> None:
+                followed.append(await h.events(id))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(follow)
+                await until(lambda: h.jobs.statistics().streams > 0)
+                await h.store.aclose()  # under the open stream, and every request after
+            shown = await h.call("GET", f"/v1/jobs/{id}")
+            submitted = await h.submit()
+    # The stream ended (its client resumes after the last id it has); nothing hangs.
+    assert followed[0][0].status_code == 200
+    for answer in (shown, submitted):
+        assert answer.status_code == 500
+        assert answer.json()["error"]["code"] == "internal"
+        assert "closed" not in answer.text
+    assert "the store failed" in caplog.text
