@@ -150,8 +150,9 @@ class RelayJobs:
 
     * **Tenancy.** A job belongs to the token that submitted it: its token's *name* -- never
       its secret -- is recorded in the job's metadata, and every request about a job by id
-      answers 404 ``not_found`` unless that token submitted it, exactly as for an id that does
-      not exist (also a job submitted outside the relay). Idempotency keys are per token. Two
+      answers 404 ``not_found`` unless that token submitted it (or its ``sees``, where tokens
+      have one, names the submitter, or is ``"*"``), exactly as for an id that does not exist
+      (also a job submitted outside the relay). Idempotency keys are per token. Two
       tokens of a relay serving jobs must have different names (a :class:`ConfigError` when
       the server is made).
     * **Admission first.** Host, origin and token are checked before a body is read; then its
@@ -296,7 +297,7 @@ class RelayJobs:
             await self._events(call, where.id)
             return
         body = await self._body(call) if where.method == "POST" else b""
-        record = await self._owned(where.id, owner)
+        record = await self._owned(where.id, call.holder)
         if where.action == "cancel":
             try:
                 record, changed = await cancel_job(self.store, where.id, clock=self._clock)
@@ -322,10 +323,18 @@ class RelayJobs:
                     raise _Refusal("conflict", error.message) from None
         await _answer(call.send, 200, _dumped(job_view(record)))
 
-    async def _owned(self, id: str, owner: str) -> JobRecord:
-        """The job ``id`` if ``owner`` submitted it; else 404, as for no job at all."""
+    async def _owned(self, id: str, holder: _TokenState) -> JobRecord:
+        """The job ``id`` if ``holder``'s token submitted it (or may see its submitter's: its
+        ``sees``, where tokens have one); else 404, as for no job at all."""
         record = await self.store.get(id)
-        if record is None or owner_of(record) != owner:
+        owner = None if record is None else owner_of(record)
+        token = holder.token
+        seen: tuple[str, ...] = tuple(getattr(token, "sees", ()))
+        if (
+            record is None
+            or owner is None
+            or (owner != token.name and owner not in seen and "*" not in seen)
+        ):
             raise _Refusal("not_found")
         return record
 
@@ -400,7 +409,7 @@ class RelayJobs:
     async def _events(self, call: _Call, id: str) -> None:
         owner = call.owner
         after = _after(call.scope, call.headers)
-        await self._owned(id, owner)
+        await self._owned(id, call.holder)
         if self._streams.get(owner, 0) >= self.limits.max_streams:
             raise _Refusal(
                 "too_many_streams",

@@ -764,3 +764,36 @@ async def test_a_store_that_fails_is_a_json_error_without_its_text(
         assert answer.json()["error"]["code"] == "internal"
         assert "closed" not in answer.text
     assert "the store failed" in caplog.text
+
+
+SEES = "sees" in attrs.fields_dict(RelayToken)
+OPS = "ops-secret-0123456789abcdefgh"
+
+
+@pytest.mark.skipif(not SEES, reason="RelayToken.sees comes with the relay's runs (i25-relayruns)")
+async def test_a_token_that_sees_another_tokens_jobs_may_follow_and_control_them(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    tokens = [
+        RelayToken(ALICE, name="alice"),
+        RelayToken(BOB, name="bob", sees=("alice",)),  # type: ignore[call-arg]
+        RelayToken(OPS, name="ops", sees=("*",)),  # type: ignore[call-arg]
+    ]
+    async with harness(workers=False, tokens=tokens) as h:
+        alices = (await h.submit()).json()["id"]
+        bobs = (await h.submit(BOB)).json()["id"]
+        outside = (await h.store.admit(AgentJob.ask("calculator", "hi"), now=0.0)).record.id
+        seen = {
+            "bob sees alice's": (await h.call("GET", f"/v1/jobs/{alices}", BOB)).status_code,
+            "alice sees bob's": (await h.call("GET", f"/v1/jobs/{bobs}")).status_code,
+            "ops sees bob's": (await h.call("GET", f"/v1/jobs/{bobs}", OPS)).status_code,
+            "ops sees no token's": (await h.call("GET", f"/v1/jobs/{outside}", OPS)).status_code,
+        }
+        cancelled = await h.call("POST", f"/v1/jobs/{alices}/cancel", BOB)
+    assert seen == {
+        "bob sees alice's": 200,
+        "alice sees bob's": 404,
+        "ops sees bob's": 200,
+        "ops sees no token's": 404,
+    }
+    assert cancelled.json()["status"] == "cancelled"
