@@ -1,9 +1,15 @@
 """Durable jobs, pure: what a job is (:class:`AgentJob`), the run record of a job and its state
 machine (:class:`JobRecord` and the transitions), and the journal a run writes and a continuing
-worker reads (:func:`replay`, :func:`decide`). Nothing here waits or touches a disk; the stores,
-the queue and the workers are in :mod:`actors`.
+worker reads (:func:`replay`, :func:`decide`), and the gap-aware cursor a reader pages through
+a store's jobs with (:class:`JobCursor`, :func:`next_page`). Nothing here waits or touches a
+disk; the stores, the queue and the workers are in :mod:`actors`.
 """
 
+from ._cursor import Gap as Gap
+from ._cursor import Horizon as Horizon
+from ._cursor import JobCursor as JobCursor
+from ._cursor import JobPage as JobPage
+from ._cursor import next_page as next_page
 from ._job import MAX_CHILDREN as MAX_CHILDREN
 from ._job import MAX_DEPTH as MAX_DEPTH
 from ._job import AgentJob as AgentJob
@@ -79,8 +85,12 @@ __all__ = [
     "Conflict",
     "Decision",
     "Entry",
+    "Gap",
+    "Horizon",
     "InputEntry",
     "IntentEntry",
+    "JobCursor",
+    "JobPage",
     "JobRecord",
     "JobStatus",
     "JournalDrift",
@@ -110,6 +120,7 @@ __all__ = [
     "finish",
     "idempotency_key",
     "may_append",
+    "next_page",
     "purge",
     "renew",
     "replay",
