@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 #: The schema version of a PostgreSQL store this code writes; a newer one is refused.
-POSTGRES_SCHEMA_VERSION: Final = 4
+POSTGRES_SCHEMA_VERSION: Final = 5
 
 _META: Final = "trio_agents_meta"
 
@@ -75,6 +75,18 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         f"ALTER TABLE {JOBS} ADD COLUMN cancel BOOLEAN NOT NULL DEFAULT FALSE",
         f"UPDATE {JOBS} SET cancel = TRUE "
         "WHERE (record::jsonb ->> 'cancel_requested')::BOOLEAN IS TRUE",
+    ),
+    # Numbers are taken through a function that gives the transaction its id first: a page of
+    # jobs (actors.durable.RunStore.page) proves a missing number will never commit from its
+    # snapshot's xmin and xmax, which holds only if every transaction holding a number had its
+    # id before it took the number. (The version also keeps older code, which takes numbers
+    # with a bare nextval, from writing to the store.)
+    5: (
+        "CREATE OR REPLACE FUNCTION trio_agents_take_numbers(counter regclass, count integer) "
+        "RETURNS SETOF bigint LANGUAGE plpgsql VOLATILE AS $$ BEGIN "
+        "PERFORM pg_current_xact_id(); "
+        "RETURN QUERY SELECT nextval(counter) FROM generate_series(1, count); "
+        "END $$",
     ),
 }
 

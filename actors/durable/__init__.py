@@ -4,6 +4,8 @@ and the job queue whose workers run them as journaled runs, continuing after a c
 The pure model -- jobs, records, transitions, the journal -- is :mod:`protocols.jobs`.
 """
 
+from ._feed import JobFeed as JobFeed
+from ._feed import feed_jobs as feed_jobs
 from ._journal import LINGER as LINGER
 from ._journal import RETRY_FOR as RETRY_FOR
 from ._journal import StoreJournal as StoreJournal
@@ -38,6 +40,7 @@ __all__ = [
     "AgentSpec",
     "JobError",
     "JobEvents",
+    "JobFeed",
     "JobQueue",
     "MemoryRunStore",
     "PostgresRunStore",
@@ -47,6 +50,7 @@ __all__ = [
     "answer_job",
     "cancel_job",
     "check_store_url",
+    "feed_jobs",
     "migrate_store",
     "open_job_queue",
     "open_run_store",

@@ -25,10 +25,11 @@ from typing import Any
 import trio
 
 from protocols.errors import ValidationError
+from protocols.jobs import Horizon
 from protocols.messages import new_id
 
 from .._postgres import check_url, connect, redacted, translate_error
-from .._sqlite import open_in_worker
+from .._sqlite import JOBS, open_in_worker
 from ._sql_store import Dialect, Jobs, SQLRunStore
 from ._store import DEFAULT_MAX_BYTES
 
@@ -66,11 +67,59 @@ def _numbers(conn: Any, name: str, count: int) -> list[int]:
     # A sequence takes no lock that lasts to the commit: concurrent workers' transactions never
     # wait on one another for a number (the counter row they once shared was the usual party
     # to their deadlocks). Numbers are ascending and never given twice; a rolled-back
-    # transaction leaves a gap, and two transactions may commit theirs out of order.
+    # transaction leaves a hole, and two transactions may commit theirs out of order -- which
+    # a page of jobs copes with (_page). The schema's function gives the transaction its id
+    # before it takes the numbers: what _page's proof rests on.
     rows = conn.execute(
-        f"SELECT nextval('trio_agents_{name}') FROM generate_series(1, %s)", (count,)
+        "SELECT trio_agents_take_numbers(%s::regclass, %s)", (f"trio_agents_{name}", count)
     ).fetchall()
     return sorted(int(row[0]) for row in rows)
+
+
+# One statement, so one snapshot: the jobs after the position, those in the gaps, and the
+# snapshot's xmin (every transaction below it had ended) and xmax (every transaction that had
+# begun is below it).
+_PAGE_QUERY = (
+    "SELECT 0, sequence, id, record FROM ("
+    f"SELECT sequence, id, record FROM {JOBS} WHERE sequence > %s ORDER BY sequence LIMIT %s"
+    ") AS fresh "
+    f"UNION ALL SELECT 1, j.sequence, j.id, j.record FROM {JOBS} AS j "
+    "JOIN unnest(%s::bigint[], %s::bigint[]) AS g(lo, hi) ON j.sequence BETWEEN g.lo AND g.hi "
+    "UNION ALL SELECT 2, pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text, NULL "
+    "FROM pg_current_snapshot() AS s"
+)
+
+
+def _page(
+    conn: Any, position: int, gaps: Sequence[tuple[int, int]], limit: int
+) -> tuple[list[tuple[Any, Any]], list[tuple[Any, Any]], Horizon]:
+    """A page's read, safe against numbers that commit out of order.
+
+    A number missing below a row this read returns was taken before that row's number (a
+    sequence gives them in time order), so by a transaction that had its id by then
+    (``trio_agents_take_numbers``), before this snapshot: below its xmax. Once a later read's
+    xmin passes that xmax, the transaction has ended, and a number still missing is a hole for
+    good (rolled back, or purged) -- :class:`~protocols.jobs.Horizon`. The rows are never held
+    back for a transaction still running (it could be anyone's, for hours): the cursor passes
+    them and keeps the missing numbers as gaps, read again by the next page.
+    """
+    rows = conn.execute(
+        _PAGE_QUERY,
+        (position, limit, [gap[0] for gap in gaps], [gap[1] for gap in gaps]),
+    ).fetchall()
+    fresh: list[tuple[int, Any, Any]] = []
+    found: list[tuple[Any, Any]] = []
+    horizon = None
+    for part, sequence, id, record in rows:
+        if part == 0:
+            fresh.append((int(sequence), id, record))
+        elif part == 1:
+            found.append((id, record))
+        else:
+            horizon = Horizon(int(sequence), int(id))
+    assert horizon is not None  # (the snapshot's row is always there)
+    fresh.sort()  # (UNION ALL promises no order)
+    return [(id, record) for _, id, record in fresh], found, horizon
 
 
 def _conflict(exc: Exception) -> bool:
@@ -162,6 +211,7 @@ def dialect() -> Dialect:
         broken=_broken,
         conflict=_conflict,
         numbers=_numbers,
+        page=_page,
     )
 
 

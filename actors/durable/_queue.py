@@ -27,6 +27,8 @@ from protocols.jobs import (
     AgentJob,
     Applied,
     InputEntry,
+    JobCursor,
+    JobPage,
     JobRecord,
     JobStatus,
     JournalDrift,
@@ -52,6 +54,7 @@ from .._core._runtime import Runtime
 from .._run_loop import Resume
 from .._sqlite import StoreError
 from ..agent import Agent, RunOptions, _Request
+from ._feed import JobFeed, feed_jobs
 from ._journal import StoreJournal
 from ._ops import answer_job, cancel_job, existing_job, purge_job
 from ._registry import AgentRegistry, AgentSpec
@@ -251,6 +254,21 @@ class JobQueue:
             if record.terminal:
                 self._notify(id, record)
         return record
+
+    async def page(self, cursor: JobCursor | None = None, *, limit: int = 100) -> JobPage:
+        """The jobs after ``cursor`` (``None``: from the first), in admission order: up to
+        ``limit`` new ones and those found in the cursor's gaps (committed late), with the
+        cursor to read the next page from (see :meth:`RunStore.page
+        <actors.durable.RunStore.page>`). Chained, pages return every job exactly once."""
+        return await self.store.page(cursor, limit=limit, now=self._clock())
+
+    def feed(self, *, after: JobCursor | int | None = None, limit: int = 100) -> JobFeed:
+        """Every job of the store after ``after`` (a cursor, a job's number, or ``None``: from
+        the first), then each new one as it commits -- from any process -- as an endless async
+        iterator of records that never skips a job committed late (see
+        :func:`~actors.durable.feed_jobs`); looks every ``poll`` seconds of the queue's when
+        nothing wakes it."""
+        return feed_jobs(self.store, after=after, poll=self.poll, limit=limit, clock=self._clock)
 
     def watch(self, id: str, *, after: int = 0) -> JobEvents:
         """Follow job ``id``: its :class:`~protocols.live.RunEvent` objects after seq ``after``, as

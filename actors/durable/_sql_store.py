@@ -31,6 +31,9 @@ from protocols.jobs import (
     Applied,
     Conflict,
     Entry,
+    Horizon,
+    JobCursor,
+    JobPage,
     JobRecord,
     JobStatus,
     Lease,
@@ -39,6 +42,7 @@ from protocols.jobs import (
     acquire,
     admit_tree,
     crosses,
+    next_page,
     purge,
     runnable,
 )
@@ -53,6 +57,7 @@ from ._store import (
     cancelled,
     check_admission,
     check_after,
+    check_cursor,
     check_id,
     check_lease,
     check_limit,
@@ -105,6 +110,17 @@ class Dialect:
     #: without a lock held to the commit (PostgreSQL's sequences); ``None``: take them from the
     #: counter's row in the meta table (SQLite, whose writes are serialized anyway).
     numbers: Callable[[Any, str, int], list[int]] | None = None
+    #: Read a page of jobs in one consistent view (see :meth:`Jobs.page`): the rows numbered
+    #: above a position (up to a limit, in order) and those inside the ranges given, each
+    #: ``(id, text)``, and what the database knew of its running transactions then. ``None``:
+    #: numbers commit in order (SQLite, whose writes are serialized), so two plain queries do.
+    page: (
+        Callable[
+            [Any, int, Sequence[tuple[int, int]], int],
+            tuple[list[tuple[Any, Any]], list[tuple[Any, Any]], Horizon],
+        ]
+        | None
+    ) = None
 
     @functools.cache  # noqa: B019 - dialects are few and live for the process
     def sql(self, query: str) -> str:
@@ -121,6 +137,8 @@ _CACHED = 4096
 #: Journal entries a single INSERT carries (three parameters each: far below both databases'
 #: limits on parameters).
 _INSERT_ROWS = 500
+#: Gaps one query of a page reads again (two parameters each: below SQLite's oldest limit).
+_GAP_RANGES = 200
 #: How many times one write of a group commit is run when it conflicts with another
 #: transaction (a deadlock), before its caller gets the (retryable) error.
 _TRIES = 4
@@ -634,6 +652,39 @@ class Jobs:
         rows = self._x(self.reader, query, arguments).fetchall()
         return [decode_record(str(id), text) for id, text in rows]
 
+    def page(
+        self, position: int, gaps: Sequence[tuple[int, int]], limit: int
+    ) -> tuple[builtins.list[JobRecord], builtins.list[JobRecord], Horizon]:
+        """The jobs numbered above ``position`` (up to ``limit``, in order), those numbered
+        inside ``gaps`` (``(first, last)`` ranges), and the horizon of the read."""
+        if self.dialect.page is not None:
+            fresh, found, horizon = self.dialect.page(self.reader, position, gaps, limit)
+        else:
+            # Numbers commit in order here: what is missing below a number read never comes,
+            # so the two reads need not be one view, and every jump is a hole for good.
+            horizon = Horizon.in_order()
+            fresh = self._x(
+                self.reader,
+                f"SELECT id, RECORD_TEXT FROM {JOBS} WHERE sequence > ? ORDER BY sequence LIMIT ?",
+                (position, limit),
+            ).fetchall()
+            found = []
+            for start in range(0, len(gaps), _GAP_RANGES):
+                chunk = gaps[start : start + _GAP_RANGES]
+                found.extend(
+                    self._x(
+                        self.reader,
+                        f"SELECT id, RECORD_TEXT FROM {JOBS} WHERE "
+                        + " OR ".join("sequence BETWEEN ? AND ?" for _ in chunk),
+                        [number for gap in chunk for number in gap],
+                    ).fetchall()
+                )
+        return (
+            [decode_record(str(id), text) for id, text in fresh],
+            [decode_record(str(id), text) for id, text in found],
+            horizon,
+        )
+
     def journal(self, id: str, after: int = 0) -> builtins.list[Entry]:
         rows = self._x(
             self.reader,
@@ -820,6 +871,20 @@ class SQLRunStore:
         return await self._read(
             "listing jobs", lambda jobs: jobs.list(wanted, after, limit, thread)
         )
+
+    async def page(
+        self, cursor: JobCursor | None = None, *, limit: int = 100, now: float | None = None
+    ) -> JobPage:
+        """See :meth:`RunStore.page <actors.durable.RunStore.page>`: one read (one snapshot)
+        for the rows after the cursor, those in its gaps, and the horizon."""
+        start = check_cursor(cursor)
+        check_limit(limit)
+        moment = time.time() if now is None else check_time(now)
+        gaps = [(gap.first, gap.last) for gap in start.gaps]
+        fresh, found, horizon = await self._read(
+            "reading a page of jobs", lambda jobs: jobs.page(start.position, gaps, limit)
+        )
+        return next_page(start, fresh, found, now=moment, limit=limit, horizon=horizon)
 
     async def write(self, transition: Applied) -> bool:
         """See :meth:`RunStore.write <actors.durable.RunStore.write>`."""

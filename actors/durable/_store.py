@@ -24,6 +24,10 @@ checks them against each):
   acknowledged, in any process. With ``then``, the record's transition is written in the same
   transaction.
 * ``purge`` removes an ended job's record and journal at once, leaving a tombstone.
+* ``page`` returns every job committed exactly once to a chain of cursors
+  (:class:`protocols.jobs.JobCursor`), also a job whose number committed after a higher one was
+  read (PostgreSQL): the page says what it knows of the transactions still running
+  (:class:`protocols.jobs.Horizon`) in the same consistent read as its rows.
 * Records and entries come back decoded afresh: no caller object is ever shared with the store.
 """
 
@@ -46,6 +50,9 @@ from protocols.jobs import (
     Applied,
     Conflict,
     Entry,
+    Horizon,
+    JobCursor,
+    JobPage,
     JobRecord,
     JobStatus,
     Lease,
@@ -57,6 +64,7 @@ from protocols.jobs import (
     entry_from_json,
     entry_to_json,
     may_append,
+    next_page,
     purge,
     runnable,
 )
@@ -120,6 +128,16 @@ class RunStore(Protocol):
         """Up to ``limit`` records in admission order, with a sequence above ``after``, in one
         of ``statuses`` (any, when ``None``), of the conversation ``thread`` (any, when
         ``None``)."""
+        ...
+
+    async def page(
+        self, cursor: JobCursor | None = None, *, limit: int = 100, now: float | None = None
+    ) -> JobPage:
+        """The jobs after ``cursor`` (``None``: from the first), in admission order, up to
+        ``limit`` new ones -- with those found in the cursor's gaps, committed late -- and the
+        cursor the next page starts from (see :func:`protocols.jobs.next_page`). Chained,
+        pages return every job committed exactly once, whatever order their numbers committed
+        in. ``now`` (default: ``time.time()``) times the gaps."""
         ...
 
     async def write(self, transition: Applied) -> bool:
@@ -296,6 +314,14 @@ def check_after(after: object) -> int | None:
     return after
 
 
+def check_cursor(cursor: object) -> JobCursor:
+    if cursor is None:
+        return JobCursor()
+    if not isinstance(cursor, JobCursor):
+        raise ValidationError(f"page takes a JobCursor or None, not {type(cursor).__name__}")
+    return cursor
+
+
 def check_lease(lease: object) -> float:
     if isinstance(lease, bool) or not isinstance(lease, int | float) or not 0 < lease < math.inf:
         raise ValidationError(f"a lease must be a number of seconds > 0, not {lease!r}")
@@ -412,6 +438,7 @@ class MemoryRunStore:
         self._decoded: dict[str, tuple[str, JobRecord]] = {}
         self._live: dict[str, None] = {}  # the ids of jobs that have not ended, in order
         self._keys: dict[str, str] = {}
+        self._sequences: dict[str, int] = {}  # each job's number, in admission order
         self._journals: dict[str, list[str]] = {}
         self._tombstones: dict[str, Tombstone] = {}
         self._purged_keys: dict[str, Tombstone] = {}
@@ -501,6 +528,7 @@ class MemoryRunStore:
         self._next_sequence += len(records)
         for record, text in zip(records, texts, strict=True):
             self._records[record.id] = text
+            self._sequences[record.id] = record.sequence
             self._live[record.id] = None
             self._journals[record.id] = []
         top = records[-1]
@@ -556,6 +584,27 @@ class MemoryRunStore:
             key=lambda r: r.sequence,
         )
         return chosen[:limit]
+
+    async def page(
+        self, cursor: JobCursor | None = None, *, limit: int = 100, now: float | None = None
+    ) -> JobPage:
+        """See :meth:`RunStore.page`. Numbers are given and committed at once, in order: a
+        jump is a purged job, never a gap (:meth:`~protocols.jobs.Horizon.in_order`)."""
+        start = check_cursor(cursor)
+        check_limit(limit)
+        moment = time.time() if now is None else check_time(now)
+        await self._enter()
+        rows: list[JobRecord] = []
+        found: list[JobRecord] = []
+        # (Kept in admission order: a dict keeps the order of insertion.)
+        for id, sequence in self._sequences.items():
+            if sequence > start.position:
+                rows.append(decode_record(id, self._records[id]))
+                if len(rows) >= limit:
+                    break
+            elif start.gaps and any(sequence in gap for gap in start.gaps):
+                found.append(decode_record(id, self._records[id]))
+        return next_page(start, rows, found, now=moment, limit=limit, horizon=Horizon.in_order())
 
     async def write(self, transition: Applied) -> bool:
         """See :meth:`RunStore.write`."""
@@ -642,6 +691,7 @@ class MemoryRunStore:
         outcome = purge(record, now=now)
         if isinstance(outcome, Tombstone):
             del self._records[id]
+            del self._sequences[id]
             self._decoded.pop(id, None)
             self._live.pop(id, None)
             self._journals.pop(id, None)
@@ -666,6 +716,7 @@ class MemoryRunStore:
         """Forget everything and refuse further calls (idempotent)."""
         self._closed = True
         self._records.clear()
+        self._sequences.clear()
         self._decoded.clear()
         self._live.clear()
         self._journals.clear()

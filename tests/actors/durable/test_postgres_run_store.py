@@ -228,6 +228,7 @@ def as_version_1(schema: str) -> None:
         sql(f'DROP SEQUENCE "{schema}".trio_agents_{name}')
     sql(f'DROP TABLE "{schema}".trio_agents_conversations')
     sql(f'ALTER TABLE "{schema}".trio_agents_jobs DROP COLUMN cancel')  # (version 4's)
+    sql(f'DROP FUNCTION "{schema}".trio_agents_take_numbers(regclass, integer)')  # (version 5's)
     sql(f'UPDATE "{schema}".trio_agents_meta SET value = %s WHERE key = %s', "1", "schema_version")
 
 
@@ -248,7 +249,7 @@ async def test_a_version_1_schema_is_migrated_to_hold_conversations_too(schema: 
         await conversations.aclose()
     assert sql(
         f'SELECT value FROM "{schema}".trio_agents_meta WHERE key = %s', "schema_version"
-    ) == [("4",)]
+    ) == [("5",)]
     async with await PostgresRunStore.open(postgres_url(), schema=schema) as store:
         assert await store.get(kept.id) == kept
 
@@ -282,7 +283,7 @@ async def test_numbers_continue_across_the_migration_to_sequences(schema: str) -
 
 
 def schema_objects(schema: str) -> list[tuple[object, ...]]:
-    """Every table column, index and sequence of ``schema``, and its version."""
+    """Every table column, index, sequence and function of ``schema``, and its version."""
     columns = sql(
         "SELECT table_name, column_name, data_type FROM information_schema.columns "
         "WHERE table_schema = %s ORDER BY table_name, column_name",
@@ -297,8 +298,13 @@ def schema_objects(schema: str) -> list[tuple[object, ...]]:
         "ORDER BY sequence_name",
         schema,
     )
+    functions = sql(
+        "SELECT routine_name FROM information_schema.routines WHERE routine_schema = %s "
+        "ORDER BY routine_name",
+        schema,
+    )
     version = sql(f'SELECT value FROM "{schema}".trio_agents_meta WHERE key = %s', "schema_version")
-    return [*columns, *indexes, *sequences, *version]
+    return [*columns, *indexes, *sequences, *functions, *version]
 
 
 async def test_a_version_3_schema_is_migrated_with_its_cancels_filled(schema: str) -> None:
@@ -340,4 +346,6 @@ async def test_a_migration_that_fails_part_way_leaves_the_schema_as_it_was(schem
     async with await PostgresRunStore.open(postgres_url(), schema=schema) as store:
         assert await store.get(kept.id) == kept
         assert await store.get(damaged.id) == damaged
-    assert ("4",) in schema_objects(schema)
+    after = schema_objects(schema)
+    assert ("5",) in after
+    assert ("trio_agents_take_numbers",) in after
