@@ -164,9 +164,11 @@ def _max_gaps(instance: object, attribute: attrs.Attribute[Any], value: object) 
         )
 
 
-def _patience(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if _finite(value, "JobCursor.patience") < 0:
+def _patience(value: object) -> float:
+    seconds = _finite(value, "JobCursor.patience")
+    if seconds < 0:
         raise ValidationError(f"JobCursor.patience must be >= 0 seconds, not {value!r}")
+    return seconds
 
 
 @attrs.frozen
@@ -175,9 +177,11 @@ class JobCursor:
     returned, but for the numbers in ``gaps`` (which the next page reads again).
 
     ``JobCursor()`` starts before the first job; ``JobCursor(position=n)`` after job number
-    ``n`` (a record's ``sequence``). The limits travel with the cursor: at most ``max_gaps``
-    gaps are kept, and a gap the store cannot prove closed is given up once it is ``patience``
-    seconds old *and* was read again ``attempts`` times without its jobs appearing.
+    ``n`` (a record's ``sequence``). The limits travel with the cursor: no gap is opened
+    while ``max_gaps`` are kept (a page stops before the job that would need one; only a late
+    job found inside a gap, splitting it, adds a piece beyond), and a gap the store cannot
+    prove closed is given up once it is ``patience`` seconds old *and* was read again
+    ``attempts`` times without its jobs appearing.
 
     A cursor is data: ``protocols.codec.encode(cursor)`` is its JSON, and ``decode(JobCursor,
     text)`` takes it back (strictly: a cursor that is not one is refused), so a client can keep
@@ -187,7 +191,7 @@ class JobCursor:
     position: int = attrs.field(default=0, validator=_count)
     gaps: tuple[Gap, ...] = attrs.field(default=(), converter=_gaps, validator=_check_gaps)
     max_gaps: int = attrs.field(default=256, validator=_max_gaps)
-    patience: float = attrs.field(default=300.0, converter=float, validator=_patience)
+    patience: float = attrs.field(default=300.0, converter=_patience)
     attempts: int = attrs.field(default=3, validator=_positive)
 
     @property

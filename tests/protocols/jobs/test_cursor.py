@@ -172,6 +172,8 @@ def test_a_cursor_is_json_and_comes_back_strictly() -> None:
         '{"position": 9, "gaps": [{"first": 4, "last": 6, "seen": 0}, '
         '{"first": 5, "last": 5, "seen": 0}]}',  # overlapping
         '{"position": 3, "max_gaps": 0}',
+        '{"position": 3, "patience": -1}',
+        '{"position": 3, "attempts": 0}',
         '{"position": 3, "unknown": 1}',
         '{"position": true}',
     ):
