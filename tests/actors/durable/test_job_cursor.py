@@ -365,19 +365,24 @@ Step = tuple[str, int, int]
 
 @st.composite
 def histories(draw: st.DrawFn) -> list[Step]:
+    """2 to 4 transactions' steps (begin, admit a job or a tree, commit or roll back),
+    interleaved at random, with a page read after each commit or rollback and at random
+    between other steps (some handled part-way)."""
     count = draw(st.integers(2, 4))
+    shuffle = draw(st.randoms(use_true_random=False))
     left = {
         tx: ["begin", "admit", draw(st.sampled_from(["commit", "commit", "rollback"]))]
         for tx in range(count)
     }
     script: list[Step] = []
     while left:
-        for _ in range(draw(st.integers(0, 2))):
-            script.append((draw(st.sampled_from(["read", "stop"])), draw(st.integers(1, 3)), 0))
-        tx = draw(st.sampled_from(sorted(left)))
-        script.append((left[tx].pop(0), tx, draw(st.integers(0, 2))))
+        tx = shuffle.choice(sorted(left))
+        step = left[tx].pop(0)
+        script.append((step, tx, draw(st.integers(0, 2))))
         if not left[tx]:
             del left[tx]
+        if step in ("commit", "rollback") or draw(st.booleans()):
+            script.append((draw(st.sampled_from(["read", "stop"])), draw(st.integers(1, 3)), 0))
     return script
 
 
