@@ -82,6 +82,9 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     # id before it took the number. (The version also keeps older code, which takes numbers
     # with a bare nextval, from writing to the store.)
     5: (
+        # (pg_current_xact_id and pg_current_snapshot came with PostgreSQL 13.)
+        "DO $$ BEGIN IF current_setting('server_version_num')::integer < 130000 THEN "
+        "RAISE EXCEPTION 'the run store needs PostgreSQL 13 or newer'; END IF; END $$",
         "CREATE OR REPLACE FUNCTION trio_agents_take_numbers(counter regclass, count integer) "
         "RETURNS SETOF bigint LANGUAGE plpgsql VOLATILE AS $$ BEGIN "
         "PERFORM pg_current_xact_id(); "

@@ -326,7 +326,7 @@ async def test_a_version_3_schema_is_migrated_with_its_cancels_filled(schema: st
 
 
 async def test_a_migration_that_fails_part_way_leaves_the_schema_as_it_was(schema: str) -> None:
-    # 004 S11: a version 1 schema whose migration to version 4 fails in its last step (a record
+    # 004 S11: a version 1 schema whose migration fails in version 4's step (a record
     # that is not JSON: version 4's fill reads every record) is left exactly as it was --
     # versions 2 and 3's table and sequences too, which the same transaction had made -- and
     # opens once the record is repaired.
