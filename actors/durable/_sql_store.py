@@ -67,6 +67,7 @@ from ._store import (
     closed,
     decode_entry,
     decode_record,
+    decode_timed_entry,
     encode_checked,
     encode_entry,
     fenced,
@@ -693,6 +694,14 @@ class Jobs:
         ).fetchall()
         return [decode_entry(id, text) for (text,) in rows]
 
+    def timed_journal(self, id: str, after: int = 0) -> builtins.list[tuple[Entry, float]]:
+        rows = self._x(
+            self.reader,
+            f"SELECT ENTRY_TEXT FROM {JOURNAL} WHERE job = ? AND seq > ? ORDER BY seq",
+            (id, after),
+        ).fetchall()
+        return [decode_timed_entry(id, text) for (text,) in rows]
+
     def purged(self, id: str) -> Tombstone | None:
         return self._tombstone(self.reader, id=id)
 
@@ -938,6 +947,14 @@ class SQLRunStore:
         check_position(after)
         return await self._read(
             f"reading the journal of job {id}", lambda jobs: jobs.journal(id, after)
+        )
+
+    async def timed_journal(self, id: str, *, after: int = 0) -> builtins.list[tuple[Entry, float]]:
+        """See :meth:`RunStore.timed_journal <actors.durable.RunStore.timed_journal>`."""
+        check_id(id)
+        check_position(after)
+        return await self._read(
+            f"reading the journal of job {id}", lambda jobs: jobs.timed_journal(id, after)
         )
 
     async def purge(self, id: str, *, now: float | None = None) -> Tombstone | Conflict | None:

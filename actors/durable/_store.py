@@ -44,7 +44,7 @@ import attrs
 import trio
 
 from protocols.codec import decode, dumps, encode, loads
-from protocols.errors import AgentsError, Category, ValidationError
+from protocols.errors import AgentsError, Category, ProtocolError, ValidationError
 from protocols.jobs import (
     AgentJob,
     Applied,
@@ -164,6 +164,11 @@ class RunStore(Protocol):
 
     async def journal(self, id: str, *, after: int = 0) -> builtins.list[Entry]:
         """The job's journal, in order: its entries after the first ``after``."""
+        ...
+
+    async def timed_journal(self, id: str, *, after: int = 0) -> builtins.list[tuple[Entry, float]]:
+        """:meth:`journal` with each entry's append time (seconds since the epoch; ``nan``
+        for an entry stored before times were): the same on every read, in any process."""
         ...
 
     async def purge(self, id: str, *, now: float | None = None) -> Tombstone | Conflict | None:
@@ -362,8 +367,12 @@ def encode_checked(value: object, max_bytes: int, what: str) -> str:
     return _checked(encode(value), max_bytes, what)
 
 
-def encode_entry(entry: Entry, max_bytes: int) -> str:
-    return _checked(dumps(entry_to_json(entry)), max_bytes, "a journal entry")
+def encode_entry(entry: Entry, max_bytes: int, at: float | None = None) -> str:
+    """The entry as stored: its JSON, with ``at`` (when it was appended, seconds since the
+    epoch; the time its events show, the same on every read)."""
+    data = entry_to_json(entry)
+    data["at"] = time.time() if at is None else at
+    return _checked(dumps(data), max_bytes, "a journal entry")
 
 
 def decode_record(id: str, text: str | bytes) -> JobRecord:
@@ -379,8 +388,18 @@ def decode_record(id: str, text: str | bytes) -> JobRecord:
 
 
 def decode_entry(id: str, text: str | bytes) -> Entry:
+    return decode_timed_entry(id, text)[0]
+
+
+def decode_timed_entry(id: str, text: str | bytes) -> tuple[Entry, float]:
+    """A stored entry and when it was appended (``nan`` for an entry stored before times
+    were)."""
     try:
-        return entry_from_json(loads(text, category=Category.SYSTEM))
+        data = loads(text, category=Category.SYSTEM)
+        at = data.pop("at", math.nan) if isinstance(data, dict) else math.nan
+        if isinstance(at, bool) or not isinstance(at, int | float):
+            raise ProtocolError("a journal entry's 'at' must be a number", code="decode")
+        return entry_from_json(data), float(at)
     except AgentsError as exc:
         raise StoreError(
             f"a journal entry of job {id!r} is corrupt: {exc.message[:300]}", code="corrupt"
@@ -679,6 +698,13 @@ class MemoryRunStore:
         check_position(after)
         await self._enter()
         return [decode_entry(id, text) for text in self._journals.get(id, [])[after:]]
+
+    async def timed_journal(self, id: str, *, after: int = 0) -> builtins.list[tuple[Entry, float]]:
+        """See :meth:`RunStore.timed_journal`."""
+        check_id(id)
+        check_position(after)
+        await self._enter()
+        return [decode_timed_entry(id, text) for text in self._journals.get(id, [])[after:]]
 
     async def purge(self, id: str, *, now: float | None = None) -> Tombstone | Conflict | None:
         """See :meth:`RunStore.purge`."""

@@ -9,6 +9,7 @@ which has no other view.
 from __future__ import annotations
 
 import pathlib
+import time
 import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
@@ -631,6 +632,30 @@ async def test_the_journal_keeps_every_kind_of_entry_in_order(backend: Backend) 
     assert made.open == ()
 
 
+async def test_each_entry_keeps_the_time_it_was_appended_for_every_reader(
+    backend: Backend,
+) -> None:
+    """A durable job's events show their entries' append times: the same on every read, from
+    any view of the store, from any position."""
+    store = backend.store
+    record = (await store.admit(ask("timed"), now=T0)).record
+    job = await take(store, "w1")
+    stamps: list[tuple[float, float]] = []
+    for turn in (1, 2, 3):
+        before = time.time()
+        await store.append(job.id, holder(job), [J.RequestEntry(turn), J.RequestEntry(turn + 10)])
+        stamps += [(before, time.time())] * 2
+    timed = await store.timed_journal(record.id)
+    assert [entry for entry, _ in timed] == await store.journal(record.id)
+    for (_, at), (low, high) in zip(timed, stamps, strict=True):
+        assert low <= at <= high
+    other = await backend.peer()
+    for view in (store, other):
+        assert await view.timed_journal(record.id) == timed
+        assert await view.timed_journal(record.id, after=3) == timed[3:]
+    assert await store.timed_journal("never-admitted") == []
+
+
 # ---------------------------------------------------------------------------------------------
 # Purge
 
@@ -962,3 +987,18 @@ async def test_a_watch_hears_new_jobs_and_new_statuses_not_renewals(backend: Bac
     with trio.move_on_after(0.05) as quiet:
         await watch.next()
     assert quiet.cancelled_caught
+
+
+def test_an_entry_stored_before_times_were_reads_with_no_time() -> None:
+    import math
+
+    from actors.durable._store import decode_timed_entry
+
+    entry, at = decode_timed_entry("j", '{"kind": "request", "turn": 1}')
+    assert entry == J.RequestEntry(1)
+    assert math.isnan(at)
+    assert decode_timed_entry("j", '{"kind": "request", "turn": 1, "at": 5}') == (entry, 5.0)
+    for bad in ('"x"', "true", "null"):
+        with pytest.raises(StoreError, match="corrupt") as raised:
+            decode_timed_entry("j", '{"kind": "request", "turn": 1, "at": ' + bad + "}")
+        assert raised.value.code == "corrupt"
