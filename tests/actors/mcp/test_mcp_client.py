@@ -534,7 +534,10 @@ async def test_a_healthy_session_outlives_many_heartbeats(code: int) -> None:
             connection = await MCPConnection.start(
                 # The heartbeat waits an interval for its answer, in real time: a loaded
                 # machine takes longer than 20 ms for a round trip now and then.
-                runtime, StreamableHTTPServer(url), tools=ToolRegistry(), heartbeat=0.2
+                runtime,
+                StreamableHTTPServer(url),
+                tools=ToolRegistry(),
+                heartbeat=0.2,
             )
             await probed.wait()
             assert connection.statistics().connected
