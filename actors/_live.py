@@ -133,6 +133,7 @@ class LiveRuns:
 
     def get(self, run_id: str) -> LiveRun | None:
         """The run's log, while it is kept."""
+        self._expire()  # (an ended log older than ``keep`` is gone, also with no run since)
         return self._runs.get(run_id)
 
     def watch(self, run_id: str, *, after: int = 0) -> RunEvents:
