@@ -270,10 +270,11 @@ class Chunk:
 
     ``run_id`` is the run that produced it; a chunk of a run delegated to (``as_tool``) reaches
     the parent's stream with the hops down to that run in ``path`` (empty for the run's own).
-    ``seq`` is the chunk's event in the run's log (:meth:`Runtime.watch
-    <actors.Runtime.watch>`: follow the run from there, from anywhere; 0 for a ``usage`` chunk,
-    whose event is the turn's ``usage`` event, and for a run whose log nobody can follow -- a
-    durable job's, which its queue's log is)."""
+    ``seq`` is the chunk's event in the log of run ``run_id`` (:meth:`Runtime.watch
+    <actors.Runtime.watch>`: follow the run from there, from anywhere): the event of that seq
+    has the chunk's kind and data (``text``; ``call``; ``result``; ``usage`` and ``estimated``;
+    ``progress``'s ``call_id`` and ``text``). 0 for a run whose log is not in memory -- a
+    durable job's, which its queue's log is (``JobQueue.watch``)."""
 
     kind: Literal["content", "thinking", "tool_call", "tool_result", "usage", "progress"]
     text: str = ""

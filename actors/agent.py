@@ -542,7 +542,9 @@ class _Request:
 
 class AgentRun:
     """A run being streamed: ``async with agent.stream(...) as run: async for chunk in run``,
-    then ``run.result``. Leaving the block early aborts the run (its partial is committed)."""
+    then ``run.result``. Leaving the block early aborts the run (its partial is committed).
+    :meth:`events` reads the run's whole event log instead (what ``runtime.watch(run.run_id)``
+    gives any follower)."""
 
     def __init__(
         self,
