@@ -125,6 +125,7 @@ class AgentTool:
         request = _child_request(child, parent, call, str(call.arguments["input"]))
         started = trio.current_time()
         if parent is not None:
+            request.open_log()  # followed by its id from the moment the parent names it
             parent.event("subagent_start", call=call, agent=child.name, child=request.run_id)
         fresh: Conversation | None = None
         result: AgentResult | None = None
@@ -160,6 +161,7 @@ class AgentTool:
                 status = parent.cut_reason().value
             raise
         finally:
+            request.close_log()  # (one that never began: its log ends all the same)
             usage = _spent(request.run, result)
             if parent is not None:
                 estimated = _estimated(request.run, result)

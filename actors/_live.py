@@ -87,6 +87,10 @@ class RunEvents:
                 raise StopAsyncIteration
             await self._run.wait_after(self._after)
             self._pending.extend(self._run.log.read(self._after, now=time.time()))
+            if not self._pending and self._run.ended:
+                # Ended, and nothing after ``after``: the follower had the terminal event
+                # already (it resumes after it), or asked past the end.
+                self._done = True
         event = self._pending.popleft()
         self._after = event.seq
         if event.terminal:
@@ -133,6 +137,7 @@ class LiveRuns:
 
     def get(self, run_id: str) -> LiveRun | None:
         """The run's log, while it is kept."""
+        self._expire()  # (an ended log older than ``keep`` is gone, also with no run since)
         return self._runs.get(run_id)
 
     def watch(self, run_id: str, *, after: int = 0) -> RunEvents:

@@ -270,10 +270,11 @@ class Chunk:
 
     ``run_id`` is the run that produced it; a chunk of a run delegated to (``as_tool``) reaches
     the parent's stream with the hops down to that run in ``path`` (empty for the run's own).
-    ``seq`` is the chunk's event in the run's log (:meth:`Runtime.watch
-    <actors.Runtime.watch>`: follow the run from there, from anywhere; 0 for a ``usage`` chunk,
-    whose event is the turn's ``usage`` event, and for a run whose log nobody can follow -- a
-    durable job's, which its queue's log is)."""
+    ``seq`` is the chunk's event in the log of run ``run_id`` (:meth:`Runtime.watch
+    <actors.Runtime.watch>`: follow the run from there, from anywhere): the event of that seq
+    has the chunk's kind and data (``text``; ``call``; ``result``; ``usage`` and ``estimated``;
+    ``progress``'s ``call_id`` and ``text``). 0 for a run whose log is not in memory -- a
+    durable job's, which its queue's log is (``JobQueue.watch``)."""
 
     kind: Literal["content", "thinking", "tool_call", "tool_result", "usage", "progress"]
     text: str = ""
@@ -530,11 +531,35 @@ class _Run:
         status = f" (HTTP {retry.status})" if retry.status is not None else ""
         self.event("retry", attempt=retry.attempt, delay=retry.delay, reason=retry.code + status)
 
+    def asked(self, call: ToolCall, reason: str) -> None:
+        """The authority asks a human about ``call``: the run waits for the approver."""
+        live = self.live
+        if live is not None:
+            live.add(
+                "approval_requested", {"call_id": call.id, "tool": call.name, "reason": reason}
+            )
+
+    def answered(self, call: ToolCall, allow: bool, reason: str) -> None:
+        """The approver answered about ``call`` (or, with none attached, the ask was denied)."""
+        live = self.live
+        if live is not None:
+            live.add("approval_answered", {"call_id": call.id, "allow": allow, "reason": reason})
+
+    def compacted(self, reason: Literal["window", "overflow"], replaced: int) -> None:
+        """The run compacted its conversation: ``replaced`` messages now stand as a summary
+        (``window``: its prompt reached the agent's window; ``overflow``: the provider refused
+        it as too long)."""
+        live = self.live
+        if live is not None:
+            live.add("compaction", {"reason": reason, "replaced": replaced})
+
     def event(self, kind: Any, **fields: Any) -> None:
         live = self.live
         if live is not None:
             logged = _LOGGED.get(kind)
-            if logged is not None:
+            # (A handed-to run goes on in the log of the run that handed to it: no second
+            # ``started`` there -- the ``handoff`` event says who answers.)
+            if logged is not None and (kind != "start" or self.request.owns_log):
                 live.add(logged[0], logged[1](self, fields))
         agent = self.agent
         forward = self.request.forward_event
@@ -708,11 +733,14 @@ class _Run:
             return False
         head = [m for m in prompt[:1] if m.role is Role.SYSTEM]
         window = agent.window
+        before = len(conversation._history_now().messages)
         check = await self.compacting(lambda: conversation.fit(window, head=head))
         if check is None:
             return False
         if check.futile:
             self.futile = True  # nothing more can fold: the window guard refuses the prompt
+        if check.compacted:
+            self.compacted("window", max(0, before - len(conversation._history_now().messages)))
         return check.compacted
 
     async def compact_after_overflow(self, error: ProviderError) -> bool:
@@ -723,10 +751,13 @@ class _Run:
         if self.futile or not conversation.summarizable:
             return False
         self.event("guard", reason=f"the provider refused the prompt as too long: {error.message}")
+        before = len(conversation._history_now().messages)
         section = await self.compacting(conversation.compact)
         if section is None:
             self.futile = True
-        return section is not None
+            return False
+        self.compacted("overflow", max(0, before - len(conversation._history_now().messages)))
+        return True
 
     async def compacting(self, fold: Callable[[], Awaitable[_T]]) -> _T | None:
         """Run a compaction of the conversation (``fold``) as part of this run: its summarizer
@@ -994,7 +1025,19 @@ class _Run:
         self.usage = None if self.usage is None or draw is None else self.usage + draw
         self.finish = result.finish
         self.thinking.append(result.thinking)
-        self.emit(Chunk("usage", usage=draw, estimated=estimated, run_id=self.run_id))
+        seq = 0
+        live = self.live
+        if live is not None:
+            finish = result.finish
+            seq = live.add(
+                "usage",
+                {
+                    "usage": draw,
+                    "estimated": estimated,
+                    "finish": finish.value if finish is not None else None,
+                },
+            )
+        self.emit(Chunk("usage", "", None, None, draw, estimated, self.run_id, (), seq))
         self.event("usage", usage=draw, estimated=estimated, finish=result.finish)
 
     async def commit_partial(self) -> None:
@@ -1037,15 +1080,6 @@ def _failed(call: ToolCall, text: str) -> ToolResult:
     return ToolFailure(call.id, call.name, text)
 
 
-def _usage_data(run: _Run, fields: dict[str, Any]) -> dict[str, Any]:
-    finish = fields.get("finish")
-    return {
-        "usage": fields.get("usage"),
-        "estimated": fields.get("estimated", False),
-        "finish": finish.value if finish is not None else None,
-    }
-
-
 def _reason_data(run: _Run, fields: dict[str, Any]) -> dict[str, Any]:
     error = fields.get("error")
     return {"reason": fields.get("reason") or (str(error) if error is not None else "")}
@@ -1072,7 +1106,6 @@ _LOGGED: dict[str, tuple[str, Callable[[_Run, dict[str, Any]], dict[str, Any]]]]
             "reason": fields["reason"],
         },
     ),
-    "usage": ("usage", _usage_data),
     "guard": ("guard", _reason_data),
     "fault": ("fault", _reason_data),
     "subagent_start": (

@@ -44,7 +44,7 @@ import contextvars
 import enum
 import logging
 import math
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -60,7 +60,7 @@ from protocols.errors import (
     ValidationError,
 )
 from protocols.history import check_history
-from protocols.live import terminal_for
+from protocols.live import RunEvent, terminal_for
 from protocols.messages import (
     AgentResult,
     Message,
@@ -74,6 +74,7 @@ from . import _tracing
 from ._core._abort import Abort
 from ._core._actor import Actor, ActorRef, ActorStopped
 from ._core._supervisor import Restart
+from ._live import LiveRun, RunEvents
 from ._run_context import RunContext, RunStep
 from ._run_loop import (
     COMMIT_DEADLINE,
@@ -100,7 +101,6 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Tracer, TracerProvider
 
     from ._core._runtime import Runtime
-    from ._live import LiveRun
     from .providers import ProviderConnection, ProviderInterface
 
 __all__ = [
@@ -337,6 +337,9 @@ class _Request:
     #: The run's event log, from the moment it is asked for (None: a journaled run's log is its
     #: journal's, or the agent has no runtime).
     live: LiveRun | None = None
+    #: The run ends its log (False: a handed-to run, which publishes into the log of the run
+    #: that handed to it -- that run ends it).
+    owns_log: bool = True
     #: Tracing (actors._tracing): the tracer of the run (None: not traced), the OpenTelemetry
     #: context current where the run was requested (its span's parent), and the run's spans.
     tracer: Tracer | None = None
@@ -363,9 +366,7 @@ class _Request:
                 self.state = _State.WITHDRAWN
                 raise
         self.chain = (*chain, self)
-        runtime = agent._runtime
-        if self.live is None and self.journal is None and runtime is not None:
-            self.live = runtime.live.open(self.run_id)
+        self.open_log()
         sources = (*agent.defaults.abort, *self.options.abort)
         self.watch = watch = Abort.any(self.token, *sources) if sources else self.token
         if queued:
@@ -387,12 +388,16 @@ class _Request:
             )
         if agent._closing:
             self.state = _State.WITHDRAWN
-            raise ActorStopped(f"agent {agent.name!r} is closed", name=agent.name)
+            error = ActorStopped(f"agent {agent.name!r} is closed", name=agent.name)
+            self.end_log("failed", {"error": _described(error)})  # (a log opened beforehand)
+            raise error
         self.bind(queued=True)
         if if_busy == "reject" and agent.busy:
             self.state = _State.WITHDRAWN
             self._settle()
-            raise AgentBusy(agent.name)
+            busy = AgentBusy(agent.name)
+            self.end_log("failed", {"error": _described(busy)})
+            raise busy
         if self.state is not _State.QUEUED:  # already tripped: never queued
             return
         queue = agent._queue(urgent=if_busy == "interrupt")
@@ -472,11 +477,33 @@ class _Request:
         self.close()
         self.finished.set()
 
+    def open_log(self) -> None:
+        """Register the run's event log with its agent's runtime, so that it can be followed
+        by its id from now on (once; not for a journaled run, whose log is its journal's)."""
+        runtime = self.agent._runtime
+        if self.live is None and self.journal is None and runtime is not None:
+            self.live = runtime.live.open(self.run_id)
+
+    def close_log(self) -> None:
+        """End the log of a run that will not end it itself -- one that never began (its
+        caller was cut first): ``failed`` with its error, else ``cancelled``. A no-op for a run
+        whose log has ended."""
+        live = self.live
+        if live is None or live.ended or self.state is _State.RUNNING:
+            return  # (a running run ends its log itself)
+        if self.error is not None:
+            self.end_log("failed", {"error": _described(self.error)})
+        else:
+            result = self.result or AgentResult(
+                stop=StopReason.CANCELLED, run_id=self.run_id, agent=self.agent.name
+            )
+            self.end_log(terminal_for(result), {"result": result})
+
     def end_log(self, kind: str, data: dict[str, Any]) -> None:
         """Publish the run's terminal event (once), and let its log go after the runtime's
         keeping time."""
         live = self.live
-        if live is not None and not live.ended:
+        if live is not None and not live.ended and self.owns_log:
             live.add(kind, data)
             runtime = self.agent._runtime
             if runtime is not None:
@@ -515,7 +542,9 @@ class _Request:
 
 class AgentRun:
     """A run being streamed: ``async with agent.stream(...) as run: async for chunk in run``,
-    then ``run.result``. Leaving the block early aborts the run (its partial is committed)."""
+    then ``run.result``. Leaving the block early aborts the run (its partial is committed).
+    :meth:`events` reads the run's whole event log instead (what ``runtime.watch(run.run_id)``
+    gives any follower)."""
 
     def __init__(
         self,
@@ -552,6 +581,40 @@ class AgentRun:
         withdrawn at once: it commits nothing and ends ``cancelled``."""
         self._request.token.cancel(reason)
 
+    def events(self, *, after: int = 0) -> AsyncIterator[RunEvent]:
+        """The run's whole event log, for the caller that started it: the same
+        :class:`~protocols.live.RunEvent` objects, under the same seqs, that a follower of
+        ``runtime.watch(run.run_id, after=after)`` reads -- ``started``, ``turn``, the deltas,
+        tool calls and results, usage, approvals, compactions, subagents -- ending with the
+        terminal event (``finished``, ``cancelled`` or ``failed``). Iterating it starts the run
+        if the chunks have not; after the terminal event :attr:`result` is the run's result
+        (or raises its error), as after the chunks. The chunks are the same events, those of
+        kinds ``content``, ``thinking``, ``tool_call``, ``tool_result``, ``usage`` and
+        ``progress`` (each :class:`Chunk`'s ``seq`` is its event's), with a delegated run's
+        chunks besides (under the delegated run's id). Raises
+        :class:`~protocols.errors.ValidationError` for a run of an agent without a runtime."""
+        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+            raise ValidationError(f"after must be a seq (an int >= 0), not {after!r}")
+        return _OwnEvents(self, after)
+
+    async def _start(self) -> None:
+        if not self._submitted:
+            # Only a delivered request has a run to wait for: a send that raises (the caller
+            # cancelled, the agent stopped) delivered nothing.
+            await self._request.submit(self._agent.ref, self._if_busy)
+            self._submitted = True
+
+    def _ended_with(self, event: RunEvent) -> None:
+        """The log's terminal ``event`` was read: the run has ended."""
+        request = self._request
+        self._ended = True
+        if request.result is not None:
+            self._result = request.result
+        elif request.error is not None:
+            self._error = request.error
+        elif isinstance(event.data.get("result"), AgentResult):
+            self._result = event.data["result"]
+
     async def __aenter__(self) -> AgentRun:
         return self
 
@@ -573,11 +636,7 @@ class AgentRun:
     async def __anext__(self) -> Chunk:
         if self._ended:
             raise StopAsyncIteration
-        if not self._submitted:
-            # Only a delivered request has a run to wait for: a send that raises (the caller
-            # cancelled, the agent stopped) delivered nothing.
-            await self._request.submit(self._agent.ref, self._if_busy)
-            self._submitted = True
+        await self._start()
         try:
             item = await self._receive.receive()
         except trio.EndOfChannel:  # the run ended without a word (it cannot, but never hang)
@@ -592,6 +651,34 @@ class AgentRun:
             raise value
         self._result = value
         raise StopAsyncIteration
+
+
+class _OwnEvents:
+    """See :meth:`AgentRun.events`."""
+
+    def __init__(self, run: AgentRun, after: int) -> None:
+        self._run = run
+        self._after = after
+        self._events: RunEvents | None = None
+
+    def __aiter__(self) -> _OwnEvents:
+        return self
+
+    async def __anext__(self) -> RunEvent:
+        events = self._events
+        if events is None:
+            run = self._run
+            await run._start()
+            live = run._request.live
+            if live is None:
+                raise ValidationError(
+                    "this run has no event log to follow (its agent has no runtime)"
+                )
+            events = self._events = RunEvents(live, self._after)
+        event = await events.__anext__()
+        if event.terminal:
+            self._run._ended_with(event)
+        return event
 
 
 def _raced(error: BaseException, scope: trio.CancelScope) -> BaseException | None:
@@ -1227,13 +1314,19 @@ class Agent:
                 stop = run.cut_reason()
                 run.event("abort", reason=run.token.reason or stop.value, stop=stop)
                 run.event("finish", stop=stop, partial=True, finish=run.finish)
-                cut = run.result(stop)
-                request.end_log(terminal_for(cut), {"result": cut})
             if request.forward is None:
-                # The agent is being stopped: its caller must not wait for the run.
+                # The agent is being stopped: its caller must not wait for the run (its log
+                # ends ``failed`` with the error the caller gets).
                 request.fail(
                     ActorStopped(f"agent {self.name!r} stopped during the run", name=self.name)
                 )
+            elif run is not None:
+                # Cut with the run it was delegated from (or handed from): ``cancelled``, with
+                # what it had done.
+                cut = run.result(run.cut_reason())
+                request.end_log(terminal_for(cut), {"result": cut})
+            else:
+                request.close_log()  # cut before its loop began: ``cancelled``, nothing done
             raise
         else:
             if trace is not None:
@@ -1276,7 +1369,9 @@ class Agent:
         parent's scope; a run served over MCP: in the call's task), not in the agent's actor.
         Raises what the run raises."""
         if self._closing:
-            raise ActorStopped(f"agent {self.name!r} is closed", name=self.name)
+            error = ActorStopped(f"agent {self.name!r} is closed", name=self.name)
+            request.end_log("failed", {"error": _described(error)})  # (a log opened beforehand)
+            raise error
         request.bind(queued=False)
         request.state = _State.RUNNING
         if self._direct is None:
@@ -1371,6 +1466,9 @@ class Agent:
             path=run.path,
             conversation=run.conversation,
             deps=run.deps,
+            # The same run, answered on by another agent: its events go on in the run's log.
+            live=run.live,
+            owns_log=False,
             forward=run.emit,
             forward_event=run.request.forward_event,
             deadline=run.deadline(),

@@ -482,6 +482,18 @@ class ToolRegistry:
 
 
 async def _ask(approve: Approver | None, call: ToolCall, verdict: Verdict) -> Verdict:
+    """The approver's answer to an ask, as a verdict; inside an agent's run, the run's log
+    shows the ask (``approval_requested``) and the answer (``approval_answered``)."""
+    run = _tool_run.get()
+    if run is None:
+        return await _answer(approve, call, verdict)
+    run.asked(call, verdict.reason)
+    answer = await _answer(approve, call, verdict)
+    run.answered(call, answer.decision == "allow", answer.reason)
+    return answer
+
+
+async def _answer(approve: Approver | None, call: ToolCall, verdict: Verdict) -> Verdict:
     if approve is None:
         return resolve_ask(verdict, None, None)
     try:

@@ -817,11 +817,11 @@ class AgentResult:
     ``partial`` is true exactly when ``stop`` is not ``complete`` (it defaults accordingly, and a
     contradicting value is refused). ``output`` is the structured answer, when one was asked for.
     ``run_id`` identifies the run (its events carry the same id; a delegated run's is
-    ``subagent:<call id>``), ``agent`` names the agent that gave the answer (after a handoff, the
-    agent handed to). ``total_usage`` adds to ``usage`` what the runs it delegated to spent
-    (equal to ``usage`` when it delegated nothing; ``None`` when any part is unknown);
-    ``estimated`` covers it too (a run it delegated to charged an estimate). A count is never
-    a part passed off as the whole: unknown is ``None``, estimated is flagged.
+    ``subagent:<call id>:<12 hex digits>``), ``agent`` names the agent that gave the answer
+    (after a handoff, the agent handed to). ``total_usage`` adds to ``usage`` what the runs it
+    delegated to spent (equal to ``usage`` when it delegated nothing; ``None`` when any part is
+    unknown); ``estimated`` covers it too (a run it delegated to charged an estimate). A count
+    is never a part passed off as the whole: unknown is ``None``, estimated is flagged.
     ``finish`` is the finish reason of the run's last provider call (``cancelled`` when that
     call was cut; ``None`` when the run made none): a run whose last reply the provider cut
     short ends ``max_tokens`` (finish ``length``) or ``content_filter``, partial.

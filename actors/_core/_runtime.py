@@ -66,10 +66,13 @@ class Runtime:
         """Follow run ``run_id`` of an agent of this runtime: an async iterator of its
         :class:`~protocols.live.RunEvent` objects after seq ``after`` (0: from its first) -- those
         already published, then the others as they come -- ending after the terminal event.
-        A follower that fell behind what the log keeps reads a ``gap`` event first. Raises
-        :class:`~protocols.errors.ValidationError` for a run this runtime does not know (never
-        started here, or ended longer ago than its logs are kept: ``open_runtime(keep_events=)``).
-        A durable job's events are its queue's to follow (``JobQueue.watch``)."""
+        A follower that fell behind what the log keeps reads a ``gap`` event first. A run's log
+        exists from the moment the run is asked for (``generate()`` called, a stream's first
+        chunk awaited; a delegated run's from its parent's ``subagent_started`` event). Raises
+        :class:`~protocols.errors.ValidationError` for a run this runtime does not know (not
+        asked for here, or ended longer ago than its logs are kept:
+        ``open_runtime(keep_events=)``). A durable job's events are its queue's to follow
+        (``JobQueue.watch``)."""
         return self.live.watch(run_id, after=after)
 
     async def spawn(

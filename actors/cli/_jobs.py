@@ -1,7 +1,7 @@
 """``trio-agents worker`` and ``trio-agents jobs ...``: durable jobs from the command line.
 
 ``worker`` runs a job queue on a store until SIGINT or SIGTERM; ``jobs`` submits, shows, lists,
-cancels, answers, purges and waits for jobs, from any process, through the store alone.
+cancels, answers, purges, waits for and watches jobs, from any process, through the store alone.
 """
 
 from __future__ import annotations
@@ -29,10 +29,14 @@ if TYPE_CHECKING:
     from actors._core._runtime import Runtime
     from actors.durable import AgentRegistry, RunStore
     from protocols.jobs import JobRecord
+    from protocols.live import RunEvent
 
 __all__ = [
+    "CANCELLED",
+    "WAITING",
     "AppError",
     "call_app",
+    "event_line",
     "jobs_main",
     "load_app",
     "read_input_json",
@@ -438,6 +442,141 @@ def store_main(action: str, args: Any, out: TextIO) -> int:
 
 #: The exit status of ``jobs wait`` when its ``--timeout`` passed first (as timeout(1)'s).
 TIMED_OUT = 124
+#: The exit status of ``jobs watch`` for a job that ended cancelled.
+CANCELLED = 3
+#: The exit status of ``jobs watch`` for a job that waits for input (approvals): answer them,
+#: then watch again with ``--after`` the seq of its ``awaiting_input`` event.
+WAITING = 4
+
+#: How much of a tool result or an answer one line of ``jobs watch`` shows.
+_SHOWN = 200
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+def _detail(event: RunEvent) -> str:
+    """What one event says, for :func:`event_line` (without its seq and kind)."""
+    from protocols.messages import ToolFailure  # noqa: PLC0415
+
+    data = event.data
+    kind = event.kind
+    if kind in ("content", "thinking"):
+        return json.dumps(data.get("text", ""), ensure_ascii=False)
+    if kind == "started":
+        return f"agent {data.get('agent')}"
+    if kind == "turn":
+        return f"provider call {data.get('turn')}"
+    if kind == "tool_call":
+        call = data["call"]
+        return f"{call.name} {_clip(_compact(call.arguments))} (call {call.id})"
+    if kind == "tool_result":
+        result = data["result"]
+        if isinstance(result, ToolFailure):
+            return f"{result.name} failed: {_clip(result.error)} (call {result.id})"
+        return f"{result.name} -> {_clip(_compact(result.value))} (call {result.id})"
+    if kind == "usage":
+        usage = data.get("usage")
+        told = (
+            "unknown" if usage is None else f"prompt {usage.prompt}, completion {usage.completion}"
+        )
+        return told + (" (estimated)" if data.get("estimated") else "")
+    if kind == "approval_requested":
+        reason = data.get("reason") or "no reason given"
+        return f"{data.get('tool')} (call {data.get('call_id')}): {reason}"
+    if kind == "approval_answered":
+        verdict = "allowed" if data.get("allow") else "denied"
+        reason = f": {data['reason']}" if data.get("reason") else ""
+        return f"call {data.get('call_id')} {verdict}{reason}"
+    if kind == "awaiting_input":
+        calls = data.get("calls") or []
+        asked = ", ".join(f"{c.get('tool')} (call {c.get('call_id')})" for c in calls)
+        return f"waits for approval of {asked or 'its calls'}"
+    if kind in ("finished", "cancelled"):
+        result = data.get("result")
+        if result is None:
+            return "before it began"
+        content = _clip(json.dumps(result.content, ensure_ascii=False))
+        return f"stop {result.stop.value}, {result.turns} turn(s): {content}"
+    if kind == "failed":
+        error = data.get("error") or {}
+        code = f" ({error['code']})" if error.get("code") else ""
+        return f"{error.get('type')}{code}: {_clip(str(error.get('message') or ''))}"
+    if kind == "takeover":
+        return f"attempt with fence {data.get('fence')} ({data.get('reason')})"
+    if kind == "rewind":
+        return f"to seq {data.get('to')}: what was shown after it is void"
+    if kind == "gap":
+        return f"events {data.get('first')}..{event.seq} are gone"
+    if kind == "compaction":
+        return f"{data.get('replaced')} message(s) summarised ({data.get('reason')})"
+    if kind == "message":
+        message = data["message"]
+        return f"{message.role.value}: {_clip(json.dumps(message.content, ensure_ascii=False))}"
+    if kind == "subagent_started":
+        return f"{data.get('agent')} as run {data.get('run_id')} (call {data.get('call_id')})"
+    if kind == "subagent_finished":
+        return f"run {data.get('run_id')}: {data.get('status')} (call {data.get('call_id')})"
+    if kind == "handoff":
+        return f"to {data.get('agent')} (call {data.get('call_id')})"
+    if kind == "retry":
+        attempt, reason, delay = data.get("attempt"), data.get("reason"), data.get("delay")
+        return f"attempt {attempt} failed ({reason}); next in {delay} s"
+    if kind == "progress":
+        return f"{_clip(str(data.get('text', '')))} (call {data.get('call_id')})"
+    return _clip(str(data.get("reason", "")))  # guard, fault
+
+
+def event_line(event: RunEvent) -> str:
+    """One event as ``jobs watch`` prints it: its seq, its kind, and what it says, on one line
+    (a delta's text as a JSON string, so that its newlines show as ``\\n``)."""
+    return f"{event.seq:>5} {event.kind:<18} {_detail(event)}".rstrip()
+
+
+def _watch_status(event: RunEvent | None, record: JobRecord | None) -> int:
+    """The exit status of ``jobs watch``: by the terminal event it printed, else (nothing was
+    left to print after ``--after``) by the job's record."""
+    if event is not None:
+        if event.kind == "finished":
+            result = event.data.get("result")
+            return 1 if result is None or result.partial else 0
+        return {"cancelled": CANCELLED, "awaiting_input": WAITING}.get(event.kind, 1)
+    assert record is not None
+    return {"completed": 0, "cancelled": CANCELLED}.get(record.status.value, 1)
+
+
+async def _watch(store: RunStore, args: Any, out: TextIO, err: TextIO) -> int:
+    """``jobs watch``: the job's events after ``--after``, one line each (``--json``: one
+    :func:`~protocols.live.event_to_json` object each), until the terminal one. A job that
+    waits for input says on ``err`` how to go on."""
+    from actors.durable import watch_job  # noqa: PLC0415
+    from actors.durable._ops import existing_job  # noqa: PLC0415
+    from protocols.live import event_to_json  # noqa: PLC0415
+
+    last: RunEvent | None = None
+    async for event in watch_job(store, args.id, after=args.after, poll=args.poll):
+        if args.json:
+            line = json.dumps(event_to_json(event), ensure_ascii=False)
+        else:
+            line = event_line(event)
+        print(line, file=out, flush=True)
+        last = event
+    if last is not None and last.terminal:
+        if last.kind == "awaiting_input":
+            print(
+                f"trio-agents jobs: job {args.id} waits for input: answer it (trio-agents jobs "
+                f"answer), then watch the rest with --after {last.seq}",
+                file=err,
+            )
+        return _watch_status(last, None)
+    # Nothing after --after: the job had ended by then.
+    return _watch_status(None, await existing_job(store, args.id))
 
 
 def jobs_main(action: str, args: Any, out: TextIO, err: TextIO | None = None) -> int:
@@ -532,6 +671,8 @@ async def _jobs(
             await purge_job(store, args.id)
             print(f"{args.id}: purged", file=out)
             return 0
+        if action == "watch":
+            return await _watch(store, args, out, err)
         assert action == "wait"
         ended: JobRecord | None = None
         with trio.move_on_after(args.timeout if args.timeout is not None else float("inf")):

@@ -1,7 +1,7 @@
 """The ``trio-agents`` command line: ``demo`` (a team of agents), ``chat`` (a terminal chat),
 ``serve`` (a relay with a browser chat page), ``worker`` (a durable job queue's worker),
-``jobs`` (durable jobs: submit, show, list, cancel, answer, purge, wait), ``store``, ``mcp``
-(MCP tools served) and ``simulator`` (the offline model as a server).
+``jobs`` (durable jobs: submit, show, list, cancel, answer, purge, wait, watch), ``store``,
+``mcp`` (MCP tools served) and ``simulator`` (the offline model as a server).
 
 The commands' modules (and ``rich``) are imported only when a command runs, so importing
 :mod:`actors` stays light.
@@ -459,7 +459,7 @@ def _durable_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     _debug_option(worker)
     jobs = commands.add_parser(
         "jobs",
-        help="submit, show, list, cancel, answer, purge or wait for durable jobs",
+        help="submit, show, list, cancel, answer, purge, wait for or watch durable jobs",
         description="Durable jobs, through the store alone (no worker needed to submit).",
     )
     actions = jobs.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -530,6 +530,21 @@ def _durable_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     )
     wait.add_argument("--poll", type=_seconds(0.01, 60), default=0.5, metavar="SECONDS")
     wait.add_argument("--json", action="store_true", help="print one JSON object")
+    watch = action(
+        "watch",
+        "print a job's events as they come, until it ends or waits for input (exit 0 if it "
+        "completed, 1 if it failed or ended partial, 3 if cancelled, 4 if it awaits input)",
+    )
+    watch.add_argument("id")
+    watch.add_argument(
+        "--after",
+        type=_count(0, 10**18),
+        default=0,
+        metavar="N",
+        help="start after the event of seq N (default: from the first)",
+    )
+    watch.add_argument("--poll", type=_seconds(0.01, 60), default=0.5, metavar="SECONDS")
+    watch.add_argument("--json", action="store_true", help="print one JSON object per event")
     store = commands.add_parser(
         "store",
         help="look after a job store (migrate its schema)",
