@@ -20,9 +20,15 @@ Client to server:
   client never sends
   a tool message's ``images`` (servers from before them refuse the frame): each such message
   says in its text how many images were left out. A server accepts them.
-* ``cancel`` -- ``id``: stop that request; the server answers ``abort`` with the partial.
+  From version 3, ``cancel_on_disconnect`` (default true, then not sent): false lets the
+  request's *run* go on when the connection drops, to be followed again with ``watch``.
+* ``cancel`` -- ``id``: stop that request (from version 3 also a watched run); the server
+  answers ``abort`` with the partial.
 * ``approve`` -- ``id``, ``call`` (a tool-call id), ``decision`` (``allow`` or ``deny``),
   ``reason``: the answer to an ``approval``.
+* ``watch`` (version 3) -- ``id`` (a request id of this connection), ``run_id``, ``after`` (a
+  seq, default 0): the run's frames after that event -- what the log still holds, then the
+  rest as it comes, through its end (a ``gap`` first where the log no longer holds some).
 
 Server to client:
 
@@ -41,6 +47,15 @@ Server to client:
   crosses), ``retryable``.
 * ``approval`` -- ``id``, ``call`` (the tool call), ``reason``: the server's policy wants a
   human to decide that call; the client answers with ``approve``.
+* ``run`` (version 3) -- ``id``, ``run_id``: the request (or the watch) is run ``run_id``, a
+  server-minted, unguessable id; sent before any other frame of it.
+* ``gap`` (version 3) -- ``id``, ``first``, ``seq``: the run's events ``first`` .. ``seq`` are
+  no longer kept; what follows comes after ``seq``.
+
+From version 3, every frame of a run (``delta``, ``approval``, ``result``, ``abort``, and the
+``error`` that ends it) carries ``seq``: the seq of the run's event it stands for (see
+:mod:`protocols.live`), which a client gives back as ``after`` to resume. A frame of an older
+version never has it.
 
 Every frame is validated strictly: an unknown ``type``, an unknown or missing field, a value of
 the wrong type, a frame over the size limit or nested too deeply is refused with a
@@ -60,7 +75,8 @@ import attrs
 
 from ._json import _may_hold_surrogates, dumps, json_kind, loads, loads_object_unchecked
 from .codec import from_json, to_json
-from .errors import Category, ProtocolError, SizeLimitError, ValidationError
+from .errors import Category, ProtocolError, ProviderError, SizeLimitError, ValidationError
+from .live import RunEvent
 from .messages import (
     Message,
     ProviderOptions,
@@ -70,13 +86,21 @@ from .messages import (
 )
 
 __all__ = [
+    "DEFAULT_CONTINUATION_LIMIT",
     "DEFAULT_MAX_FRAME",
     "ERROR_MESSAGES",
     "HTTP_REQUEST_ID",
     "MAX_REQUEST_ID",
+    "MAX_RUN_ID",
+    "MAX_SAFE_INTEGER",
     "NDJSON_CONTENT_TYPE",
     "PROTOCOL_VERSION",
+    "RUNS_VERSION",
+    "RUN_ERROR_TYPE",
+    "RUN_ID_HEADER",
+    "RUN_STATE_HEADER",
     "SETTINGS_FIELDS",
+    "TAIL_INDEX_HEADER",
     "TRACE_KEYS",
     "VERSIONS",
     "Abort",
@@ -92,6 +116,7 @@ __all__ = [
     "DeltaFrame",
     "Error",
     "ErrorFrame",
+    "GapFrame",
     "Hello",
     "HelloFrame",
     "HostPolicy",
@@ -100,28 +125,39 @@ __all__ = [
     "ReadyFrame",
     "Result",
     "ResultFrame",
+    "RunContinuation",
+    "RunFrame",
     "ServerFrame",
     "Stream",
     "StreamFrame",
+    "WatchFrame",
     "decode_client_frame",
     "decode_http_request",
     "decode_server_frame",
     "encode_frame",
     "error_frame",
+    "event_frame",
+    "frame_events",
     "is_loopback",
     "loggable",
     "parse_origin",
+    "parse_start_index",
     "split_host",
     "unsupported_options",
+    "with_seq",
 ]
 
 #: The newest version this module speaks, the one a client says ``hello`` with first.
-PROTOCOL_VERSION: Final = 2
+PROTOCOL_VERSION: Final = 3
 #: Every version a server speaks, oldest first: a ``hello`` with another is refused
 #: (``version``), and the connection speaks the version of the ``hello`` it accepted. Version 2
 #: adds model settings: a ``stream`` frame's ``options`` may set the fields of
-#: :data:`SETTINGS_FIELDS`, and ``ready`` may carry ``max_tokens``, the server's cap.
-VERSIONS: Final = (1, 2)
+#: :data:`SETTINGS_FIELDS`, and ``ready`` may carry ``max_tokens``, the server's cap. Version 3
+#: adds runs: the ``run`` and ``gap`` frames, ``seq`` on a run's frames, ``watch``, and a
+#: ``stream`` frame's ``cancel_on_disconnect``.
+VERSIONS: Final = (1, 2, 3)
+#: The first version with runs (``run``, ``watch``, ``gap``, ``seq``, ``cancel_on_disconnect``).
+RUNS_VERSION: Final = 3
 #: The options fields a server speaking version 1 refuses (it decodes strictly): sent only on a
 #: connection of version 2 or later (see :func:`unsupported_options`).
 SETTINGS_FIELDS: Final = (
@@ -140,6 +176,17 @@ MAX_REQUEST_ID: Final = 128
 HTTP_REQUEST_ID: Final = "http"
 #: The content type of the plain HTTP endpoint's response.
 NDJSON_CONTENT_TYPE: Final = "application/x-ndjson; charset=utf-8"
+#: The longest run id accepted (characters; the server's own are 26).
+MAX_RUN_ID: Final = 64
+#: The largest ``startIndex`` (or seq) a client may send: JavaScript's largest safe integer.
+MAX_SAFE_INTEGER: Final = 2**53 - 1
+#: The response header naming the run an HTTP answer belongs to (002's ``x-workflow-run-id``).
+RUN_ID_HEADER: Final = "x-relay-run-id"
+#: The response header saying the stream's tail before the answer's body: the body's events
+#: come after that seq (002's ``x-workflow-stream-tail-index``).
+TAIL_INDEX_HEADER: Final = "x-relay-tail-index"
+#: The response header of a polling answer saying whether the run is ``running`` or ``ended``.
+RUN_STATE_HEADER: Final = "x-relay-run-state"
 
 #: Every error code the server sends, with the only text it sends with it.
 ERROR_MESSAGES: Final[Mapping[str, str]] = {
@@ -153,12 +200,17 @@ ERROR_MESSAGES: Final[Mapping[str, str]] = {
     "budget": "the token budget of this token is spent",
     "duplicate": "a request with this id is already open",
     "unknown_request": "no open request has this id",
+    "unknown_run": "no run has this id",
+    "too_many_watchers": "too many watchers of this run",
+    "run_too_large": "the run is larger than the relay keeps",
     "upstream": "relay provider failed",
     "timeout": "the connection was idle for too long",
     "shutdown": "the relay is shutting down",
 }
 
-_RETRYABLE: Final = frozenset({"too_many_streams", "rate_limited", "upstream", "shutdown"})
+_RETRYABLE: Final = frozenset(
+    {"too_many_streams", "rate_limited", "upstream", "shutdown", "too_many_watchers"}
+)
 
 
 def _request_id(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -187,6 +239,30 @@ def _version(instance: object, attribute: attrs.Attribute[Any], value: object) -
 def _positive(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValidationError(f"{type(instance).__name__}.{attribute.name} must be an integer >= 1")
+
+
+def _run_id(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_RUN_ID:
+        raise ValidationError(
+            f"{type(instance).__name__}.{attribute.name} must be a string of 1 to "
+            f"{MAX_RUN_ID} characters"
+        )
+
+
+def _seq(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SAFE_INTEGER:
+        raise ValidationError(
+            f"{type(instance).__name__}.{attribute.name} must be a seq (an integer >= 1)"
+        )
+
+
+def _index(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SAFE_INTEGER:
+        raise ValidationError(
+            f"{type(instance).__name__}.{attribute.name} must be a seq (an integer >= 0)"
+        )
 
 
 def _nonempty_str(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -273,13 +349,16 @@ class HelloFrame:
 @attrs.frozen
 class StreamFrame:
     """One provider call, under the client's request ``id``; ``trace``: the caller's W3C trace
-    context (``traceparent``, ``tracestate``), or ``None`` (then the field is not sent)."""
+    context (``traceparent``, ``tracestate``), or ``None`` (then the field is not sent);
+    ``cancel_on_disconnect`` (version 3; sent only when false): false lets the call's run go on
+    when the connection drops, to be followed again with a :class:`WatchFrame`."""
 
     id: str = attrs.field(validator=_request_id)
     messages: tuple[Message, ...] = attrs.field(converter=_messages)
     tools: tuple[ToolDefinition, ...] = attrs.field(default=(), converter=_tools)
     options: ProviderOptions | None = attrs.field(default=None, validator=_OPTIONS)
     trace: dict[str, str] | None = attrs.field(default=None, validator=_trace)
+    cancel_on_disconnect: bool = attrs.field(default=True, validator=_bool)
 
     def __attrs_post_init__(self) -> None:
         if not self.messages:
@@ -308,20 +387,42 @@ class ApproveFrame:
     reason: str | None = attrs.field(default=None, validator=_optional_str)
 
 
+def _optional_version(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and value not in VERSIONS:
+        raise ValidationError(
+            f"HttpRequest.version must be one of {', '.join(map(str, VERSIONS))}, or absent"
+        )
+
+
 @attrs.frozen
 class HttpRequest:
-    """The body of a plain HTTP relay request: one provider call."""
+    """The body of a plain HTTP relay request: one provider call. ``version`` (``None``: as
+    before versions): 3 asks for an answer of version 3 -- a ``run`` line first, then the
+    run's frames with their ``seq``; ``cancel_on_disconnect`` false lets the run go on when the
+    client leaves (its id is in the answer's ``x-relay-run-id`` header)."""
 
     messages: tuple[Message, ...] = attrs.field(converter=_messages)
     tools: tuple[ToolDefinition, ...] = attrs.field(default=(), converter=_tools)
     options: ProviderOptions | None = attrs.field(default=None, validator=_OPTIONS)
+    version: int | None = attrs.field(default=None, validator=_optional_version)
+    cancel_on_disconnect: bool = attrs.field(default=True, validator=_bool)
 
     def __attrs_post_init__(self) -> None:
         if not self.messages:
             raise ValidationError("HttpRequest.messages must not be empty")
 
 
-ClientFrame: TypeAlias = HelloFrame | StreamFrame | CancelFrame | ApproveFrame
+@attrs.frozen
+class WatchFrame:
+    """Follow run ``run_id`` under request ``id`` (version 3): its frames after the event
+    ``after`` (a seq; 0: from the start), then the rest as they come, through its end."""
+
+    id: str = attrs.field(validator=_request_id)
+    run_id: str = attrs.field(validator=_run_id)
+    after: int = attrs.field(default=0, validator=_index)
+
+
+ClientFrame: TypeAlias = HelloFrame | StreamFrame | CancelFrame | ApproveFrame | WatchFrame
 
 
 # -- server to client ---------------------------------------------------------------------------
@@ -369,11 +470,12 @@ def _text(instance: object, attribute: attrs.Attribute[Any], value: object) -> N
 
 @attrs.frozen
 class DeltaFrame:
-    """A piece of the answer to request ``id``."""
+    """A piece of the answer to request ``id``; ``seq`` (version 3): its event's seq."""
 
     id: str = attrs.field(validator=_request_id)
     channel: str = attrs.field(validator=_channel)
     text: str = attrs.field(validator=_text)
+    seq: int | None = attrs.field(default=None, validator=_seq)
 
 
 @attrs.frozen
@@ -383,6 +485,7 @@ class ResultFrame:
 
     id: str = attrs.field(validator=_request_id)
     result: ProviderResult = attrs.field(validator=_instance_of(ProviderResult))
+    seq: int | None = attrs.field(default=None, validator=_seq)
 
 
 @attrs.frozen
@@ -391,6 +494,7 @@ class AbortFrame:
 
     id: str = attrs.field(validator=_request_id)
     partial: ProviderResult = attrs.field(validator=_instance_of(ProviderResult))
+    seq: int | None = attrs.field(default=None, validator=_seq)
 
 
 def _code(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -400,12 +504,14 @@ def _code(instance: object, attribute: attrs.Attribute[Any], value: object) -> N
 
 @attrs.frozen
 class ErrorFrame:
-    """A refusal or a failure: of request ``id``, or of the connection (``id`` None)."""
+    """A refusal or a failure: of request ``id``, or of the connection (``id`` None); ``seq``
+    (version 3): the seq of the run's ``failed`` event, when the error ends a run."""
 
     code: str = attrs.field(validator=_code)
     message: str = attrs.field(validator=_str)
     retryable: bool = attrs.field(default=False, validator=_bool)
     id: str | None = attrs.field(default=None)
+    seq: int | None = attrs.field(default=None, validator=_seq)
 
     def __attrs_post_init__(self) -> None:
         if self.id is not None:
@@ -421,18 +527,50 @@ class ApprovalFrame:
     id: str = attrs.field(validator=_request_id)
     call: ToolCall = attrs.field(validator=_instance_of(ToolCall))
     reason: str | None = attrs.field(default=None, validator=_optional_str)
+    seq: int | None = attrs.field(default=None, validator=_seq)
+
+
+@attrs.frozen
+class RunFrame:
+    """Request (or watch) ``id`` is run ``run_id`` (version 3): sent before any other frame
+    of it. The id is the server's, unguessable; a client follows the run again with it."""
+
+    id: str = attrs.field(validator=_request_id)
+    run_id: str = attrs.field(validator=_run_id)
+
+
+@attrs.frozen
+class GapFrame:
+    """The events ``first`` .. ``seq`` of the run followed under ``id`` are no longer kept
+    (version 3): what follows comes after ``seq``."""
+
+    id: str = attrs.field(validator=_request_id)
+    first: int = attrs.field(validator=_positive)
+    seq: int = attrs.field(validator=_positive)
+
+    def __attrs_post_init__(self) -> None:
+        if self.first > self.seq:
+            raise ValidationError("GapFrame.first must not be after its seq")
 
 
 ServerFrame: TypeAlias = (
-    ReadyFrame | DeltaFrame | ResultFrame | AbortFrame | ErrorFrame | ApprovalFrame
+    ReadyFrame
+    | DeltaFrame
+    | ResultFrame
+    | AbortFrame
+    | ErrorFrame
+    | ApprovalFrame
+    | RunFrame
+    | GapFrame
 )
 
 
-def error_frame(code: str, id: str | None = None) -> ErrorFrame:
-    """The :class:`ErrorFrame` frame for ``code``, with its fixed message and retry hint."""
+def error_frame(code: str, id: str | None = None, seq: int | None = None) -> ErrorFrame:
+    """The :class:`ErrorFrame` frame for ``code``, with its fixed message and retry hint (and
+    ``seq``, for the error that ends a run, on a connection of version 3)."""
     if code not in ERROR_MESSAGES:
         raise ValidationError(f"unknown relay error code {code!r}")
-    return ErrorFrame(code, ERROR_MESSAGES[code], code in _RETRYABLE, id)
+    return ErrorFrame(code, ERROR_MESSAGES[code], code in _RETRYABLE, id, seq)
 
 
 # -- text ---------------------------------------------------------------------------------------
@@ -442,6 +580,7 @@ _CLIENT: Final[Mapping[str, type]] = {
     "stream": StreamFrame,
     "cancel": CancelFrame,
     "approve": ApproveFrame,
+    "watch": WatchFrame,
 }
 _SERVER: Final[Mapping[str, type]] = {
     "ready": ReadyFrame,
@@ -450,6 +589,8 @@ _SERVER: Final[Mapping[str, type]] = {
     "abort": AbortFrame,
     "error": ErrorFrame,
     "approval": ApprovalFrame,
+    "run": RunFrame,
+    "gap": GapFrame,
 }
 _TAGS: Final[Mapping[type, str]] = {cls: tag for tag, cls in (*_CLIENT.items(), *_SERVER.items())}
 
@@ -465,7 +606,14 @@ def _fast_delta(text: str) -> DeltaFrame | None:
     if not text.startswith(_DELTA_PREFIX) or "\\u" in text:
         return None
     data = loads_object_unchecked(text)
-    if data is None or len(data) != 4:
+    if data is None:
+        return None
+    keys = len(data)
+    seq = data.get("seq")
+    if keys == 5:
+        if type(seq) is not int or not 1 <= seq <= MAX_SAFE_INTEGER:
+            return None
+    elif keys != 4:
         return None
     request, channel, piece = data.get("id"), data.get("channel"), data.get("text")
     if (
@@ -474,14 +622,15 @@ def _fast_delta(text: str) -> DeltaFrame | None:
         or (channel != "content" and channel != "thinking")  # noqa: PLR1714
         or not piece
         or not 1 <= len(request) <= MAX_REQUEST_ID
-        # Four keys parsed and every other colon inside a string: no key was a duplicate.
-        or text.count(":") != 4 + request.count(":") + piece.count(":")
+        # Every key parsed and every other colon inside a string: no key was a duplicate.
+        or text.count(":") != keys + request.count(":") + piece.count(":")
     ):
         return None
     frame = _new(DeltaFrame)
     _set(frame, "id", request)
     _set(frame, "channel", channel)
     _set(frame, "text", piece)
+    _set(frame, "seq", seq)
     return frame
 
 
@@ -520,9 +669,10 @@ def encode_frame(frame: ClientFrame | ServerFrame) -> str:
         request, piece = frame.id, frame.text
         if not (_may_hold_surrogates(request) or _may_hold_surrogates(piece)):
             channel = "content" if frame.channel == "content" else "thinking"
-            return (
-                f'{_DELTA_PREFIX}{_string(request)},"channel":"{channel}","text":{_string(piece)}}}'
-            )
+            head = f'{_DELTA_PREFIX}{_string(request)},"channel":"{channel}","text":'
+            if frame.seq is None:
+                return f"{head}{_string(piece)}}}"
+            return f'{head}{_string(piece)},"seq":{int(frame.seq)}}}'
     tag = _TAGS.get(type(frame))
     if tag is None:
         raise ValidationError(f"not a relay frame: {type(frame).__name__}")
@@ -609,6 +759,224 @@ def decode_http_request(body: bytes) -> HttpRequest:
         )
     request: HttpRequest = from_json(HttpRequest, data, category=Category.USER)
     return request
+
+
+# -- runs: frames and events --------------------------------------------------------------------
+
+#: The error ``type`` a relay run's ``failed`` event names.
+RUN_ERROR_TYPE: Final = "RelayError"
+
+
+def frame_events(frame: ServerFrame) -> list[tuple[str, Any]]:
+    """The events of a run that ``frame`` stands for, as ``(kind, data)`` in order (see
+    :class:`~protocols.live.RunEvent`; a delta's data is its text alone, as
+    :class:`~protocols.live.EventLog` keeps it): ``delta`` -> ``content`` / ``thinking``;
+    ``approval`` -> ``approval_requested`` (with ``call``, the tool call as JSON); ``result``
+    -> a ``tool_call`` per call, ``usage`` and ``finished`` (``response``: the provider result
+    as JSON); ``abort`` -> ``cancelled`` (``response``: the partial); an ``error`` of a request
+    -> ``failed`` (``error``: ``type``, ``code``, ``message``, ``retryable``). Other frames
+    stand for no event. The frame's own seq is its last event's."""
+    kind = type(frame)
+    if kind is DeltaFrame:
+        assert isinstance(frame, DeltaFrame)
+        return [(frame.channel, frame.text)]
+    if kind is ResultFrame:
+        assert isinstance(frame, ResultFrame)
+        result = frame.result
+        events: list[tuple[str, Any]] = [("tool_call", {"call": call}) for call in result.calls]
+        events.append(
+            ("usage", {"usage": result.usage, "estimated": False, "finish": str(result.finish)})
+        )
+        events.append(("finished", {"response": to_json(result)}))
+        return events
+    if kind is AbortFrame:
+        assert isinstance(frame, AbortFrame)
+        return [("cancelled", {"response": to_json(frame.partial)})]
+    if kind is ErrorFrame:
+        assert isinstance(frame, ErrorFrame)
+        if frame.id is None:
+            return []
+        error = {
+            "type": RUN_ERROR_TYPE,
+            "code": frame.code,
+            "message": frame.message,
+            "retryable": frame.retryable,
+        }
+        return [("failed", {"error": error})]
+    if kind is ApprovalFrame:
+        assert isinstance(frame, ApprovalFrame)
+        call = frame.call
+        data = {"call_id": call.id, "tool": call.name, "reason": frame.reason}
+        return [("approval_requested", {**data, "call": to_json(call)})]
+    return []
+
+
+def with_seq(frame: ServerFrame, seq: int) -> ServerFrame:
+    """``frame`` carrying ``seq`` (a frame of a run, on a connection of version 3)."""
+    if type(frame) is DeltaFrame:  # the hot path: no validation twice
+        copy = _new(DeltaFrame)
+        _set(copy, "id", frame.id)
+        _set(copy, "channel", frame.channel)
+        _set(copy, "text", frame.text)
+        _set(copy, "seq", seq)
+        return copy
+    if not isinstance(frame, ResultFrame | AbortFrame | ErrorFrame | ApprovalFrame):
+        raise ValidationError(f"a {type(frame).__name__} carries no seq")
+    return attrs.evolve(frame, seq=seq)
+
+
+def event_frame(event: RunEvent, request_id: str) -> ServerFrame | None:
+    """The frame (of version 3, with the event's ``seq``) a client following a relay run
+    under ``request_id`` gets for ``event``: ``content`` / ``thinking`` -> ``delta``,
+    ``approval_requested`` -> ``approval``, ``finished`` -> ``result``, ``cancelled`` ->
+    ``abort``, ``failed`` -> ``error``, ``gap`` -> ``gap``; ``None`` for the events no frame
+    stands for (``tool_call`` and ``usage`` are in the ``result``). The inverse of
+    :func:`frame_events`. Raises :class:`~protocols.errors.ProtocolError` for an event whose
+    data a relay run cannot have."""
+    kind, data, seq = event.kind, event.data, event.seq
+    try:
+        if kind == "content" or kind == "thinking":  # noqa: PLR1714
+            copy = _new(DeltaFrame)
+            text = data["text"]
+            if type(text) is not str or not text:
+                raise ValidationError("a delta's text must be a non-empty string")
+            _set(copy, "id", request_id)
+            _set(copy, "channel", kind)
+            _set(copy, "text", text)
+            _set(copy, "seq", seq)
+            return copy
+        if kind == "finished":
+            return ResultFrame(request_id, from_json(ProviderResult, data["response"]), seq)
+        if kind == "cancelled":
+            return AbortFrame(request_id, from_json(ProviderResult, data["response"]), seq)
+        if kind == "failed":
+            error = data.get("error")
+            code = error.get("code") if isinstance(error, dict) else None
+            if not isinstance(code, str) or code not in ERROR_MESSAGES:
+                code = "upstream"
+            return error_frame(code, request_id, seq)
+        if kind == "approval_requested":
+            call = from_json(ToolCall, data["call"])
+            return ApprovalFrame(request_id, call, data.get("reason"), seq)
+        if kind == "gap":
+            return GapFrame(request_id, data["first"], seq)
+    except (KeyError, TypeError, ValidationError) as error:
+        raise ProtocolError(f"a relay run's {kind} event is malformed: {error}") from None
+    return None
+
+
+def parse_start_index(value: str | None) -> int:
+    """The ``startIndex`` (or ``after``) a polling client sent, as a seq: ``0`` for none.
+    Raises :class:`~protocols.errors.ValidationError` for anything but a non-negative safe
+    integer in decimal (002's rule: a client checks it before sending, a server again)."""
+    if value is None or value == "":
+        return 0
+    text = value.strip()
+    if not (text.isascii() and text.isdigit()) or len(text) > 16:
+        raise ValidationError("startIndex must be a non-negative safe integer")
+    number = int(text)
+    if number > MAX_SAFE_INTEGER:
+        raise ValidationError("startIndex must be a non-negative safe integer")
+    return number
+
+
+#: Follow-up requests a :class:`RunContinuation` makes by default before it gives up.
+DEFAULT_CONTINUATION_LIMIT: Final = 1000
+
+
+class RunContinuation:
+    """002's continuation rule, for a client that follows run ``run_id`` by polling
+    (``GET /v1/runs/{id}/events?startIndex=N``), sans-IO: it says what to ask for next and
+    sorts the answers.
+
+    * ``start_index`` (the next request's ``startIndex``) is a non-negative safe integer,
+      checked here -- before any request is sent (:class:`~protocols.errors.ValidationError`).
+    * :meth:`feed` takes one answer (its events, and the ``x-relay-tail-index`` header: the
+      seq the body comes after) and returns what to deliver: the events after
+      ``start_index``, in order, through the terminal one -- an event already delivered is
+      never delivered again, whatever the answers overlap. The next request starts after the
+      last event returned.
+    * An empty answer without the terminal event is a *polling gap* (:attr:`polling_gap`):
+      the client waits briefly, honouring cancellation, and asks again for the same
+      ``start_index``.
+    * After the terminal event, :attr:`done`: nothing more belongs to the stream.
+    * ``limit`` bounds the follow-up requests (the answers after the first; ``None``: no
+      bound): once it is spent without the terminal event, :meth:`query` raises
+      :class:`~protocols.errors.ProviderError` (``continuation_limit``). With ``limit=0`` any
+      answer that does not end the run fails.
+    """
+
+    __slots__ = ("answers", "done", "limit", "polling_gap", "run_id", "start_index")
+
+    def __init__(
+        self,
+        run_id: str,
+        *,
+        start_index: int = 0,
+        limit: int | None = DEFAULT_CONTINUATION_LIMIT,
+    ) -> None:
+        if not isinstance(run_id, str) or not 1 <= len(run_id) <= MAX_RUN_ID:
+            raise ValidationError(f"run_id must be a string of 1 to {MAX_RUN_ID} characters")
+        if (
+            isinstance(start_index, bool)
+            or not isinstance(start_index, int)
+            or not 0 <= start_index <= MAX_SAFE_INTEGER
+        ):
+            raise ValidationError("startIndex must be a non-negative safe integer")
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
+        ):
+            raise ValidationError(f"limit must be an integer >= 0 or None, not {limit!r}")
+        self.run_id = run_id
+        self.start_index = start_index
+        self.limit = limit
+        #: Answers fed so far (the first, then the follow-ups).
+        self.answers = 0
+        #: The terminal event was delivered: the stream is over.
+        self.done = False
+        #: The last answer was empty and not terminal: ask again for the same ``start_index``.
+        self.polling_gap = False
+
+    def query(self) -> dict[str, str]:
+        """The next request's query parameters (``startIndex``). Raises
+        :class:`~protocols.errors.ProviderError` (``continuation_limit``, not retryable) when
+        the limit of follow-up requests is spent, and
+        :class:`~protocols.errors.ValidationError` once the stream is :attr:`done`."""
+        if self.done:
+            raise ValidationError(f"run {self.run_id}: the stream has ended; nothing follows")
+        if self.limit is not None and self.answers > self.limit:
+            raise ProviderError(
+                f"run {self.run_id}: no terminal event after {self.limit} continuations",
+                code="continuation_limit",
+                retryable=False,
+            )
+        return {"startIndex": str(self.start_index)}
+
+    def feed(self, events: Iterable[RunEvent], *, tail_index: int | None = None) -> list[RunEvent]:
+        """Take one answer; the events to deliver. ``tail_index``: the answer's tail index
+        header, when it has one -- an answer whose body starts after events this client has
+        not had raises :class:`~protocols.errors.ProtocolError`."""
+        if self.done:
+            raise ValidationError(f"run {self.run_id}: the stream has ended; nothing follows")
+        if tail_index is not None and tail_index > self.start_index:
+            raise ProtocolError(
+                f"run {self.run_id}: the answer starts after seq {tail_index}, but this client "
+                f"has had only up to {self.start_index}",
+                code="decode",
+                category=Category.PROVIDER,
+            )
+        self.answers += 1
+        out: list[RunEvent] = []
+        for event in events:
+            if event.seq <= self.start_index:
+                continue  # had already: replay-safe
+            out.append(event)
+            self.start_index = event.seq
+            if event.terminal:
+                self.done = True
+                break
+        self.polling_gap = not out and not self.done
+        return out
 
 
 # -- logs ---------------------------------------------------------------------------------------

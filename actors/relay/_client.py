@@ -2,7 +2,8 @@
 
 It holds a bearer token for the relay, never the model's credential. One websocket carries
 every request of the provider, multiplexed by id; it is opened on first use and, when it drops,
-opened again (with backoff) for the next request.
+opened again (with backoff) for the next request -- and, for a request whose run outlives its
+connection, to follow that run again from the last event it had.
 """
 
 from __future__ import annotations
@@ -32,18 +33,23 @@ from protocols.messages import (
 )
 from protocols.relay import (
     DEFAULT_MAX_FRAME,
+    MAX_RUN_ID,
     PROTOCOL_VERSION,
+    RUNS_VERSION,
     VERSIONS,
     AbortFrame,
     ApprovalFrame,
     ApproveFrame,
     CancelFrame,
     ErrorFrame,
+    GapFrame,
     HelloFrame,
     ReadyFrame,
     ResultFrame,
+    RunFrame,
     ServerFrame,
     StreamFrame,
+    WatchFrame,
     decode_server_frame,
     encode_frame,
     loggable,
@@ -136,6 +142,16 @@ class RelayProvider(StreamingProvider):
       connection (reconnecting with backoff, at most ``reconnects`` times); one that has
       streamed anything fails with a :class:`~protocols.errors.ProviderError` (``code``
       ``disconnected``) carrying its partial -- it is never replayed.
+    * ``cancel_on_disconnect=False`` (here for every request, or per request in
+      :meth:`stream`) asks the relay (protocol version 3) to let the request's run go on when
+      the connection drops: the stream then reconnects (with the same backoff) and follows the
+      run again from the last event it had, so its caller gets every delta once, none missing
+      and none twice. It fails ``disconnected`` only when no connection comes back (at most
+      ``reconnects`` tries without progress), ``unknown_run`` when the relay no longer keeps
+      the run, ``gap`` when the relay's log dropped events this stream had not had. A relay
+      from before version 3 cuts the request with its connection, as before. The stream's
+      ``run_id`` is the relay's id of its run (``None`` before version 3, or before it is
+      known); :meth:`watch` follows a run by that id, from anywhere the token is held.
     * The server's refusals and failures arrive as :class:`~protocols.errors.ProviderError`
       with the relay's code (``unauthorized``, ``rate_limited``, ``upstream``, ...) and its
       retry hint -- out of the ``async with`` block too, never in an exception group; an
@@ -173,6 +189,7 @@ class RelayProvider(StreamingProvider):
         backoff: tuple[float, float] = (0.25, 4.0),
         max_frame: int = 16 * DEFAULT_MAX_FRAME,
         egress: EgressPolicy | None = None,
+        cancel_on_disconnect: bool = True,
     ) -> None:
         if not url.startswith(("ws://", "wss://")):
             raise ConfigError(f"a relay url starts with ws:// or wss://, not {url[:20]!r}")
@@ -188,6 +205,8 @@ class RelayProvider(StreamingProvider):
             raise ConfigError("approval_timeout must be a number of seconds > 0")
         if isinstance(reconnects, bool) or not isinstance(reconnects, int) or reconnects < 0:
             raise ConfigError(f"reconnects must be an integer >= 0, not {reconnects!r}")
+        if not isinstance(cancel_on_disconnect, bool):
+            raise ConfigError("cancel_on_disconnect must be True or False")
         if isinstance(max_frame, bool) or not isinstance(max_frame, int) or max_frame < 1024:
             raise ConfigError(f"max_frame must be a number of bytes >= 1024, not {max_frame!r}")
         low, high = backoff
@@ -202,6 +221,9 @@ class RelayProvider(StreamingProvider):
         self.connect_timeout = connect_timeout
         self.approval_timeout = approval_timeout
         self.max_frame = max_frame
+        #: Whether requests are cut when their connection drops (``stream`` may say otherwise
+        #: per request).
+        self.cancel_on_disconnect = cancel_on_disconnect
         self._backoff = _Backoff(reconnects, *backoff)
         self._nursery: trio.Nursery | None = None
         self._nursery_manager: Any = None
@@ -259,13 +281,39 @@ class RelayProvider(StreamingProvider):
         *,
         tools: Sequence[ToolDefinition] | None = None,
         options: ProviderOptions | None = None,
+        cancel_on_disconnect: bool | None = None,
     ) -> ProviderStream:
-        """Stream one completion through the relay (see :class:`ProviderStream`)."""
+        """Stream one completion through the relay (see :class:`ProviderStream`).
+        ``cancel_on_disconnect`` (default: the provider's): ``False`` lets the request's run
+        go on when the connection drops, and the stream resumes it (see the class). The
+        stream's ``run_id`` names the run once the relay said it."""
+        if cancel_on_disconnect is None:
+            cancel_on_disconnect = self.cancel_on_disconnect
+        elif not isinstance(cancel_on_disconnect, bool):
+            raise ConfigError("cancel_on_disconnect must be True, False or None")
         # The caller's trace context, taken now: where the request is made.
         frame = StreamFrame(
-            f"r{next(self._ids)}", messages, tools or (), options, _tracing.carrier() or None
+            f"r{next(self._ids)}",
+            messages,
+            tools or (),
+            options,
+            _tracing.carrier() or None,
+            cancel_on_disconnect,
         )
         return _RelayStream(self, frame)
+
+    def watch(self, run_id: str, *, after: int = 0) -> ProviderStream:
+        """Follow run ``run_id`` of the relay (one this token started -- from this process or
+        any other -- or one its grants let it see): a stream of its deltas after the event
+        ``after`` (a seq; 0: from its start), whose ``result`` is the run's result. It resumes
+        after a dropped connection like a stream that outlives its connection; leaving it early
+        leaves the run running. A run the relay does not keep for this token fails
+        ``unknown_run``; a relay from before protocol version 3 fails ``version``."""
+        if not isinstance(run_id, str) or not 1 <= len(run_id) <= MAX_RUN_ID:
+            raise ConfigError(f"run_id must be a relay's run id (1 to {MAX_RUN_ID} characters)")
+        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+            raise ConfigError(f"after must be a seq (an integer >= 0), not {after!r}")
+        return _RelayStream(self, WatchFrame(f"r{next(self._ids)}", run_id, after))
 
     # -- the connection ------------------------------------------------------------------------
 
@@ -490,46 +538,39 @@ def _closed_error(error: trio_websocket.ConnectionClosed) -> ProviderError:
 
 
 class _RelayStream(TextStream):
-    def __init__(self, provider: RelayProvider, frame: StreamFrame) -> None:
+    """One request (a ``stream`` frame) or one ``watch`` of a run, as a provider stream."""
+
+    def __init__(self, provider: RelayProvider, frame: StreamFrame | WatchFrame) -> None:
         super().__init__()
         self._provider = provider
         self._frame = frame
+        self._id = frame.id
         self._connection: _Connection | None = None
         self._receive: trio.MemoryReceiveChannel[Any] | None = None
         self._done = False
         self._shown = False
         self._resent = 0
+        #: The relay's id of the run (version 3), once it said it.
+        self.run_id: str | None = frame.run_id if isinstance(frame, WatchFrame) else None
+        #: The seq of the last event of the run this stream had (what a resume goes on after).
+        self.seq = frame.after if isinstance(frame, WatchFrame) else 0
+        #: The run goes on when the connection drops: the stream follows it again.
+        self._resumable = isinstance(frame, WatchFrame)
+        self._stalled = 0  # resumes since the last frame that moved the stream on
 
     async def _submit(self) -> trio.MemoryReceiveChannel[Any]:
         provider = self._provider
-        text = encode_frame(self._frame)
+        frame = self._frame
+        trace = frame.trace if isinstance(frame, StreamFrame) else None
         for attempt in range(provider._backoff.attempts + 1):
-            connection = await provider._connect(self._frame.trace)
-            unsupported = unsupported_options(self._frame.options, connection.ready.version)
-            if unsupported:
-                # The server would refuse the frame by closing the whole connection (and every
-                # other request on it): refused here, never silently sent without them.
-                self._done = True
-                raise ConfigError(
-                    f"the relay speaks protocol version {connection.ready.version}, from before "
-                    f"these model settings: it cannot take {', '.join(unsupported)}; upgrade the "
-                    "relay server or leave them unset"
-                )
-            if len(text.encode("utf-8", "surrogatepass")) > connection.ready.max_frame:
-                # The server would refuse it by closing the whole connection (and every other
-                # request on it), and a resend would meet the same refusal.
-                self._done = True
-                raise ProviderError(
-                    "the request is larger than the relay's frame limit",
-                    code="too_large",
-                    retryable=False,
-                )
+            connection = await provider._connect(trace)
+            text = self._text(connection.ready)
             send, receive = trio.open_memory_channel[Any](REQUEST_BUFFER)
-            connection.requests[self._frame.id] = send
+            connection.requests[self._id] = send
             try:
                 await connection.send(text)
             except trio_websocket.ConnectionClosed as error:
-                connection.requests.pop(self._frame.id, None)
+                connection.requests.pop(self._id, None)
                 receive.close()
                 if attempt == provider._backoff.attempts:
                     raise _closed_error(error) from None
@@ -538,6 +579,101 @@ class _RelayStream(TextStream):
             self._receive = receive
             return receive
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _text(self, ready: ReadyFrame) -> str:
+        """The frame to send on a connection that said ``ready``, checked against its limits."""
+        frame = self._frame
+        version = ready.version
+        if isinstance(frame, WatchFrame):
+            if version < RUNS_VERSION:
+                self._done = True
+                raise ProviderError(
+                    f"the relay speaks protocol version {version}, from before runs: it cannot "
+                    "follow a run by id",
+                    code="version",
+                    retryable=False,
+                )
+            return encode_frame(frame)
+        unsupported = unsupported_options(frame.options, version)
+        if unsupported:
+            # The server would refuse the frame by closing the whole connection (and every
+            # other request on it): refused here, never silently sent without them.
+            self._done = True
+            raise ConfigError(
+                f"the relay speaks protocol version {version}, from before "
+                f"these model settings: it cannot take {', '.join(unsupported)}; upgrade the "
+                "relay server or leave them unset"
+            )
+        if version < RUNS_VERSION and not frame.cancel_on_disconnect:
+            # A relay from before runs would refuse the field (by closing the connection):
+            # there, a request is cut with its connection, as it always was.
+            log.info(
+                "the relay speaks protocol version %d: its requests end with their connection",
+                version,
+            )
+            frame = attrs.evolve(frame, cancel_on_disconnect=True)
+        self._resumable = not frame.cancel_on_disconnect
+        text = encode_frame(frame)
+        if len(text.encode("utf-8", "surrogatepass")) > ready.max_frame:
+            # The server would refuse it by closing the whole connection (and every other
+            # request on it), and a resend would meet the same refusal.
+            self._done = True
+            raise ProviderError(
+                "the request is larger than the relay's frame limit",
+                code="too_large",
+                retryable=False,
+            )
+        return text
+
+    async def _resume(self) -> trio.MemoryReceiveChannel[Any]:
+        """Follow the run again on a new connection, after the last event this stream had."""
+        provider = self._provider
+        assert self.run_id is not None
+        watch = WatchFrame(self._id, self.run_id, self.seq)
+        text = encode_frame(watch)
+        while True:
+            self._stalled += 1
+            if self._stalled > provider._backoff.attempts + 1 or provider._closed:
+                raise self._lost()
+            try:
+                connection = await provider._connect(None)
+            except ProviderError as error:
+                if not error.retryable:
+                    raise self._lost() from None
+                continue
+            if connection.ready.version < RUNS_VERSION:
+                raise self._lost()
+            send, receive = trio.open_memory_channel[Any](REQUEST_BUFFER)
+            connection.requests[self._id] = send
+            try:
+                await connection.send(text)
+            except trio_websocket.ConnectionClosed:
+                connection.requests.pop(self._id, None)
+                receive.close()
+                continue
+            log.info("relay run %s: resumed after event %d", loggable(self.run_id), self.seq)
+            self._connection = connection
+            self._receive = receive
+            return receive
+
+    def _lost(self) -> ProviderError:
+        self._done = True
+        return ProviderError(
+            "the relay connection dropped mid-stream",
+            code="disconnected",
+            retryable=True,
+            partial=self.partial,
+        )
+
+    def _moved(self, seq: int | None) -> bool:
+        """Take a frame's seq: False for a frame this stream already had (it skips it)."""
+        if seq is None:
+            return True
+        if seq <= self.seq:
+            return False
+        self.seq = seq
+        self._stalled = 0
+        return True
 
     async def __anext__(self) -> Delta:
         if self._done:
@@ -549,26 +685,31 @@ class _RelayStream(TextStream):
             frame: ServerFrame | object = await receive.receive()
             if frame is _GONE:
                 provider = self._provider
+                if self._resumable and self.run_id is not None and not provider._closed:
+                    # The run goes on at the relay: follow it again from where this stream is.
+                    receive = await self._resume()
+                    continue
                 if (
-                    not (self._shown or provider._closed)
+                    not (self._shown or provider._closed or isinstance(self._frame, WatchFrame))
                     and self._resent < provider._backoff.attempts
                 ):
                     # Nothing of this request arrived: it may be sent again, on a new connection.
                     self._resent += 1
                     receive = await self._submit()
                     continue
-                self._done = True
-                raise ProviderError(
-                    "the relay connection dropped mid-stream",
-                    code="disconnected",
-                    retryable=True,
-                    partial=self.partial,
-                )
+                raise self._lost()
+            if isinstance(frame, RunFrame):
+                self.run_id = frame.run_id
+                continue
             if isinstance(frame, DeltaFrame):
+                if not self._moved(frame.seq):
+                    continue
                 self._shown = True
                 (self._content if frame.channel == "content" else self._thinking).append(frame.text)
                 return Delta("content" if frame.channel == "content" else "thinking", frame.text)
             if isinstance(frame, ApprovalFrame):
+                if not self._moved(frame.seq):
+                    continue
                 self._shown = True  # a human has been asked: the request is never sent again
                 await self._answer(frame)
                 continue
@@ -580,6 +721,13 @@ class _RelayStream(TextStream):
             if isinstance(frame, AbortFrame):
                 raise ProviderError(
                     "the relay aborted the request", code="aborted", partial=frame.partial
+                )
+            if isinstance(frame, GapFrame):
+                raise ProviderError(
+                    "the relay no longer holds part of this run's answer",
+                    code="gap",
+                    retryable=False,
+                    partial=self.partial,
                 )
             assert isinstance(frame, ErrorFrame)
             raise ProviderError(
@@ -603,21 +751,22 @@ class _RelayStream(TextStream):
             allowed, reason = answer if isinstance(answer, tuple) else (bool(answer), "")
         decision = "allow" if allowed else "deny"
         assert self._connection is not None
-        frame = ApproveFrame(self._frame.id, approval.call.id, decision, reason or None)
+        frame = ApproveFrame(self._id, approval.call.id, decision, reason or None)
         with contextlib.suppress(trio_websocket.ConnectionClosed):  # the next frame says so
             await self._connection.send(encode_frame(frame))
 
     def _forget(self) -> None:
         connection = self._connection
         if connection is not None:
-            channel = connection.requests.pop(self._frame.id, None)
+            channel = connection.requests.pop(self._id, None)
             if channel is not None:
                 channel.close()
         if self._receive is not None:
             self._receive.close()
 
     async def aclose(self) -> None:
-        """Leave early: tell the server to stop (it closes its upstream stream at once)."""
+        """Leave early: tell the server to stop (it closes its upstream stream at once) -- but
+        leaving a :meth:`RelayProvider.watch` early leaves the run running."""
         if self._done or self._receive is None:
             self._done = True
             self._forget()
@@ -626,13 +775,16 @@ class _RelayStream(TextStream):
         self._done = True
         connection = self._connection
         self._forget()
+        if isinstance(self._frame, WatchFrame):
+            await trio.lowlevel.checkpoint()
+            return
         if connection is not None and not connection.closed:
             with (
                 trio.CancelScope(shield=True),
                 trio.move_on_after(2),
                 contextlib.suppress(trio_websocket.ConnectionClosed),
             ):
-                await connection.send(encode_frame(CancelFrame(self._frame.id)))
+                await connection.send(encode_frame(CancelFrame(self._id)))
 
 
 def _leaves(error: BaseException) -> list[BaseException]:

@@ -6,12 +6,15 @@ Routes (all others: 404; a known path with the wrong method: 405 with ``Allow``)
 * ``GET /`` (and its ``/app.js`` and ``/app.css``): the browser chat page, when enabled;
 * websocket ``/v1/relay``: the multiplexed frame protocol of :mod:`protocols.relay`;
 * ``POST /v1/stream``: one provider call for clients without websockets; the response is NDJSON
-  (one server frame per line).
+  (one server frame per line);
+* ``GET /v1/runs/{id}/events``: a run's events, as Server-Sent Events -- or, with ``startIndex``,
+  as one polling answer (002's continuation rule); ``POST /v1/runs/{id}/cancel``: cancel it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import hmac
 import logging
@@ -41,13 +44,16 @@ from protocols.messages import (
 from protocols.relay import (
     HTTP_REQUEST_ID,
     NDJSON_CONTENT_TYPE,
+    RUN_ID_HEADER,
+    RUNS_VERSION,
+    TAIL_INDEX_HEADER,
     ApprovalFrame,
     ApproveFrame,
     DeltaFrame,
     ErrorFrame,
     HostPolicy,
-    HttpRequest,
     ResultFrame,
+    RunFrame,
     ServerFrame,
     decode_http_request,
     encode_frame,
@@ -63,6 +69,7 @@ from ._admission import (
     RelayStatistics,
     RelayToken,
     _digest,
+    _grants,
     _Refused,
     _TokenState,
 )
@@ -84,6 +91,7 @@ from ._asgi import (
     _ws_deny,
 )
 from ._jobs import JOBS_PATH, RelayJobs
+from ._runs import RUNS_PREFIX, _Run, _Runs, http_runs
 from ._session import _cancel_on_disconnect, _coalesced, _Connection, _Failed, _stack
 
 if TYPE_CHECKING:
@@ -188,9 +196,12 @@ class RelayServer:
             raise ConfigError(error.message) from None
         self._policies: dict[tuple[str, int] | None, HostPolicy] = {}
         self._holders = holders
+        _grants([holder for _, holder in holders])
         self._statistics = RelayStatistics()
         self._closing = False
         self._scopes: set[trio.CancelScope] = set()
+        #: Every request's run, while it runs and then as long as the limits keep it.
+        self._runs = _Runs(limits)
         self.jobs = jobs  # the durable jobs API (actors/relay/_jobs.py), when given
         if jobs is not None:
             jobs._attach(self)
@@ -201,8 +212,14 @@ class RelayServer:
     def statistics(self) -> RelayStatistics:
         """A copy of the counters."""
         stats = self._statistics
+        self._runs.expire()
         return RelayStatistics(
-            stats.connections, stats.streams, stats.upstream_calls, dict(stats.refused)
+            stats.connections,
+            stats.streams,
+            stats.upstream_calls,
+            dict(stats.refused),
+            len(self._runs),
+            self._runs.watchers(),
         )
 
     def close(self) -> None:
@@ -228,6 +245,22 @@ class RelayServer:
     def _refuse(self, code: str) -> None:
         refused = self._statistics.refused
         refused[code] = refused.get(code, 0) + 1
+
+    async def _http_token(
+        self, scope: Scope, headers: Mapping[str, str], send: Send
+    ) -> _TokenState | None:
+        """The holder of an HTTP request's bearer token, its ``Origin`` allowed: or ``None``,
+        the request refused (403 for the origin, 401 for the token) and answered here."""
+        if not self._origin_ok(scope, headers):
+            self._refuse("forbidden_origin")
+            await _plain(send, 403)
+            return None
+        holder = self._holder(_bearer(headers))
+        if holder is None:
+            self._refuse("unauthorized")
+            await _plain(send, 401, extra=[(b"www-authenticate", b"Bearer")])
+            return None
+        return holder
 
     def _policy(self, scope: Scope) -> HostPolicy:
         """The host policy for a connection that came in at ``scope["server"]`` (the address
@@ -346,6 +379,8 @@ class RelayServer:
                 await _plain(send, 405, extra=[(b"allow", b"POST")])
                 return
             await self._http_stream(scope, headers, receive, send)
+        elif path.startswith(RUNS_PREFIX):
+            await http_runs(self, scope, headers, receive, send)
         elif path in _PAGES and self.page:
             if method not in ("GET", "HEAD"):
                 await _plain(send, 405, extra=[(b"allow", b"GET, HEAD")])
@@ -362,14 +397,8 @@ class RelayServer:
         self, scope: Scope, headers: Mapping[str, str], receive: Receive, send: Send
     ) -> None:
         limits = self.limits
-        if not self._origin_ok(scope, headers):
-            self._refuse("forbidden_origin")
-            await _plain(send, 403)
-            return
-        holder = self._holder(_bearer(headers))
+        holder = await self._http_token(scope, headers, send)
         if holder is None:
-            self._refuse("unauthorized")
-            await _plain(send, 401, extra=[(b"www-authenticate", b"Bearer")])
             return
         length = headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > limits.max_frame):
@@ -405,96 +434,114 @@ class RelayServer:
             self._refuse(refused.code)
             await _plain(send, 503 if refused.code == "shutdown" else 429)
             return
-        result: ProviderResult | None = None
-        streamed: list[DeltaFrame] = []
+        outlives = not request.cancel_on_disconnect
+        run = self._runs.open(holder, request_id=HTTP_REQUEST_ID, cancel_on_disconnect=not outlives)
         out = _HttpOut(send, limits.send_timeout)
+        cap = limits.max_tokens
+        sink = _HttpSink(
+            out,
+            run,
+            runs=request.version is not None and request.version >= RUNS_VERSION,
+            extra=[] if cap is None else [(MAX_TOKENS_HEADER, str(cap).encode())],
+        )
+        run.attached = sink
+        relay = functools.partial(
+            self._run,
+            run,
+            holder,
+            messages=request.messages,
+            tools=request.tools,
+            options=request.options,
+            ask=None,  # no approvals over plain HTTP: an "ask" is denied
+            trace=_trace_headers(headers),
+        )
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
             nursery.start_soon(out.sender)
             try:
-                result = await self._http_respond(request, out, streamed, _trace_headers(headers))
+                if outlives:
+                    # The run is not this request's task: it goes on if the client leaves.
+                    self._spawn(relay)
+                    await _while_attached(run, sink, receive)
+                else:
+                    # The request is over (answered, failed, cut, or its client left) when
+                    # _run returns: its slot is free then, not once its last bytes have left --
+                    # a client that stops reading may hold those forever.
+                    nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
+                    await relay()
+                if run.attached is sink:
+                    await _http_end(run, sink, out)
             finally:
                 out.close()
-                # The request is over (answered, failed, cut, or its client left): its slot is
-                # free now, not once its last bytes have left -- a client that stops reading
-                # may hold those forever.
-                self._settle(holder, result, request.messages, streamed)
             await out.done.wait()  # what is queued has left (or the client is gone)
             nursery.cancel_scope.cancel()
 
-    async def _http_respond(
+    # -- runs ----------------------------------------------------------------------------------
+
+    def _spawn(self, relay: Callable[[], Awaitable[object]]) -> None:
+        """Run ``relay`` (a run that outlives its connection) as a task of its own, which no
+        connection's end cancels: :meth:`close` does, and the end of the trio run."""
+        trio.lowlevel.spawn_system_task(
+            _contained, relay, name="relay run", context=contextvars.copy_context()
+        )
+
+    async def _run(
         self,
-        request: HttpRequest,
-        out: _HttpOut,
-        streamed: list[DeltaFrame],
-        trace: Mapping[str, str] | None = None,
-    ) -> ProviderResult | None:
-        started = False
-        cap = self.limits.max_tokens
-        cap_header = [] if cap is None else [(MAX_TOKENS_HEADER, str(cap).encode())]
-
-        async def line(frame: ServerFrame) -> None:
-            nonlocal started
-            if not started:
-                if isinstance(frame, ErrorFrame):
-                    return  # a failure before anything streamed is answered with a status
-                started = True
-                await out.put(
-                    {
-                        "type": "http.response.start",
-                        "status": 200,
-                        "headers": [
-                            (b"content-type", NDJSON_CONTENT_TYPE.encode()),
-                            (b"cache-control", b"no-store"),
-                            (b"x-content-type-options", b"nosniff"),
-                            *cap_header,
-                        ],
-                    }
-                )
-            await out.put(
-                {
-                    "type": "http.response.body",
-                    "body": (encode_frame(frame) + "\n").encode("utf-8"),
-                    "more_body": True,
-                }
-            )
-
-        end = {"type": "http.response.body", "body": b"", "more_body": False}
-        with trio.CancelScope() as scope:
-            self._scopes.add(scope)
+        run: _Run,
+        holder: _TokenState,
+        *,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition],
+        options: ProviderOptions | None,
+        ask: Callable[[ApprovalFrame], Awaitable[ApproveFrame | None]] | None,
+        trace: Mapping[str, str] | None,
+    ) -> ProviderResult | _Failed | None:
+        """Relay ``run``'s call: every frame logged as the run's events and sent to its
+        attached client (from version 3 after a ``run`` frame, each with its seq). However it
+        ends -- answered, failed, cancelled, cut by its client leaving, by its size or by the
+        shutdown -- its log ends with its terminal event, its slot is freed and its cost
+        charged, and the run is kept to be followed. The outcome: the result, the failure, or
+        ``None`` for a cut."""
+        streamed: list[DeltaFrame] = []
+        outcome: ProviderResult | _Failed | None = None
+        self._scopes.add(run.scope)
+        if self._closing:
+            run.scope.cancel()
+        try:
             try:
-                outcome = await self._relay(
-                    HTTP_REQUEST_ID,
-                    messages=request.messages,
-                    tools=request.tools,
-                    options=request.options,
-                    emit=line,
-                    ask=None,
-                    streamed=streamed,
-                    trace=trace,
-                )
+                with run.scope:
+                    attached = run.attached
+                    if attached is not None and attached.version >= RUNS_VERSION:
+                        await run.publish(RunFrame(run.request_id, run.run_id))
+                    outcome = await self._relay(
+                        run.request_id,
+                        messages=messages,
+                        tools=tools,
+                        options=options,
+                        emit=run.publish,
+                        ask=ask,
+                        streamed=streamed,
+                        trace=trace,
+                    )
+                if not run.ended:  # cut: by a client's cancel, by its size, by the shutdown
+                    frame = run.cut_frame(streamed, self._closing)
+                    attached = run.attached
+                    tell = (
+                        attached is None
+                        or attached.says_shutdown
+                        or not (isinstance(frame, ErrorFrame) and frame.code == "shutdown")
+                    )
+                    await run.publish(frame, send=tell)
             except _Gone:
-                # The client stopped reading for send_timeout: cut. Its upstream stream was
-                # closed on the way out of _relay.
-                log.info("relay HTTP client stopped reading (or left); its request was cut")
-                return None
-            finally:
-                self._scopes.discard(scope)
-        if scope.cancelled_caught:
-            if self._closing and started:
-                # Cut by close(): the response ends properly, its last line saying why.
-                with trio.CancelScope(shield=True), contextlib.suppress(_Gone):
-                    await line(error_frame("shutdown", HTTP_REQUEST_ID))
-                    await out.put(end)
-            return None  # else the client left: nobody to answer
-        if isinstance(outcome, _Failed) and not started:
-            await out.put_quietly(_plain, 400 if outcome.code == "invalid" else 502)
-            return None
-        # Shielded: the ASGI server reports the finished response as a disconnect, which cancels
-        # this call -- and the result, uncounted, would never be charged to the token.
-        with trio.CancelScope(shield=True), contextlib.suppress(_Gone):
-            await out.put(end)
-        return outcome if isinstance(outcome, ProviderResult) else None
+                pass  # its client left (or was cut), and the run went with it
+        finally:
+            self._scopes.discard(run.scope)
+            run.seal(streamed, self._closing)
+            run.outcome = outcome
+            result = outcome if isinstance(outcome, ProviderResult) else None
+            self._settle(holder, result, messages, streamed)
+            self._runs.end(run)
+            run.done.set()
+        return outcome
 
     # -- the shared core -----------------------------------------------------------------------
 
@@ -675,6 +722,107 @@ class RelayServer:
                     connection.outbox.close()
         finally:
             self._statistics.connections -= 1
+
+
+class _HttpSink:
+    """An NDJSON answer as where an attached run's frames go: its status and headers go out
+    with the first frame it sends -- at once from version 3 (the ``run`` line), else with the
+    first frame that is not an error (a failure before anything streamed is answered with a
+    status instead)."""
+
+    says_shutdown = True
+
+    def __init__(
+        self,
+        out: _HttpOut,
+        run: _Run,
+        *,
+        runs: bool,
+        extra: Sequence[tuple[bytes, bytes]],
+    ) -> None:
+        self._out = out
+        self._run = run
+        self._extra = extra
+        self.version = RUNS_VERSION if runs else RUNS_VERSION - 1
+        self.started = False
+        #: The client stopped reading (or left): nothing more goes to it.
+        self.gone = trio.Event()
+
+    async def send(self, frame: ServerFrame) -> None:
+        try:
+            if not self.started:
+                if isinstance(frame, ErrorFrame) and self.version < RUNS_VERSION:
+                    return  # a failure before anything streamed is answered with a status
+                self.started = True
+                await self._out.put(
+                    {
+                        "type": "http.response.start",
+                        "status": 200,
+                        "headers": [
+                            (b"content-type", NDJSON_CONTENT_TYPE.encode()),
+                            (b"cache-control", b"no-store"),
+                            (b"x-content-type-options", b"nosniff"),
+                            (RUN_ID_HEADER.encode(), self._run.run_id.encode()),
+                            (TAIL_INDEX_HEADER.encode(), b"0"),
+                            *self._extra,
+                        ],
+                    }
+                )
+            await self._out.put(
+                {
+                    "type": "http.response.body",
+                    "body": (encode_frame(frame) + "\n").encode("utf-8"),
+                    "more_body": True,
+                }
+            )
+        except _Gone:
+            self.gone.set()
+            raise
+
+
+async def _while_attached(run: _Run, sink: _HttpSink, receive: Receive) -> None:
+    """Wait until ``run`` has ended, or its HTTP client left or stopped reading (then the
+    run goes on without it)."""
+    async with trio.open_nursery() as nursery:
+
+        async def until(event: trio.Event) -> None:
+            await event.wait()
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(until, run.done)
+        nursery.start_soon(until, sink.gone)
+        await _cancel_on_disconnect(receive, nursery.cancel_scope)
+        if run.attached is sink:
+            run.attached = None  # the client left
+            log.info("relay run %s goes on without its HTTP client", run.run_id)
+
+
+async def _http_end(run: _Run, sink: _HttpSink, out: _HttpOut) -> None:
+    """End the NDJSON answer of a run that has ended: a failure before anything was sent is
+    answered with its status (400 for an invalid request, 502 for the upstream)."""
+    outcome = run.outcome
+    if not sink.started:
+        if isinstance(outcome, _Failed):
+            await out.put_quietly(_plain, 400 if outcome.code == "invalid" else 502)
+        return  # cut before anything was sent: nobody to answer
+    # Shielded: the ASGI server reports the finished response as a disconnect, which cancels
+    # this call.
+    with trio.CancelScope(shield=True), contextlib.suppress(_Gone):
+        await out.put({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _contained(relay: Callable[[], Awaitable[object]]) -> None:
+    """A run of its own task: whatever it raises (beyond what it handles itself) is logged,
+    never raised into trio's system nursery."""
+    try:
+        await relay()
+    except BaseException as error:
+        rest = error
+        if isinstance(error, BaseExceptionGroup):
+            _, rest = error.split(trio.Cancelled)  # type: ignore[assignment]
+        if rest is None or isinstance(rest, trio.Cancelled | KeyboardInterrupt):
+            raise
+        log.warning("a relay run failed: %s\n%s", type(rest).__name__, _stack(rest))
 
 
 def _trace_headers(headers: Mapping[str, str]) -> dict[str, str] | None:

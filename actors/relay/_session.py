@@ -5,6 +5,7 @@ sends; and the pieces of a relayed request both routes share.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import traceback
 from collections.abc import Mapping, MutableMapping, Sequence
@@ -16,22 +17,17 @@ from protocols.errors import (
     ProtocolError,
     SizeLimitError,
 )
-from protocols.messages import (
-    FinishReason,
-    ProviderResult,
-)
 from protocols.relay import (
-    PROTOCOL_VERSION,
+    RUNS_VERSION,
     VERSIONS,
-    AbortFrame,
-    ApprovalFrame,
     ApproveFrame,
     CancelFrame,
-    DeltaFrame,
     HelloFrame,
     ReadyFrame,
+    RunFrame,
     ServerFrame,
     StreamFrame,
+    WatchFrame,
     decode_client_frame,
     encode_frame,
     error_frame,
@@ -40,6 +36,7 @@ from protocols.relay import (
 
 from ._admission import _Refused, _TokenState
 from ._asgi import _GOING_AWAY, _POLICY, _TOO_BIG, OUTBOX, Receive, Send, _Gone
+from ._runs import _Run, frames, next_events
 
 if TYPE_CHECKING:
     from ._server import RelayServer
@@ -85,13 +82,16 @@ class _Connection:
         # timeout, cancellably -- for the sender to take its frame, never inside that send.
         self.outbox, self._outgoing = trio.open_memory_channel[MutableMapping[str, Any]](OUTBOX)
         self._requests: trio.CancelScope | None = None
-        self._open: dict[str, trio.CancelScope] = {}
-        self._cancelled: set[str] = set()
-        self._approvals: dict[tuple[str, str], tuple[trio.Event, list[ApproveFrame]]] = {}
+        #: The runs of the requests (streams and watches) open on this connection, by id.
+        self._open: dict[str, _Run] = {}
         self._closed = False
         self._idle: trio.CancelScope | None = None
-        #: The protocol version the connection speaks: its hello's (the newest until then).
-        self.version = PROTOCOL_VERSION
+        #: The protocol version the connection speaks: its hello's -- and for one whose
+        #: handshake carried the token (it says no hello), the newest before runs: such a
+        #: client never said which version it speaks, and a run's frames are new.
+        self.version = RUNS_VERSION - 1
+        #: A run cut by the shutdown is not told so per request: the connection is, once.
+        self.says_shutdown = False
 
     async def _next(self) -> str | bytes | None:
         """The next frame's text, or None when the client left."""
@@ -239,15 +239,15 @@ class _Connection:
             if isinstance(frame, StreamFrame):
                 await self._start(frame, holder, nursery)
             elif isinstance(frame, CancelFrame):
-                scope = self._open.get(frame.id)
-                if scope is None:
+                run = self._open.get(frame.id)
+                if run is None:
                     await self._say("unknown_request", frame.id)
                 else:
-                    self._cancelled.add(frame.id)
-                    scope.cancel()
+                    run.cancel()  # (a watched run too: the token controls its runs)
             elif isinstance(frame, ApproveFrame):
-                waiting = self._approvals.get((frame.id, frame.call))
-                if waiting is None and frame.id in self._open:
+                run = self._open.get(frame.id)
+                waiting = run.approvals.get(frame.call) if run is not None else None
+                if waiting is None and run is not None:
                     pass  # too late: that approval timed out (denied), the request goes on
                 elif waiting is None:
                     await self._say("unknown_request", frame.id)
@@ -255,7 +255,9 @@ class _Connection:
                     event, answers = waiting
                     answers.append(frame)
                     event.set()
-            else:  # a second hello
+            elif isinstance(frame, WatchFrame) and self.version >= RUNS_VERSION:
+                await self._watch(frame, holder, nursery)
+            else:  # a second hello, or a watch before version 3 (whose servers knew none)
                 await self.fail("invalid", _POLICY)
                 return
 
@@ -275,52 +277,81 @@ class _Connection:
         except _Refused as refused:
             await self._say(refused.code, frame.id)
             return
-        scope = trio.CancelScope()
-        self._open[frame.id] = scope
-        nursery.start_soon(self._stream, frame, holder, scope)
+        # Before version 3 a request is cut with its connection, whatever its frame says.
+        outlives = not frame.cancel_on_disconnect and self.version >= RUNS_VERSION
+        run = self.server._runs.open(holder, request_id=frame.id, cancel_on_disconnect=not outlives)
+        run.attached = self
+        self._open[frame.id] = run
+        if outlives:
+            # Not a task of this connection: the run goes on when the connection ends.
+            self.server._spawn(functools.partial(self._stream, frame, holder, run))
+        else:
+            nursery.start_soon(self._stream, frame, holder, run)
 
-    async def _ask(self, approval: ApprovalFrame) -> ApproveFrame | None:
-        key = (approval.id, approval.call.id)
-        event, answers = trio.Event(), list[ApproveFrame]()
-        self._approvals[key] = (event, answers)
+    async def _stream(self, frame: StreamFrame, holder: _TokenState, run: _Run) -> None:
         try:
-            await self.send(approval)
-            await event.wait()
-            return answers[0]
+            await self.server._run(
+                run,
+                holder,
+                messages=frame.messages,
+                tools=frame.tools,
+                options=frame.options,
+                ask=run.ask,
+                trace=frame.trace if frame.trace is not None else self.trace,
+            )
         finally:
-            del self._approvals[key]
+            self._forget(frame.id, run)
 
-    async def _stream(
-        self, frame: StreamFrame, holder: _TokenState, scope: trio.CancelScope
-    ) -> None:
-        server = self.server
-        result: ProviderResult | None = None
-        streamed: list[DeltaFrame] = []
+    def _forget(self, request_id: str, run: _Run) -> None:
+        """Request ``request_id`` (of ``run``) is over on this connection."""
+        if self._open.get(request_id) is run:
+            del self._open[request_id]
+        if not self._open and self._idle is not None:
+            # Idle counts from the end of the last request, not from the last frame read.
+            self._idle.deadline = trio.current_time() + self.limits.idle_timeout
+
+    async def _watch(self, frame: WatchFrame, holder: _TokenState, nursery: trio.Nursery) -> None:
+        if frame.id in self._open:
+            await self._say("duplicate", frame.id)
+            return
+        if len(self._open) >= self.limits.max_streams:
+            await self._say("too_many_streams", frame.id)
+            return
+        run = self.server._runs.find(frame.run_id, holder)
+        if run is None:  # never existed, no longer kept, or another token's: all the same
+            await self._say("unknown_run", frame.id)
+            return
+        if frame.after > run.last or (run.ended and frame.after >= run.last):
+            # A seq the run never had, or after its terminal event: nothing follows that.
+            await self._say("invalid", frame.id)
+            return
+        if run.watchers >= self.limits.max_watchers:
+            await self._say("too_many_watchers", frame.id)
+            return
+        run.watchers += 1
+        self._open[frame.id] = run
+        nursery.start_soon(self._follow, frame, run)
+
+    async def _follow(self, frame: WatchFrame, run: _Run) -> None:
+        """Send ``run``'s frames after ``frame.after``: what its log holds, then the rest as
+        it comes, through its terminal event."""
+        after = frame.after
         try:
-            with scope:
-                outcome = await server._relay(
-                    frame.id,
-                    messages=frame.messages,
-                    tools=frame.tools,
-                    options=frame.options,
-                    emit=self.send,
-                    ask=self._ask,
-                    streamed=streamed,
-                    trace=frame.trace if frame.trace is not None else self.trace,
-                )
-                if isinstance(outcome, ProviderResult):
-                    result = outcome
-            if scope.cancelled_caught and frame.id in self._cancelled:
-                await self.send(AbortFrame(frame.id, _partial(streamed)))
+            await self.send(RunFrame(frame.id, run.run_id))
+            while True:
+                events = await next_events(run, after)
+                if not events:
+                    return
+                for out in frames(events, frame.id):
+                    await self.send(out)
+                after = events[-1].seq
+                if events[-1].terminal:
+                    return
         except _Gone:
             pass
         finally:
-            self._open.pop(frame.id, None)
-            self._cancelled.discard(frame.id)
-            server._settle(holder, result, frame.messages, streamed)
-            if not self._open and self._idle is not None:
-                # Idle counts from the end of the last request, not from the last frame read.
-                self._idle.deadline = trio.current_time() + self.limits.idle_timeout
+            run.watchers -= 1
+            self._forget(frame.id, run)
 
 
 def _coalesced(deltas: Sequence[Any]) -> list[tuple[str, str]]:
@@ -334,12 +365,6 @@ def _coalesced(deltas: Sequence[Any]) -> list[tuple[str, str]]:
         else:
             out.append((delta.channel, [delta.text]))
     return [(channel, "".join(texts)) for channel, texts in out]
-
-
-def _partial(deltas: Sequence[DeltaFrame]) -> ProviderResult:
-    content = "".join(d.text for d in deltas if d.channel == "content")
-    thinking = "".join(d.text for d in deltas if d.channel == "thinking")
-    return ProviderResult(content=content, thinking=thinking, finish=FinishReason.CANCELLED)
 
 
 async def _cancel_on_disconnect(receive: Receive, scope: trio.CancelScope) -> None:

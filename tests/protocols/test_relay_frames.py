@@ -35,12 +35,15 @@ from protocols.relay import (
     ClientFrame,
     DeltaFrame,
     ErrorFrame,
+    GapFrame,
     HelloFrame,
     HttpRequest,
     ReadyFrame,
     ResultFrame,
+    RunFrame,
     ServerFrame,
     StreamFrame,
+    WatchFrame,
     decode_client_frame,
     decode_http_request,
     decode_server_frame,
@@ -61,10 +64,13 @@ TAGS: dict[type, str] = {
     AbortFrame: "abort",
     ErrorFrame: "error",
     ApprovalFrame: "approval",
+    WatchFrame: "watch",
+    RunFrame: "run",
+    GapFrame: "gap",
 }
 CLIENT_TYPES = set(get_args(ClientFrame))
 SERVER_TYPES = set(get_args(ServerFrame))
-RETRYABLE = {"rate_limited", "too_many_streams", "upstream", "shutdown"}
+RETRYABLE = {"rate_limited", "too_many_streams", "upstream", "shutdown", "too_many_watchers"}
 TOKEN = "sk-relay-s3cret-token-value"
 
 # --------------------------------------------------------------------------- strategies
@@ -173,13 +179,24 @@ def provider_results(draw: st.DrawFn) -> ProviderResult:
     )
 
 
+SEQS = st.integers(min_value=1, max_value=2**53 - 1)
+RUN_IDS = st.text(alphabet=UTF8, min_size=1, max_size=64)
+
+
 @st.composite
 def errors(draw: st.DrawFn) -> ErrorFrame:
     code = draw(st.sampled_from(sorted(ERROR_MESSAGES)))
     request_id = draw(optional(REQUEST_IDS))
+    seq = draw(optional(SEQS))
     if draw(st.booleans()):
-        return error_frame(code, request_id)
-    return ErrorFrame(code, ERROR_MESSAGES[code], draw(st.booleans()), request_id)
+        return error_frame(code, request_id, seq)
+    return ErrorFrame(code, ERROR_MESSAGES[code], draw(st.booleans()), request_id, seq)
+
+
+@st.composite
+def gaps(draw: st.DrawFn) -> GapFrame:
+    first, last = sorted((draw(SEQS), draw(SEQS)))
+    return GapFrame(draw(REQUEST_IDS), first, last)
 
 
 FRAMES: dict[type, st.SearchStrategy[Any]] = {
@@ -190,6 +207,7 @@ FRAMES: dict[type, st.SearchStrategy[Any]] = {
         messages=st.lists(messages(), min_size=1, max_size=3),
         tools=st.lists(TOOL_DEFINITIONS, max_size=2),
         options=optional(OPTIONS),
+        cancel_on_disconnect=st.booleans(),
     ),
     CancelFrame: st.builds(CancelFrame, id=REQUEST_IDS),
     ApproveFrame: st.builds(
@@ -201,19 +219,34 @@ FRAMES: dict[type, st.SearchStrategy[Any]] = {
     ),
     ReadyFrame: st.builds(ReadyFrame, version=POSITIVE, max_frame=POSITIVE, max_streams=POSITIVE),
     DeltaFrame: st.builds(
-        DeltaFrame, id=REQUEST_IDS, channel=st.sampled_from(["content", "thinking"]), text=NONEMPTY
+        DeltaFrame,
+        id=REQUEST_IDS,
+        channel=st.sampled_from(["content", "thinking"]),
+        text=NONEMPTY,
+        seq=optional(SEQS),
     ),
-    ResultFrame: st.builds(ResultFrame, id=REQUEST_IDS, result=provider_results()),
-    AbortFrame: st.builds(AbortFrame, id=REQUEST_IDS, partial=provider_results()),
+    ResultFrame: st.builds(
+        ResultFrame, id=REQUEST_IDS, result=provider_results(), seq=optional(SEQS)
+    ),
+    AbortFrame: st.builds(
+        AbortFrame, id=REQUEST_IDS, partial=provider_results(), seq=optional(SEQS)
+    ),
     ErrorFrame: errors(),
-    ApprovalFrame: st.builds(ApprovalFrame, id=REQUEST_IDS, call=TOOL_CALLS, reason=optional(TEXT)),
+    ApprovalFrame: st.builds(
+        ApprovalFrame, id=REQUEST_IDS, call=TOOL_CALLS, reason=optional(TEXT), seq=optional(SEQS)
+    ),
+    WatchFrame: st.builds(
+        WatchFrame, id=REQUEST_IDS, run_id=RUN_IDS, after=st.integers(0, 2**53 - 1)
+    ),
+    RunFrame: st.builds(RunFrame, id=REQUEST_IDS, run_id=RUN_IDS),
+    GapFrame: gaps(),
 }
 
 
 def test_every_frame_type_has_a_strategy_and_a_side() -> None:
     assert set(FRAMES) == set(TAGS) == CLIENT_TYPES | SERVER_TYPES
     assert not CLIENT_TYPES & SERVER_TYPES
-    assert {HelloFrame, StreamFrame, CancelFrame, ApproveFrame} == CLIENT_TYPES
+    assert {HelloFrame, StreamFrame, CancelFrame, ApproveFrame, WatchFrame} == CLIENT_TYPES
 
 
 # --------------------------------------------------------------------------- round trips
@@ -877,14 +910,17 @@ def test_encoded_frames_omit_defaults_and_are_compact() -> None:
     st.text(min_size=1, max_size=MAX_REQUEST_ID),
     st.sampled_from(["content", "thinking"]),
     st.text(min_size=1, max_size=200),
+    optional(SEQS),
 )
 @settings(max_examples=300)
-def test_delta_fast_paths_agree_with_the_codec(request_id: str, channel: str, text: str) -> None:
+def test_delta_fast_paths_agree_with_the_codec(
+    request_id: str, channel: str, text: str, seq: int | None
+) -> None:
     from protocols._json import dumps
     from protocols.codec import from_json, to_json
     from protocols.relay import _fast_delta
 
-    frame = DeltaFrame(request_id, channel, text)
+    frame = DeltaFrame(request_id, channel, text, seq)
     general = dumps({"type": "delta", **to_json(frame)})  # type: ignore[dict-item]
     assert encode_frame(frame) == general
     fast = _fast_delta(general)
@@ -906,6 +942,12 @@ def test_delta_fast_paths_agree_with_the_codec(request_id: str, channel: str, te
         '{"type":"delta","id":"","channel":"content","text":"x"}',
         '{"type":"delta","id":"a","channel":"content","text":5}',
         '{"type":"delta","id":"a","channel":"content"}',
+        '{"type":"delta","id":"a","channel":"content","text":"x","seq":0}',
+        '{"type":"delta","id":"a","channel":"content","text":"x","seq":true}',
+        '{"type":"delta","id":"a","channel":"content","text":"x","seq":1.5}',
+        '{"type":"delta","id":"a","channel":"content","text":"x","seq":"1"}',
+        '{"type":"delta","id":"a","channel":"content","text":"x","seq":1,"seq":2}',
+        '{"type":"delta","id":"a","channel":"content","text":"x","seq":9007199254740992}',
     ],
 )
 def test_the_delta_fast_path_never_accepts_what_the_codec_refuses(text: str) -> None:

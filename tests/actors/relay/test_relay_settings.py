@@ -75,7 +75,7 @@ async def test_settings_cross_the_relay_to_the_upstream() -> None:
                 )
                 await agent.generate("hello", settings={"top_p": 0.9})
             assert provider.ready is not None
-            assert (provider.ready.version, provider.ready.max_tokens) == (2, None)
+            assert (provider.ready.version, provider.ready.max_tokens) == (3, None)
         await upstream.aclose()
     assert sim.requests[-1].settings == SETTINGS
 
@@ -174,7 +174,7 @@ async def test_a_newer_client_speaks_version_1_to_an_older_relay() -> None:
         )
         url = f"http://127.0.0.1:{listener.port}"
         async with relay(url) as provider:
-            # a request without the new settings works: hello 2 refused, hello 1 accepted
+            # a request without the new settings works: hellos 3 and 2 refused, 1 accepted
             _, result = await drain(
                 provider, "hi", options=ProviderOptions(max_tokens=9, temperature=0.5)
             )
@@ -193,7 +193,7 @@ async def test_a_newer_client_speaks_version_1_to_an_older_relay() -> None:
             _, result = await drain(provider, "again")
             assert result.content == "old and fine"
         nursery.cancel_scope.cancel()
-    assert old.hellos == [2, 1]
+    assert old.hellos == [3, 2, 1]
     assert [frame["messages"][-1]["content"] for frame in old.requests] == ["hi", "again"]
     assert old.requests[0]["options"] == {"max_tokens": 9, "temperature": 0.5}
 
