@@ -26,7 +26,14 @@ import trio
 from protocols._json import dumps
 from protocols.codec import to_json
 from protocols.errors import ValidationError
-from protocols.live import SSE_KEEPALIVE, EventLog, RunEvent, event_to_json, event_to_sse
+from protocols.live import (
+    SSE_KEEPALIVE,
+    TERMINAL,
+    EventLog,
+    RunEvent,
+    event_to_json,
+    event_to_sse,
+)
 from protocols.messages import FinishReason, ProviderResult
 from protocols.relay import (
     MAX_RUN_ID,
@@ -131,30 +138,35 @@ class _Run:
             self.cancelled = True
             self.scope.cancel()
 
-    def add(self, kind: str, data: Any) -> int:
-        """Log an event; its seq. A log that grows over the byte limit cuts the run."""
-        if self.ended:
-            return self.last  # (only a cut run's late frame: nothing follows the terminal)
+    def add(self, kind: str, data: Any) -> int | None:
+        """Log an event; its seq. An event that would take the log over the byte limit is
+        not logged (``None``): the run is cut instead. A terminal event is always logged."""
+        if self.ended or (self.too_large and kind not in TERMINAL):
+            return None  # (a cut run's late frame: it ends, and nothing follows its end)
         size = _size(kind, data)
         sizes = self._sizes
-        if len(sizes) == self._capacity:
-            self.bytes -= sizes.popleft()  # the log drops its oldest event too
-        sizes.append(size)
-        self.bytes += size
-        seq = self.live.add(kind, data)
-        if self.bytes > self._max_bytes and not self.too_large and not self.ended:
+        dropped = sizes[0] if len(sizes) == self._capacity else 0
+        if self.bytes - dropped + size > self._max_bytes and kind not in TERMINAL:
             self.too_large = True
             self.scope.cancel()
-        return seq
+            return None
+        if len(sizes) == self._capacity:
+            sizes.popleft()  # the log drops its oldest event too
+        sizes.append(size)
+        self.bytes += size - dropped
+        return self.live.add(kind, data)
 
     async def publish(self, frame: ServerFrame, *, send: bool = True) -> None:
         """Log the events ``frame`` stands for, then send it (with its seq, from version 3)
-        to the attached client, if any. An attached client that is gone detaches from a run
-        that outlives its connection; for one that does not, :class:`_Gone` propagates (the
-        run is cut)."""
+        to the attached client, if any -- unless the log refused it (the run is being cut:
+        the client gets what the log holds, never more). An attached client that is gone
+        detaches from a run that outlives its connection; for one that does not,
+        :class:`_Gone` propagates (the run is cut)."""
         seq: int | None = None
         for kind, data in frame_events(frame):
             seq = self.add(kind, data)
+            if seq is None:
+                return
         sink = self.attached
         if sink is None or not send:
             return
