@@ -76,7 +76,7 @@ import attrs
 from ._json import _may_hold_surrogates, dumps, json_kind, loads, loads_object_unchecked
 from .codec import from_json, to_json
 from .errors import Category, ProtocolError, ProviderError, SizeLimitError, ValidationError
-from .live import RunEvent
+from .live import RunEvent, event_to_json, event_to_sse
 from .messages import (
     Message,
     ProviderOptions,
@@ -142,6 +142,8 @@ __all__ = [
     "loggable",
     "parse_origin",
     "parse_start_index",
+    "run_event_json",
+    "run_event_sse",
     "split_host",
     "unsupported_options",
     "with_seq",
@@ -772,10 +774,12 @@ def frame_events(frame: ServerFrame) -> list[tuple[str, Any]]:
     :class:`~protocols.live.RunEvent`; a delta's data is its text alone, as
     :class:`~protocols.live.EventLog` keeps it): ``delta`` -> ``content`` / ``thinking``;
     ``approval`` -> ``approval_requested`` (with ``call``, the tool call as JSON); ``result``
-    -> a ``tool_call`` per call, ``usage`` and ``finished`` (``response``: the provider result
-    as JSON); ``abort`` -> ``cancelled`` (``response``: the partial); an ``error`` of a request
-    -> ``failed`` (``error``: ``type``, ``code``, ``message``, ``retryable``). Other frames
-    stand for no event. The frame's own seq is its last event's."""
+    -> a ``tool_call`` per call, ``usage`` and ``finished`` (``response``: the
+    :class:`~protocols.messages.ProviderResult`); ``abort`` -> ``cancelled`` (``response``: the
+    partial); an ``error`` of a request -> ``failed`` (``error``: ``type``, ``code``,
+    ``message``, ``retryable``). Other frames stand for no event. The frame's own seq is its
+    last event's. On a wire, :func:`run_event_json` is such an event's JSON (its
+    ``response`` as JSON too)."""
     kind = type(frame)
     if kind is DeltaFrame:
         assert isinstance(frame, DeltaFrame)
@@ -787,11 +791,11 @@ def frame_events(frame: ServerFrame) -> list[tuple[str, Any]]:
         events.append(
             ("usage", {"usage": result.usage, "estimated": False, "finish": str(result.finish)})
         )
-        events.append(("finished", {"response": to_json(result)}))
+        events.append(("finished", {"response": result}))
         return events
     if kind is AbortFrame:
         assert isinstance(frame, AbortFrame)
-        return [("cancelled", {"response": to_json(frame.partial)})]
+        return [("cancelled", {"response": frame.partial})]
     if kind is ErrorFrame:
         assert isinstance(frame, ErrorFrame)
         if frame.id is None:
@@ -846,9 +850,9 @@ def event_frame(event: RunEvent, request_id: str) -> ServerFrame | None:
             _set(copy, "seq", seq)
             return copy
         if kind == "finished":
-            return ResultFrame(request_id, from_json(ProviderResult, data["response"]), seq)
+            return ResultFrame(request_id, _response(data["response"]), seq)
         if kind == "cancelled":
-            return AbortFrame(request_id, from_json(ProviderResult, data["response"]), seq)
+            return AbortFrame(request_id, _response(data["response"]), seq)
         if kind == "failed":
             error = data.get("error")
             code = error.get("code") if isinstance(error, dict) else None
@@ -863,6 +867,35 @@ def event_frame(event: RunEvent, request_id: str) -> ServerFrame | None:
     except (KeyError, TypeError, ValidationError) as error:
         raise ProtocolError(f"a relay run's {kind} event is malformed: {error}") from None
     return None
+
+
+def _response(value: Any) -> ProviderResult:
+    if isinstance(value, ProviderResult):
+        return value
+    result: ProviderResult = from_json(ProviderResult, value)
+    return result
+
+
+def run_event_json(event: RunEvent) -> dict[str, Any]:
+    """A relay run's ``event`` as strict JSON data: :func:`~protocols.live.event_to_json`, with
+    the ``response`` of a ``finished`` or ``cancelled`` event (a provider result) as JSON too --
+    what :func:`~protocols.live.event_from_json` reads back (the ``response`` stays JSON there,
+    and :func:`event_frame` takes either)."""
+    return event_to_json(_json_response(event))
+
+
+def _json_response(event: RunEvent) -> RunEvent:
+    response = event.data.get("response")
+    if not isinstance(response, ProviderResult):
+        return event
+    data = {**event.data, "response": to_json(response)}
+    return RunEvent(event.run_id, event.seq, event.kind, event.time, data)
+
+
+def run_event_sse(event: RunEvent) -> bytes:
+    """A relay run's ``event`` as one Server-Sent Event (:func:`~protocols.live.event_to_sse`:
+    ``id:`` its seq), its ``response`` as JSON."""
+    return event_to_sse(_json_response(event))
 
 
 def parse_start_index(value: str | None) -> int:

@@ -24,17 +24,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from protocols._json import dumps
-from protocols.codec import to_json
 from protocols.errors import ValidationError
 from protocols.live import (
     SSE_KEEPALIVE,
     TERMINAL,
     EventLog,
     RunEvent,
-    event_to_json,
-    event_to_sse,
 )
-from protocols.messages import FinishReason, ProviderResult
+from protocols.messages import FinishReason, ProviderResult, ToolCall
 from protocols.relay import (
     MAX_RUN_ID,
     NDJSON_CONTENT_TYPE,
@@ -49,6 +46,8 @@ from protocols.relay import (
     event_frame,
     frame_events,
     parse_start_index,
+    run_event_json,
+    run_event_sse,
     with_seq,
 )
 
@@ -163,10 +162,15 @@ class _Run:
         detaches from a run that outlives its connection; for one that does not,
         :class:`_Gone` propagates (the run is cut)."""
         seq: int | None = None
-        for kind, data in frame_events(frame):
-            seq = self.add(kind, data)
+        if type(frame) is DeltaFrame:  # the hot path
+            seq = self.add(frame.channel, frame.text)
             if seq is None:
                 return
+        else:
+            for kind, data in frame_events(frame):
+                seq = self.add(kind, data)
+                if seq is None:
+                    return
         sink = self.attached
         if sink is None or not send:
             return
@@ -221,13 +225,26 @@ class _Run:
 
 
 def _size(kind: str, data: Any) -> int:
-    """About how much text an event holds (characters): a delta's text, else its JSON's."""
+    """About how much text an event holds (characters): a delta's text; for any other event,
+    the strings in its data (a result's text, a call's arguments), plus a little per item."""
     if isinstance(data, str):
         return len(data)
-    try:
-        return len(dumps(to_json(data)))
-    except Exception:  # pragma: no cover - every event a relay run logs is JSON-able
-        return 256
+    return _weight(data)
+
+
+def _weight(data: Any) -> int:
+    if isinstance(data, str):
+        return len(data)
+    if isinstance(data, dict):
+        return 16 + sum(len(key) + _weight(value) for key, value in data.items())
+    if isinstance(data, list | tuple):
+        return 16 + sum(_weight(value) for value in data)
+    if isinstance(data, ToolCall):
+        return 64 + len(data.id) + len(data.name) + _weight(data.arguments)
+    if isinstance(data, ProviderResult):
+        calls = sum(_weight(call) for call in data.calls)
+        return 128 + len(data.content) + len(data.thinking) + calls + _weight(data.denied)
+    return 8
 
 
 def _partial(deltas: Sequence[DeltaFrame]) -> ProviderResult:
@@ -531,7 +548,7 @@ async def _sse(server: RelayServer, run: _Run, after: int, receive: Receive, sen
                         continue
                     if not events:
                         break
-                    await out.put(_body(b"".join(event_to_sse(event) for event in events)))
+                    await out.put(_body(b"".join(map(run_event_sse, events))))
                     after = events[-1].seq
                     if events[-1].terminal:
                         break
@@ -596,12 +613,12 @@ async def _poll(
             "run_id": run.run_id,
             "tail_index": start,
             "state": "ended" if run.ended else "running",
-            "events": [event_to_json(event) for event in events],
+            "events": [run_event_json(event) for event in events],
         }
         body = (dumps(document) + "\n").encode()
         content_type = b"application/json"
     else:
-        body = b"".join((dumps(event_to_json(event)) + "\n").encode() for event in events)
+        body = b"".join((dumps(run_event_json(event)) + "\n").encode() for event in events)
         content_type = NDJSON_CONTENT_TYPE.encode()
     with contextlib.suppress(OSError):
         await send(

@@ -36,6 +36,7 @@ from protocols.relay import (
     Hello,
     Ready,
     Result,
+    RunFrame,
     ServerFrame,
     Stream,
     decode_server_frame,
@@ -157,6 +158,7 @@ async def test_a_signal_gives_open_streams_their_shutdown_frame_and_line(signum:
                 await socket.send(Hello(PROTOCOL_VERSION, TOKEN))
                 assert isinstance(await socket.frame(), Ready)
                 await socket.send(Stream("w", [Message.user(LONG)]))
+                assert isinstance(await socket.frame(), RunFrame)  # version 3: its run first
                 assert isinstance(await socket.frame(), Delta)
                 post = client.stream(
                     "POST",

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from test_relay_frames import NONEMPTY, TOOL_CALLS, provider_results
 
 from protocols.errors import ProtocolError, ProviderError, ValidationError
-from protocols.live import EventLog, RunEvent, event_from_json, event_to_json
+from protocols.live import EventLog, RunEvent, event_from_json
 from protocols.messages import Message, ProviderResult, ToolCall
 from protocols.relay import (
     ERROR_MESSAGES,
@@ -40,6 +40,8 @@ from protocols.relay import (
     event_frame,
     frame_events,
     parse_start_index,
+    run_event_json,
+    run_event_sse,
     with_seq,
 )
 
@@ -92,7 +94,7 @@ def test_a_runs_frames_come_back_from_its_events_with_their_seq(
         assert again == with_seq(_renamed(frame, request_id), seq)
         assert decode_server_frame(encode_frame(again)) == again
     # The events' wire form (SSE, polling answers) gives the same frames.
-    wire = [event_from_json(json.loads(json.dumps(event_to_json(event)))) for event in events]
+    wire = [event_from_json(json.loads(json.dumps(run_event_json(event)))) for event in events]
     assert [event_frame(event, request_id) for event in wire] == back
 
 
@@ -109,7 +111,16 @@ def test_a_result_is_logged_as_its_calls_its_usage_and_the_terminal_event() -> N
     assert [kind for kind, _ in events] == ["tool_call", "tool_call", "usage", "finished"]
     assert [data["call"] for _, data in events[:2]] == list(calls)
     assert events[2][1] == {"usage": None, "estimated": False, "finish": "tool_calls"}
-    assert events[3][1]["response"]["denied"] == {"c2": "no"}
+    assert events[3][1]["response"] == result
+    # On a wire, the result is JSON.
+    finished = RunEvent("run_x", 4, events[3][0], 1.0, events[3][1])
+    assert run_event_json(finished)["data"]["response"]["denied"] == {"c2": "no"}
+    assert event_frame(event_from_json(run_event_json(finished)), "r1") == ResultFrame(
+        "r1", result, 4
+    )
+    record = run_event_sse(finished).decode()
+    assert record.startswith("id: 4\nevent: finished\ndata: {")
+    assert json.loads(record.split("data: ", 1)[1]) == run_event_json(finished)
     # The failed event of an error says its code the way every run's failed event does.
     ((kind, data),) = frame_events(error_frame("upstream", "r1"))
     assert kind == "failed"

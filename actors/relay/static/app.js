@@ -1,5 +1,11 @@
 // The relay's chat page: one websocket to /v1/relay on this origin, the frames of
-// protocols.relay. Model text only ever reaches the page as text nodes (never as HTML).
+// protocols.relay (version 3: every answer is a run, which outlives the page). Model text only
+// ever reaches the page as text nodes (never as HTML).
+//
+// The conversation is kept in sessionStorage (this tab only) as it changes, frame by frame: the
+// answer in progress with its run id and the seq of the last event shown. Reloading the page
+// shows it again and, once connected, follows the run on from that seq (a "watch"): no text
+// twice, none missing.
 "use strict";
 
 (() => {
@@ -12,19 +18,36 @@
   };
   const scroller = document.querySelector("main");
   const STORE = "trio-agents.relay.token";
-  const VERSION = 1;
+  const CHAT = "trio-agents.relay.chat";
+  const VERSION = 3;
 
   let socket = null; // the websocket, while one is open or opening
   let ready = null; // the server's "ready" frame, once it accepted the token
-  const history = []; // {role, content[, interrupted]} in order: sent whole each time
-  let current = null; // the request being answered: its id, bubble and history position
+  // What the tab keeps: the history sent to the model, the messages shown, and the answer in
+  // progress ({index, turn, question, run_id, seq}: its entry in shown, its run, its last seq).
+  let chat = { history: [], shown: [], pending: null };
+  let live = null; // the request (or watch) of the pending answer open on this socket
+  const views = []; // per shown entry: {li, answer, thoughts, note}
   let counter = 0;
 
   const storage = {
-    get() { try { return sessionStorage.getItem(STORE); } catch { return null; } },
-    set(value) { try { sessionStorage.setItem(STORE, value); } catch { /* storage off */ } },
-    clear() { try { sessionStorage.removeItem(STORE); } catch { /* storage off */ } },
+    get(key) { try { return sessionStorage.getItem(key); } catch { return null; } },
+    set(key, value) { try { sessionStorage.setItem(key, value); } catch { /* storage off */ } },
+    clear(key) { try { sessionStorage.removeItem(key); } catch { /* storage off */ } },
   };
+
+  function save() {
+    if (chat.shown.length) storage.set(CHAT, JSON.stringify(chat));
+    else storage.clear(CHAT);
+  }
+
+  function load() {
+    try {
+      const saved = JSON.parse(storage.get(CHAT) || "null");
+      if (saved && Array.isArray(saved.history) && Array.isArray(saved.shown)) return saved;
+    } catch { /* not ours, or damaged: start afresh */ }
+    return null;
+  }
 
   function element(tag, className, text) {
     const node = document.createElement(tag);
@@ -49,9 +72,9 @@
 
   function refresh() {
     const open = socket !== null;
-    ui.send.disabled = ready === null || current !== null;
-    ui.stop.disabled = current === null || current.stopping;
-    ui.clear.disabled = current !== null;
+    ui.send.disabled = ready === null || chat.pending !== null;
+    ui.stop.disabled = live === null || live.stopping;
+    ui.clear.disabled = live !== null;
     ui.token.disabled = open;
     ui.connect.hidden = open;
     ui.disconnect.hidden = !open;
@@ -64,38 +87,73 @@
     if (atEnd) scroller.scrollTop = scroller.scrollHeight;
   }
 
-  function bubble(role) {
-    const li = element("li", `message ${role}`);
-    li.append(element("p", "who", role === "user" ? "You" : "Assistant"));
+  // -- what is shown ------------------------------------------------------------------------------
+
+  // An entry of chat.shown: {role, text, thinking?, state?, note?}, drawn as one list item.
+  function draw(entry) {
+    const li = element("li", `message ${entry.role}`);
+    li.append(element("p", "who", entry.role === "user" ? "You" : "Assistant"));
+    const view = { li, answer: null, thoughts: null, note: null };
+    if (entry.role === "user") {
+      li.append(element("div", "text", entry.text));
+    } else {
+      view.answer = element("div", "text answer", entry.text || "");
+      li.append(view.answer);
+      if (entry.thinking) thoughtsOf(view).textContent = entry.thinking;
+    }
+    paint(entry, view);
     follow(() => ui.messages.append(li));
-    return li;
+    views.push(view);
+    return view;
   }
 
-  function note(li, text) {
-    follow(() => li.append(element("p", "note", text)));
+  function paint(entry, view) {
+    if (entry.state) view.li.dataset.state = entry.state;
+    if (entry.state === "streaming") view.li.setAttribute("aria-busy", "true");
+    else view.li.removeAttribute("aria-busy");
+    if (entry.note && !view.note) {
+      view.note = element("p", "note");
+      follow(() => view.li.append(view.note));
+    }
+    if (view.note) {
+      if (entry.note) view.note.textContent = entry.note;
+      else { view.note.remove(); view.note = null; }
+    }
   }
 
-  function thoughtsOf(request) {
-    if (!request.thoughts) {
+  function thoughtsOf(view) {
+    if (!view.thoughts) {
       const details = element("details", "thinking");
       details.append(element("summary", "", "Reasoning"));
-      request.thoughts = element("div", "text");
-      details.append(request.thoughts);
-      request.li.insertBefore(details, request.answer);
+      view.thoughts = element("div", "text");
+      details.append(view.thoughts);
+      view.li.insertBefore(details, view.answer);
     }
-    return request.thoughts;
+    return view.thoughts;
   }
 
-  function finish(state, text, partial) {
-    const request = current;
-    current = null;
-    request.li.dataset.state = state;
-    request.li.removeAttribute("aria-busy");
+  function pendingEntry() {
+    return chat.pending ? chat.shown[chat.pending.index] : null;
+  }
+
+  // The answer in progress ends: as `state` with `note`, its text the server's final word.
+  function finish(state, note, partial) {
+    const entry = pendingEntry();
+    const view = views[chat.pending.index];
+    chat.pending = null;
+    live = null;
+    entry.state = state;
+    entry.note = note || "";
     if (partial) {
-      request.answer.textContent = partial.content || "";
-      if (partial.thinking) thoughtsOf(request).textContent = partial.thinking;
+      entry.text = partial.content || "";
+      view.answer.textContent = entry.text;
+      if (partial.thinking) {
+        entry.thinking = partial.thinking;
+        thoughtsOf(view).textContent = partial.thinking;
+      }
     }
-    if (text) note(request.li, text);
+    paint(entry, view);
+    save();
     refresh();
     if (document.activeElement === ui.stop) ui.prompt.focus(); // Stop is disabled now
   }
@@ -138,14 +196,15 @@
       if (frame.type === "error" && !frame.id) {
         explained = true;
         showError(describe(frame));
-        if (frame.code === "unauthorized") storage.clear();
+        if (frame.code === "unauthorized") storage.clear(STORE);
         return;
       }
       if (frame.type === "ready") {
         ready = frame;
-        if (ui.remember.checked) storage.set(token); else storage.clear();
+        if (ui.remember.checked) storage.set(STORE, token); else storage.clear(STORE);
         setStatus("connected", "Connected");
         refresh();
+        resume();
         ui.prompt.focus();
         return;
       }
@@ -157,7 +216,19 @@
       const wasReady = ready !== null;
       socket = null;
       ready = null;
-      if (current) finish("interrupted", "Interrupted: the connection closed.");
+      if (live) {
+        live = null;
+        const entry = pendingEntry();
+        if (chat.pending.run_id) {
+          // The run goes on at the relay: the next connection follows it on.
+          entry.state = "interrupted";
+          entry.note = "Connection lost: connect again to see the rest of this answer.";
+          paint(entry, views[chat.pending.index]);
+          save();
+        } else {
+          finish("interrupted", "Interrupted: the connection closed.");
+        }
+      }
       if (leaving || explained) {
         setStatus("disconnected", "Disconnected");
       } else {
@@ -170,20 +241,64 @@
     }
   }
 
-  // A frame about one request.
+  // Follow the answer in progress on: the run, after the last event shown.
+  function resume() {
+    const pending = chat.pending;
+    if (!pending || live || !socket || !ready) return;
+    if (!pending.run_id) {
+      // The page went away before the relay named the run: it cannot be found again.
+      chat.history.splice(pending.turn);
+      if (!ui.prompt.value) ui.prompt.value = pending.question;
+      finish("interrupted", "Interrupted before the answer began: ask again.");
+      return;
+    }
+    live = { id: `w${++counter}`, stopping: false };
+    const entry = pendingEntry();
+    entry.state = "streaming";
+    entry.note = "";
+    paint(entry, views[pending.index]);
+    save();
+    socket.send(JSON.stringify({
+      type: "watch", id: live.id, run_id: pending.run_id, after: pending.seq,
+    }));
+    refresh();
+  }
+
+  // A frame about one request (or watch).
   function receive(frame) {
-    if (!current || frame.id !== current.id) return; // e.g. a late answer to a finished cancel
-    const request = current;
+    if (!live || frame.id !== live.id) return; // e.g. a late answer to a finished cancel
+    const pending = chat.pending;
+    const entry = pendingEntry();
+    const view = views[pending.index];
+    if (typeof frame.seq === "number") {
+      if (frame.seq <= pending.seq) return; // already shown
+      pending.seq = frame.seq;
+    }
     switch (frame.type) {
+      case "run":
+        pending.run_id = frame.run_id;
+        save();
+        break;
       case "delta":
         follow(() => {
-          if (frame.channel === "thinking") thoughtsOf(request).append(frame.text);
-          else request.answer.append(frame.text);
+          if (frame.channel === "thinking") {
+            entry.thinking = (entry.thinking || "") + frame.text;
+            thoughtsOf(view).append(frame.text);
+          } else {
+            entry.text += frame.text;
+            view.answer.append(frame.text);
+          }
         });
+        save(); // the text shown and its seq, together
+        break;
+      case "gap":
+        entry.note = "Part of this answer is missing: the relay no longer had it.";
+        paint(entry, view);
+        save();
         break;
       case "result": {
         const result = frame.result || {};
-        if (result.content) history.push({ role: "assistant", content: result.content });
+        if (result.content) chat.history.push({ role: "assistant", content: result.content });
         const end = result.finish && result.finish !== "stop" ? `Finished: ${result.finish}.` : "";
         finish("done", end, result);
         break;
@@ -191,21 +306,30 @@
       case "abort": {
         const partial = frame.partial || {};
         if (partial.content) {
-          history.push({ role: "assistant", content: partial.content, interrupted: true });
+          chat.history.push({ role: "assistant", content: partial.content, interrupted: true });
         }
         finish("stopped", "Stopped.", partial);
         break;
       }
       case "error": {
+        if (frame.code === "unknown_run") {
+          // The relay no longer has the run: what was shown stays, marked.
+          if (entry.text) {
+            chat.history.push({ role: "assistant", content: entry.text, interrupted: true });
+          }
+          finish("interrupted", "The relay no longer has the rest of this answer.");
+          break;
+        }
         // Not answered: forget the question (it stays on screen) so it can be asked again.
-        history.splice(request.turn);
-        if (!ui.prompt.value) ui.prompt.value = request.question;
+        chat.history.splice(pending.turn);
+        if (!ui.prompt.value) ui.prompt.value = pending.question;
         showError(describe(frame));
         finish("error", `Error: ${describe(frame)}`);
         break;
       }
       case "approval":
-        approval(request, frame);
+        save();
+        approval(view, frame);
         break;
       default:
         break; // a frame type this page does not know: ignore it
@@ -213,7 +337,7 @@
   }
 
   // The relay's policy asks a person to allow or deny a tool call.
-  function approval(request, frame) {
+  function approval(view, frame) {
     const call = frame.call || {};
     const box = element("div", "approval");
     box.setAttribute("role", "group");
@@ -225,25 +349,29 @@
       const button = element("button", "", decision === "allow" ? "Allow" : "Deny");
       button.type = "button";
       button.addEventListener("click", () => {
-        if (socket && ready) {
-          socket.send(JSON.stringify({ type: "approve", id: frame.id, call: call.id, decision }));
+        if (socket && ready && live) {
+          socket.send(JSON.stringify({ type: "approve", id: live.id, call: call.id, decision }));
         }
         box.replaceChildren(element("p", "", decision === "allow" ? "Allowed." : "Denied."));
       });
       box.append(button);
     }
-    follow(() => request.li.append(box));
+    follow(() => view.li.append(box));
   }
 
   // -- sending ----------------------------------------------------------------------------------
 
   function send() {
     const text = ui.prompt.value;
-    if (!socket || !ready || current || !text.trim()) return;
+    if (!socket || !ready || chat.pending || !text.trim()) return;
     const id = `r${++counter}`;
-    const messages = [...history, { role: "user", content: text }];
+    const messages = [...chat.history, { role: "user", content: text }];
     const data = JSON.stringify({
-      type: "stream", id, messages, options: ui.think.checked ? { think: true } : {},
+      type: "stream",
+      id,
+      messages,
+      options: ui.think.checked ? { think: true } : {},
+      cancel_on_disconnect: false, // the answer goes on if the page is reloaded
     });
     if (new TextEncoder().encode(data).length > ready.max_frame) {
       showError(`This conversation is too long for the relay (over ${ready.max_frame} bytes). `
@@ -251,26 +379,26 @@
       return;
     }
     showError("");
-    history.push({ role: "user", content: text });
-    const user = bubble("user");
-    user.append(element("div", "text", text));
-    const li = bubble("assistant");
-    li.dataset.state = "streaming";
-    li.setAttribute("aria-busy", "true");
-    const answer = element("div", "text answer");
-    li.append(answer);
-    current = {
-      id, li, answer, thoughts: null, stopping: false, turn: history.length - 1, question: text,
+    chat.history.push({ role: "user", content: text });
+    chat.shown.push({ role: "user", text });
+    draw(chat.shown[chat.shown.length - 1]);
+    chat.shown.push({ role: "assistant", text: "", state: "streaming" });
+    draw(chat.shown[chat.shown.length - 1]);
+    chat.pending = {
+      index: chat.shown.length - 1, turn: chat.history.length - 1, question: text,
+      run_id: null, seq: 0,
     };
+    live = { id, stopping: false };
+    save();
     ui.prompt.value = "";
     socket.send(data);
     refresh();
   }
 
   function stop() {
-    if (!current || current.stopping || !socket) return;
-    current.stopping = true;
-    socket.send(JSON.stringify({ type: "cancel", id: current.id }));
+    if (!live || live.stopping || !socket) return;
+    live.stopping = true;
+    socket.send(JSON.stringify({ type: "cancel", id: live.id }));
     refresh();
   }
 
@@ -282,8 +410,8 @@
   });
   ui.disconnect.addEventListener("click", () => socket && socket.leave());
   ui.remember.addEventListener("change", () => {
-    if (!ui.remember.checked) storage.clear();
-    else if (ready) storage.set(ui.token.value);
+    if (!ui.remember.checked) storage.clear(STORE);
+    else if (ready) storage.set(STORE, ui.token.value);
   });
   ui.composer.addEventListener("submit", (event) => {
     event.preventDefault();
@@ -293,22 +421,38 @@
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
       event.preventDefault();
       send();
-    } else if (event.key === "Escape" && current) {
+    } else if (event.key === "Escape" && live) {
       event.preventDefault();
       stop();
     }
   });
   ui.stop.addEventListener("click", stop);
   ui.clear.addEventListener("click", () => {
-    if (current) return;
-    history.length = 0;
+    if (live) return;
+    chat = { history: [], shown: [], pending: null };
+    views.length = 0;
     ui.messages.replaceChildren();
+    save();
     showError("");
+    refresh();
     ui.prompt.focus();
   });
 
+  // What this tab showed before a reload: drawn again, the answer in progress marked until
+  // the connection follows it on.
+  const kept = load();
+  if (kept) {
+    chat = kept;
+    for (const entry of chat.shown) draw(entry);
+    const entry = pendingEntry();
+    if (entry) {
+      entry.state = "interrupted";
+      entry.note = "Reconnecting to continue this answer…";
+      paint(entry, views[chat.pending.index]);
+    }
+  }
   refresh();
-  const saved = storage.get();
+  const saved = storage.get(STORE);
   if (saved) {
     ui.token.value = saved;
     ui.remember.checked = true;
