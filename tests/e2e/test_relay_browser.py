@@ -1,6 +1,7 @@
 """The relay's browser chat page end to end: headless Chromium (Debian's ``chromium`` and
 ``chromium-driver``, driven by Selenium) against a :class:`RelayServer` on hypercorn, in front
-of a :class:`Simulator` that paces its deltas in real time.
+of a :class:`Simulator` that paces its deltas in real time. Reloading the page mid-answer, at
+random moments, shows the answer so far and continues it (the relay's runs, protocol version 3).
 
 Selenium blocks, so every browser step runs in a worker thread (``trio.to_thread.run_sync``)
 while the trio loop serves the page, the websocket and the simulator. Waits are explicit
@@ -16,6 +17,7 @@ import contextlib
 import functools
 import os
 import pathlib
+import random
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -350,6 +352,54 @@ def _connection_lost(driver: WebDriver) -> dict[str, Any]:
     }
 
 
+def _answer_text(driver: WebDriver) -> str:
+    return _text(driver.find_element(By.CSS_SELECTOR, f"{LAST_ANSWER} .answer"))
+
+
+def _numbers(driver: WebDriver) -> int:
+    found = driver.find_elements(By.CSS_SELECTOR, f"{LAST_ANSWER} .answer")
+    return len(_text(found[0]).split()) if found else 0
+
+
+def _reload_while_answering(
+    driver: WebDriver, question: str, marks: Sequence[int], *, reconnect: bool = True
+) -> dict[str, Any]:
+    """Ask ``question``; each time the answer shows at least the next of ``marks`` numbers,
+    reload the page at once. Then let the answer finish. With ``reconnect`` false the token is
+    not remembered: after each reload the page is connected again by hand."""
+    _by_id(driver, "prompt").send_keys(question, Keys.ENTER)
+    checks = []
+    for mark in marks:
+        _until(
+            driver,
+            lambda d, mark=mark: _numbers(d) >= mark or _state(d, LAST_ANSWER) == "done",
+            f"{mark} numbers to stream",
+        )
+        before = _answer_text(driver)
+        driver.refresh()
+        after = _answer_text(driver)  # drawn from the tab's storage as the page loaded
+        check = {"mark": mark, "before": before, "after": after}
+        check["state"] = _state(driver, LAST_ANSWER)
+        check["note"] = _text(driver.find_element(By.CSS_SELECTOR, LAST_ANSWER))
+        if not reconnect:
+            _by_id(driver, "token").send_keys(TOKEN)
+            _by_id(driver, "connect").click()
+        _until(
+            driver,
+            lambda d: _state(d, LAST_ANSWER) in ("streaming", "done"),
+            "the answer to go on after the reload",
+        )
+        checks.append(check)
+    _until(driver, lambda d: _state(d, LAST_ANSWER) == "done", "the answer to finish")
+    return {
+        "checks": checks,
+        "final": _answer_text(driver),
+        "users": [_text(e) for e in driver.find_elements(By.CSS_SELECTOR, "li.user .text")],
+        "answers": [_text(e) for e in driver.find_elements(By.CSS_SELECTOR, "li.assistant")],
+        "console": _console_errors(driver),
+    }
+
+
 # -- the tests ----------------------------------------------------------------------------------
 
 
@@ -450,3 +500,76 @@ async def test_a_refused_request_is_shown_in_its_answer_and_can_be_asked_again(
         assert relay.statistics().refused == {"rate_limited": 1}
         assert relay.statistics().upstream_calls == 1
         assert len(simulator.requests) == 1
+
+
+def _connected(driver: WebDriver, origin: str, *, remember: bool) -> None:
+    _open_and_connect(driver, origin, TOKEN, remember=remember)
+    _until(
+        driver,
+        lambda d: _by_id(d, "status").get_attribute("data-state") == "connected",
+        "the connection",
+    )
+
+
+def _ask_and_wait(driver: WebDriver, question: str) -> str:
+    _by_id(driver, "prompt").send_keys(question, Keys.ENTER)
+    _until(driver, lambda d: _state(d, LAST_ANSWER) == "done", "the answer")
+    return _answer_text(driver)
+
+
+def _numbered(count: int) -> str:
+    return " ".join(str(n) for n in range(1, count + 1))
+
+
+async def test_reloading_mid_answer_shows_it_so_far_and_continues_it(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Reload at random moments of the answer (by how much of it is shown): each time the page
+    shows at once what it showed before (and maybe more), then continues; in the end the whole
+    answer stands, no number twice and none missing, and the upstream was called once."""
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    marks = sorted(rng.sample(range(1, 75), 4))
+    async with running(tmp_path) as (simulator, relay, origin, driver):
+        await in_browser(functools.partial(_connected, remember=True), driver, origin)
+        seen = await in_browser(_reload_while_answering, driver, "count to 80", marks)
+        # The conversation survived the reloads: the next question carries all of it.
+        again = await in_browser(_ask_and_wait, driver, "Hello there")
+    whole = _numbered(80)
+    assert seen["final"] == whole == answer(simulator.requests[0]).text, (seed, seen)
+    for check in seen["checks"]:
+        # What was shown before the reload is shown at once after it, and nothing else.
+        assert check["after"].startswith(check["before"]), (seed, check)
+        assert whole.startswith(check["after"]), (seed, check)
+        assert check["state"] in ("interrupted", "streaming", "done"), (seed, check)
+    # (The marks are below 80: the reloads came while it streamed.)
+    assert any(len(check["before"].split()) < 80 for check in seen["checks"]), (seed, seen)
+    assert seen["users"] == ["count to 80"]
+    assert len(seen["answers"]) == 1
+    assert seen["console"] == []
+    assert again == "You said: Hello there"
+    assert [(turn.role, turn.text) for turn in simulator.requests[1].turns] == [
+        ("user", "count to 80"),
+        ("assistant", whole),
+        ("user", "Hello there"),
+    ]
+    assert relay.statistics().upstream_calls == 2  # the reloads never asked the model again
+
+
+async def test_a_reload_without_a_remembered_token_continues_once_connected_again(
+    tmp_path: pathlib.Path,
+) -> None:
+    async with running(tmp_path) as (simulator, relay, origin, driver):
+        await in_browser(functools.partial(_connected, remember=False), driver, origin)
+        seen = await in_browser(
+            functools.partial(_reload_while_answering, reconnect=False),
+            driver,
+            "count to 40",
+            [5, 20],
+        )
+    assert seen["final"] == _numbered(40) == answer(simulator.requests[0]).text, seen
+    for check in seen["checks"]:
+        assert check["after"].startswith(check["before"]), check
+        if check["state"] == "interrupted":  # not connected yet: it says what to do
+            assert "Connect to see the rest of this answer." in check["note"]
+    assert relay.statistics().upstream_calls == 1

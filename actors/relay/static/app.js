@@ -440,6 +440,7 @@
 
   // What this tab showed before a reload: drawn again, the answer in progress marked until
   // the connection follows it on.
+  const saved = storage.get(STORE);
   const kept = load();
   if (kept) {
     chat = kept;
@@ -447,12 +448,13 @@
     const entry = pendingEntry();
     if (entry) {
       entry.state = "interrupted";
-      entry.note = "Reconnecting to continue this answer…";
+      entry.note = saved
+        ? "Reconnecting to continue this answer…"
+        : "Connect to see the rest of this answer.";
       paint(entry, views[chat.pending.index]);
     }
   }
   refresh();
-  const saved = storage.get(STORE);
   if (saved) {
     ui.token.value = saved;
     ui.remember.checked = true;
