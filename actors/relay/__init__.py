@@ -9,6 +9,10 @@ websocket without ever seeing the credential.
 * :class:`RelayProvider` -- the client: a provider like any other, so an ``Agent`` runs over
   the relay unchanged (its tools run client-side).
 
+Every relayed request is a *run* with an id and an event log, which the token that started it
+follows again by id (a websocket ``watch``, Server-Sent Events, polling), also after its
+connection dropped when it asked for its run to outlive it.
+
 The frames are :mod:`protocols.relay`.
 """
 

@@ -132,8 +132,23 @@ class RelayServer:
       and token budget. A cap on output tokens (``RelayLimits.max_tokens``) lowers or sets each
       request's ``max_tokens`` and is said in ``ready`` (protocol version 2) and in the
       ``x-relay-max-tokens`` header of an HTTP answer.
-    * **Protocol versions.** A ``hello`` of version 1 or 2 is accepted and the connection
-      speaks it: a version 1 client never gets a field it would refuse.
+    * **Protocol versions.** A ``hello`` of version 1, 2 or 3 is accepted and the connection
+      speaks it: a client never gets a frame or a field its version would refuse (a connection
+      whose handshake carried the token says no hello, and speaks 2).
+    * **Runs.** Every request is a run: a server-minted, unguessable id (told to clients of
+      version 3 first, in a ``run`` frame, and in the ``x-relay-run-id`` header of an HTTP
+      answer) and a log of its events, numbered, ending with one terminal event however the
+      request ends. It is followed again by id -- a websocket ``watch``, ``GET
+      /v1/runs/{id}/events`` as Server-Sent Events (from ``Last-Event-ID``) or polled with
+      ``startIndex`` (002's continuation rule) -- replayed, then live, a ``gap`` where the log
+      no longer holds some, through the terminal event. A request whose
+      ``cancel_on_disconnect`` is false outlives its connection (its run is a task of its own
+      until it ends, or until :meth:`close`); otherwise a dropped connection cuts it, as
+      before runs. Kept runs, their sizes and their followers are bounded
+      (:class:`RelayLimits`).
+    * **Tenancy.** A token follows and controls (cancels, answers approvals of) only its own
+      runs and those its ``sees`` grants; any other run id is answered exactly as one that
+      does not exist (``unknown_run``, 404).
     * **Cancellation both ways.** A ``cancel`` frame, a disconnect or :meth:`close` closes the
       upstream stream at once; the client's own ``cancel`` is answered with ``abort`` and the
       partial.
@@ -223,7 +238,8 @@ class RelayServer:
         )
 
     def close(self) -> None:
-        """Shut down: every open request is cut at once (its upstream stream closed), each
+        """Shut down: every open request is cut at once (its upstream stream closed) -- a run
+        that outlived its connection too, its log ending ``failed`` (``shutdown``) -- each
         websocket -- also one still waiting for its ``hello`` -- gets a ``shutdown`` error and
         is closed with 1001, each NDJSON response that has begun ends with its ``shutdown``
         line, and new connections and requests are refused."""
