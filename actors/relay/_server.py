@@ -477,14 +477,15 @@ class RelayServer:
                 if outlives:
                     # The run is not this request's task: it goes on if the client leaves.
                     self._spawn(relay)
-                    await _while_attached(run, sink, receive)
+                    there = await _while_attached(run, sink, receive)
                 else:
                     # The request is over (answered, failed, cut, or its client left) when
                     # _run returns: its slot is free then, not once its last bytes have left --
                     # a client that stops reading may hold those forever.
                     nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
                     await relay()
-                if run.attached is sink:
+                    there = True
+                if there:
                     await _http_end(run, sink, out)
             finally:
                 out.close()
@@ -553,6 +554,7 @@ class RelayServer:
             self._scopes.discard(run.scope)
             run.seal(streamed, self._closing)
             run.outcome = outcome
+            run.attached = None  # (a kept run holds no connection)
             result = outcome if isinstance(outcome, ProviderResult) else None
             self._settle(holder, result, messages, streamed)
             self._runs.end(run)
@@ -796,9 +798,10 @@ class _HttpSink:
             raise
 
 
-async def _while_attached(run: _Run, sink: _HttpSink, receive: Receive) -> None:
+async def _while_attached(run: _Run, sink: _HttpSink, receive: Receive) -> bool:
     """Wait until ``run`` has ended, or its HTTP client left or stopped reading (then the
-    run goes on without it)."""
+    run goes on without it). Whether the run ended with its client still there."""
+    left = False
     async with trio.open_nursery() as nursery:
 
         async def until(event: trio.Event) -> None:
@@ -808,9 +811,11 @@ async def _while_attached(run: _Run, sink: _HttpSink, receive: Receive) -> None:
         nursery.start_soon(until, run.done)
         nursery.start_soon(until, sink.gone)
         await _cancel_on_disconnect(receive, nursery.cancel_scope)
-        if run.attached is sink:
-            run.attached = None  # the client left
-            log.info("relay run %s goes on without its HTTP client", run.run_id)
+        left = True  # (not reached when the run ended or the client stopped reading)
+    if left and run.attached is sink:
+        run.attached = None  # the client left
+        log.info("relay run %s goes on without its HTTP client", run.run_id)
+    return not left and run.done.is_set() and not sink.gone.is_set()
 
 
 async def _http_end(run: _Run, sink: _HttpSink, out: _HttpOut) -> None:
