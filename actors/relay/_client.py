@@ -149,9 +149,11 @@ class RelayProvider(StreamingProvider):
       and none twice. It fails ``disconnected`` only when no connection comes back (at most
       ``reconnects`` tries without progress), ``unknown_run`` when the relay no longer keeps
       the run, ``gap`` when the relay's log dropped events this stream had not had. A relay
-      from before version 3 cuts the request with its connection, as before. The stream's
-      ``run_id`` is the relay's id of its run (``None`` before version 3, or before it is
-      known); :meth:`watch` follows a run by that id, from anywhere the token is held.
+      from before version 3 cuts the request with its connection, as before; and a request
+      whose connection drops before the relay named its run is sent again, as before (the
+      first run, if it began, goes on to its end unfollowed). The stream's ``run_id`` is the
+      relay's id of its run (``None`` before version 3, or before it is known);
+      :meth:`watch` follows a run by that id, from anywhere the token is held.
     * The server's refusals and failures arrive as :class:`~protocols.errors.ProviderError`
       with the relay's code (``unauthorized``, ``rate_limited``, ``upstream``, ...) and its
       retry hint -- out of the ``async with`` block too, never in an exception group; an

@@ -39,6 +39,7 @@ from protocols.relay import (
     RUN_STATE_HEADER,
     TAIL_INDEX_HEADER,
     AbortFrame,
+    ApprovalFrame,
     ApproveFrame,
     DeltaFrame,
     ServerFrame,
@@ -184,7 +185,7 @@ class _Run:
             if self.attached is sink:
                 self.attached = None
 
-    async def ask(self, approval: Any) -> ApproveFrame | None:
+    async def ask(self, approval: ApprovalFrame) -> ApproveFrame | None:
         """Put an approval to whoever follows the run (its attached client, its watchers);
         the first answer counts. Cancelled (the approval timeout) -> logged as denied."""
         key = approval.call.id
