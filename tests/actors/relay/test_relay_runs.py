@@ -12,6 +12,7 @@ on trio's mock clock (autojump): no real sleeps.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import math
 import random
@@ -24,6 +25,8 @@ import httpx
 import pytest
 import trio
 import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_relay import (
     OTHER,
     TOKEN,
@@ -40,6 +43,7 @@ from test_relay import (
 
 from actors.providers import ProviderStream, StreamingProvider
 from actors.relay import RelayLimits, RelayProvider, RelayServer, RelayToken
+from actors.relay._runs import frames as follower_frames
 from protocols.authority import Authority, Rule
 from protocols.errors import ConfigError, ProviderError
 from protocols.live import RunEvent, event_from_json
@@ -255,6 +259,55 @@ def events_of(items: Sequence[SSEEvent | SSEComment]) -> list[RunEvent]:
 
 def text_in(events: Sequence[RunEvent]) -> str:
     return "".join(e.data["text"] for e in events if e.kind == "content")
+
+
+# -- a follower's frames, without an event loop --------------------------------------------------
+
+
+PIECES = st.lists(
+    st.tuples(st.sampled_from(["content", "thinking", "usage"]), st.text(min_size=1, max_size=4)),
+    min_size=1,
+    max_size=30,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(PIECES, st.data())
+def test_a_followers_frames_hold_every_piece_once_and_resume_after_any_of_them(
+    pieces: list[tuple[str, str]], data: st.DataObject
+) -> None:
+    """Consecutive pieces of one channel travel as one frame, whose seq is its last piece's:
+    whatever the frames, following on after any frame's seq gives exactly the rest."""
+    events = [
+        RunEvent("run_x", seq, kind, 0.0, {"text": text} if kind != "usage" else {"usage": None})
+        for seq, (kind, text) in enumerate(pieces, start=1)
+    ]
+    events.append(RunEvent("run_x", len(events) + 1, "cancelled", 0.0, {"response": {}}))
+    wanted = _chars((e.kind, e.data["text"]) for e in events if "text" in e.data)
+
+    whole = follower_frames(events, "w")
+    assert isinstance(whole[-1], AbortFrame)
+    assert whole[-1].seq == events[-1].seq
+    assert _chars(_said(whole)) == wanted
+    deltas = [f for f in whole if isinstance(f, DeltaFrame)]
+    # Never two frames of one channel in a row: what could travel together did.
+    assert all(a.channel != b.channel for a, b in itertools.pairwise(deltas))
+    # Resuming after the seq of the last frame the follower had: the rest, nothing twice.
+    cut = data.draw(st.integers(0, len(whole) - 1))
+    had = whole[:cut]
+    after = max([f.seq or 0 for f in had if isinstance(f, DeltaFrame)] or [0])
+    rest = follower_frames([e for e in events if e.seq > after], "w")
+    assert _chars(_said(had)) + _chars(_said(rest)) == wanted
+    assert rest[-1] == whole[-1]
+
+
+def _said(sent: Sequence[ServerFrame]) -> list[tuple[str, str]]:
+    return [(f.channel, f.text) for f in sent if isinstance(f, DeltaFrame)]
+
+
+def _chars(pieces: Any) -> list[tuple[str, str]]:
+    """Text as (channel, character) pairs: the same whatever its pieces."""
+    return [(channel, char) for channel, text in pieces for char in text]
 
 
 # -- the websocket: run ids and seqs -------------------------------------------------------------
