@@ -39,7 +39,7 @@ class LiveRun:
 
     def add(self, kind: str, data: Mapping[str, Any] | str | None) -> int:
         """Publish an event; its seq. Wakes the followers waiting for it."""
-        seq = self.log.add(kind, data, time.time())  # type: ignore[arg-type]
+        seq = self.log.add(kind, data, time.time())
         if self._lot:
             self._lot.unpark_all()
         return seq
@@ -82,15 +82,15 @@ class RunEvents:
         return self
 
     async def __anext__(self) -> RunEvent:
+        run = self._run
         while not self._pending:
-            if self._done:
-                raise StopAsyncIteration
-            await self._run.wait_after(self._after)
-            self._pending.extend(self._run.log.read(self._after, now=time.time()))
-            if not self._pending and self._run.ended:
-                # Ended, and nothing after ``after``: the follower had the terminal event
-                # already (it resumes after it), or asked past the end.
+            if self._done or (run.log.ended is not None and run.log.last <= self._after):
+                # Followed to its end (or resumed after it): nothing more belongs to the stream.
                 self._done = True
+                await trio.lowlevel.checkpoint()
+                raise StopAsyncIteration
+            await run.wait_after(self._after)
+            self._pending.extend(run.log.read(self._after, now=time.time()))
         event = self._pending.popleft()
         self._after = event.seq
         if event.terminal:

@@ -26,7 +26,7 @@ import collections
 import itertools
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, Literal
 
 import attrs
@@ -54,6 +54,8 @@ from .messages import AgentResult, Message, StopReason, ToolCall, ToolResult, Us
 __all__ = [
     "DEFAULT_CAPACITY",
     "KINDS",
+    "MAX_ID_CHARS",
+    "MAX_TEXT_CHARS",
     "SSE_KEEPALIVE",
     "TERMINAL",
     "EventLog",
@@ -194,8 +196,10 @@ class EventLog:
         """The seq of the oldest event still kept (``last + 1`` when none is)."""
         return self._dropped + 1
 
-    def add(self, kind: str, data: Mapping[str, Any] | None, time: float) -> int:
-        """Append an event; its seq. A terminal ``kind`` ends the log."""
+    def add(self, kind: str, data: Mapping[str, Any] | str | None, time: float) -> int:
+        """Append an event; its seq. A terminal ``kind`` ends the log. A ``content`` or
+        ``thinking`` delta's ``data`` may be its text alone (the run's hot path): it reads back
+        as ``{"text": data}``."""
         if self.ended is not None:
             raise ValidationError(f"run {self.run_id}: an event after the terminal one")
         items = self._items
@@ -325,10 +329,8 @@ class JournalEvents:
         elif isinstance(entry, TerminalEntry):
             if entry.result is not None:
                 yield self._event(terminal_for(entry.result), time, result=entry.result)
-            elif entry.stop is StopReason.CANCELLED:
-                yield self._event(
-                    "failed" if entry.error else "cancelled", time, **_failure(entry.error)
-                )
+            elif entry.stop is StopReason.CANCELLED and not entry.error:
+                yield self._event("cancelled", time, result=None)
             else:
                 yield self._event("failed", time, **_failure(entry.error))
         # IntentEntry (a call about to run) and CheckpointEntry (an older journal's
@@ -348,24 +350,184 @@ def _failure(error: str | None) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 # On a wire
 
-#: Per kind, the fields that hold data-model objects, and their class.
-_OBJECTS: Final[dict[str, dict[str, Any]]] = {
-    "tool_call": {"call": ToolCall},
-    "tool_result": {"result": ToolResult},
-    "usage": {"usage": Usage | None},
-    "message": {"message": Message},
-    "finished": {"result": AgentResult},
-    "cancelled": {"result": AgentResult},
+#: The longest id or name an event's data may hold (a run id, a call id, an agent's or a tool's
+#: name, a status), in characters.
+MAX_ID_CHARS: Final = 1_000
+#: The longest text an event's data may hold (a delta, a reason, an error's message), in
+#: characters. (Data-model objects -- a tool call, a result -- are bounded by the frame or
+#: record that carries them.)
+MAX_TEXT_CHARS: Final = 1_048_576
+#: The most approvals one ``awaiting_input`` event may list.
+MAX_ASKED: Final = 1_000
+#: The largest seq on a wire (what ``Last-Event-ID`` can carry: 18 digits).
+MAX_SEQ: Final = 10**18 - 1
+
+_Check = Callable[[Any, str], Any]
+
+
+def _refuse(path: str, problem: str) -> ProtocolError:
+    return ProtocolError(f"an event's {path} {problem}", code="decode")
+
+
+def _text(limit: int = MAX_TEXT_CHARS, *, optional: bool = False) -> _Check:
+    def check(value: Any, path: str) -> Any:
+        if value is None and optional:
+            return None
+        if not isinstance(value, str):
+            raise _refuse(path, "must be a string" + (" or null" if optional else ""))
+        if len(value) > limit:
+            raise _refuse(path, f"is longer than {limit} characters")
+        return value
+
+    return check
+
+
+def _choice(*choices: str) -> _Check:
+    def check(value: Any, path: str) -> Any:
+        if value not in choices:
+            raise _refuse(path, f"must be one of {', '.join(choices)}")
+        return value
+
+    return check
+
+
+def _int(minimum: int, maximum: int = MAX_SEQ) -> _Check:
+    def check(value: Any, path: str) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _refuse(path, "must be an int")
+        if not minimum <= value <= maximum:
+            raise _refuse(path, f"must be between {minimum} and {maximum}")
+        return value
+
+    return check
+
+
+def _seconds(value: Any, path: str) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _refuse(path, "must be a number")
+    if not (math.isfinite(value) and value >= 0):
+        raise _refuse(path, "must be a finite number >= 0")
+    return float(value)
+
+
+def _flag(value: Any, path: str) -> Any:
+    if not isinstance(value, bool):
+        raise _refuse(path, "must be true or false")
+    return value
+
+
+def _object(cls: Any, *, optional: bool = False) -> _Check:
+    def check(value: Any, path: str) -> Any:
+        if value is None:
+            if optional:
+                return None
+            raise _refuse(path, f"must be a {cls.__name__}")
+        try:
+            return from_json(cls, value)
+        except ProtocolError as error:
+            raise _refuse(path, f"is not a {cls.__name__}: {error.message}") from None
+
+    return check
+
+
+def _fields(spec: Mapping[str, _Check]) -> _Check:
+    """An object with exactly the fields of ``spec``, each checked."""
+
+    def check(value: Any, path: str) -> Any:
+        if not isinstance(value, dict):
+            raise _refuse(path, "must be an object")
+        missing = [key for key in spec if key not in value]
+        if missing:
+            raise _refuse(path, f"lacks {', '.join(missing)}")
+        unknown = [key for key in value if key not in spec]
+        if unknown:
+            shown = ", ".join(repr(key[:40]) for key in sorted(unknown)[:5])
+            raise _refuse(path, f"has unknown fields {shown}")
+        return {key: spec[key](value[key], f"{path}.{key}") for key in spec}
+
+    return check
+
+
+def _list(item: _Check, limit: int) -> _Check:
+    def check(value: Any, path: str) -> Any:
+        if not isinstance(value, list):
+            raise _refuse(path, "must be a list")
+        if len(value) > limit:
+            raise _refuse(path, f"has more than {limit} items")
+        return [item(each, f"{path}[{index}]") for index, each in enumerate(value)]
+
+    return check
+
+
+_ID = _text(MAX_ID_CHARS)
+_MAYBE_ID = _text(MAX_ID_CHARS, optional=True)
+_TEXT = _text()
+
+#: Per kind, its data's fields (all of them, none other) and how each is checked and decoded:
+#: what :class:`RunEvent`'s docstring lists.
+_DATA: Final[dict[str, dict[str, _Check]]] = {
+    "started": {"agent": _MAYBE_ID},
+    "turn": {"turn": _int(0)},
+    "content": {"text": _TEXT},
+    "thinking": {"text": _TEXT},
+    "tool_call": {"call": _object(ToolCall)},
+    "tool_result": {"result": _object(ToolResult)},
+    "progress": {"call_id": _MAYBE_ID, "text": _TEXT},
+    "usage": {
+        "usage": _object(Usage, optional=True),
+        "estimated": _flag,
+        "finish": _MAYBE_ID,
+    },
+    "retry": {"attempt": _int(0), "delay": _seconds, "reason": _TEXT},
+    "guard": {"reason": _TEXT},
+    "fault": {"reason": _TEXT},
+    "message": {"message": _object(Message)},
+    "approval_requested": {"call_id": _ID, "tool": _ID, "reason": _TEXT},
+    "approval_answered": {"call_id": _ID, "allow": _flag, "reason": _TEXT},
+    "subagent_started": {"call_id": _MAYBE_ID, "agent": _MAYBE_ID, "run_id": _MAYBE_ID},
+    "subagent_finished": {"call_id": _MAYBE_ID, "run_id": _MAYBE_ID, "status": _MAYBE_ID},
+    "handoff": {"call_id": _MAYBE_ID, "agent": _MAYBE_ID},
+    "compaction": {"reason": _choice("window", "overflow"), "replaced": _int(0)},
+    "takeover": {"fence": _int(0), "reason": _choice("takeover", "retry", "answered")},
+    "rewind": {"to": _int(0)},
+    "gap": {"first": _int(1)},
+    "finished": {"result": _object(AgentResult)},
+    "cancelled": {"result": _object(AgentResult, optional=True)},
+    "failed": {
+        "error": _fields({"type": _ID, "code": _MAYBE_ID, "message": _TEXT}),
+    },
+    "awaiting_input": {
+        "calls": _list(_fields({"call_id": _ID, "tool": _ID, "reason": _TEXT}), MAX_ASKED),
+    },
 }
+_CHECKS: Final = {kind: _fields(spec) for kind, spec in _DATA.items()}
+assert set(_DATA) == KINDS, "every kind has its data's fields"
+
+#: Per kind, the fields that hold data-model objects (encoded with :func:`to_json`).
+_OBJECTS: Final[dict[str, frozenset[str]]] = {
+    "tool_call": frozenset({"call"}),
+    "tool_result": frozenset({"result"}),
+    "usage": frozenset({"usage"}),
+    "message": frozenset({"message"}),
+    "finished": frozenset({"result"}),
+    "cancelled": frozenset({"result"}),
+}
+_NONE: Final[frozenset[str]] = frozenset()
 
 
 def event_to_json(event: RunEvent) -> dict[str, JSON]:
     """``event`` as strict JSON data: ``{"run_id", "seq", "kind", "time", "data"}`` (a time
-    that is not a finite number is left out)."""
-    objects = _OBJECTS.get(event.kind, {})
-    data: dict[str, JSON] = {}
-    for key, value in event.data.items():
-        data[key] = to_json(value) if key in objects and value is not None else value
+    that is not a finite number is left out). :func:`event_from_json` reads it back as the same
+    event (an event whose data is what :class:`RunEvent` lists for its kind)."""
+    objects = _OBJECTS.get(event.kind, _NONE)
+    data: dict[str, JSON]
+    if objects:
+        data = {
+            key: to_json(value) if key in objects and value is not None else value
+            for key, value in event.data.items()
+        }
+    else:
+        data = dict(event.data)
     out: dict[str, JSON] = {
         "run_id": event.run_id,
         "seq": event.seq,
@@ -378,32 +540,45 @@ def event_to_json(event: RunEvent) -> dict[str, JSON]:
 
 
 def event_from_json(data: Any) -> RunEvent:
-    """The event :func:`event_to_json` made, checked strictly. Raises
-    :class:`~protocols.errors.ProtocolError` ``code="decode"``."""
+    """The event :func:`event_to_json` made, checked strictly: the envelope's fields and none
+    other (``run_id`` a non-empty id, ``seq`` an int from 1, ``kind`` one of :data:`KINDS`, an
+    optional finite ``time``), and the data its kind has (:class:`RunEvent` lists them) -- each
+    field present, of its type, texts at most :data:`MAX_TEXT_CHARS` characters, ids at most
+    :data:`MAX_ID_CHARS`, no field unknown; a ``gap``'s ``first`` and a ``rewind``'s ``to``
+    before its seq. Raises :class:`~protocols.errors.ProtocolError` ``code="decode"``."""
     if not isinstance(data, dict):
         raise ProtocolError("an event must be a JSON object", code="decode")
-    unknown = set(data) - {"run_id", "seq", "kind", "time", "data"}
+    unknown = [key for key in data if key not in _ENVELOPE]
     if unknown:
-        raise ProtocolError(f"an event has unknown fields {sorted(unknown)}", code="decode")
-    run_id, seq, kind = data.get("run_id"), data.get("seq"), data.get("kind")
+        shown = ", ".join(repr(key[:40]) for key in sorted(unknown)[:5])
+        raise ProtocolError(f"an event has unknown fields {shown}", code="decode")
+    kind = data.get("kind")
+    if not isinstance(kind, str) or kind not in KINDS:
+        shown = repr(kind[:40]) if isinstance(kind, str) else type(kind).__name__
+        raise ProtocolError(f"unknown event kind {shown}", code="decode")
+    run_id = data.get("run_id")
+    if not isinstance(run_id, str) or not run_id or len(run_id) > MAX_ID_CHARS:
+        raise ProtocolError(
+            f"an event's run_id must be a non-empty string of at most {MAX_ID_CHARS} characters",
+            code="decode",
+        )
+    seq = _int(1)(data.get("seq"), "seq")
     time = data.get("time", math.nan)
-    payload = data.get("data", {})
-    if not isinstance(run_id, str) or not run_id:
-        raise ProtocolError("an event's run_id must be a non-empty string", code="decode")
-    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-        raise ProtocolError("an event's seq must be an int >= 0", code="decode")
-    if kind not in KINDS:
-        raise ProtocolError(f"unknown event kind {kind!r}", code="decode")
-    if isinstance(time, bool) or not isinstance(time, int | float):
-        raise ProtocolError("an event's time must be a number", code="decode")
-    if not isinstance(payload, dict):
-        raise ProtocolError("an event's data must be an object", code="decode")
-    objects = _OBJECTS.get(kind, {})
-    decoded = {
-        key: from_json(objects[key], value) if key in objects and value is not None else value
-        for key, value in payload.items()
-    }
+    if "time" in data and (
+        isinstance(time, bool) or not isinstance(time, int | float) or not math.isfinite(time)
+    ):
+        raise ProtocolError("an event's time must be a finite number", code="decode")
+    if "data" not in data:
+        raise ProtocolError("an event lacks its data", code="decode")
+    decoded = _CHECKS[kind](data["data"], "data")
+    if kind == "gap" and decoded["first"] > seq:
+        raise ProtocolError("a gap's first must be at most its seq", code="decode")
+    if kind == "rewind" and decoded["to"] >= seq:
+        raise ProtocolError("a rewind's to must be before its seq", code="decode")
     return RunEvent(run_id, seq, kind, float(time), decoded)
+
+
+_ENVELOPE: Final = frozenset({"run_id", "seq", "kind", "time", "data"})
 
 
 #: A Server-Sent Events comment that keeps an idle stream open through proxies.
