@@ -18,7 +18,7 @@ from typing import Any, Final
 import trio
 
 from protocols.errors import ValidationError
-from protocols.live import DEFAULT_CAPACITY, EventLog, RunEvent
+from protocols.live import DEFAULT_CAPACITY, TERMINAL, EventLog, RunEvent
 
 __all__ = ["DEFAULT_KEEP", "LiveRun", "LiveRuns", "RunEvents"]
 
@@ -31,18 +31,27 @@ DEFAULT_MAX_ENDED: Final = 10_000
 class LiveRun:
     """One run's log and the followers waiting for its next event."""
 
-    __slots__ = ("_lot", "log")
+    __slots__ = ("_lot", "_parked", "log")
 
     def __init__(self, log: EventLog) -> None:
         self.log = log
         self._lot = trio.lowlevel.ParkingLot()
+        self._parked = 0  # followers parked (or woken and not yet running again)
 
     def add(self, kind: str, data: Mapping[str, Any] | str | None) -> int:
         """Publish an event; its seq. Wakes the followers waiting for it."""
         seq = self.log.add(kind, data, time.time())
-        if self._lot:
+        if self._parked:  # (the run's hot path: no call at all when nobody waits)
             self._lot.unpark_all()
         return seq
+
+    async def _park(self) -> None:
+        """Wait for the next :meth:`add`."""
+        self._parked += 1
+        try:
+            await self._lot.park()
+        finally:
+            self._parked -= 1
 
     @property
     def ended(self) -> bool:
@@ -52,7 +61,7 @@ class LiveRun:
     async def wait_after(self, seq: int) -> None:
         """Wait until the log holds an event after ``seq`` (or has ended)."""
         if self.log.last <= seq and self.log.ended is None:
-            await self._lot.park()
+            await self._park()
         else:
             await trio.lowlevel.checkpoint()
 
@@ -82,20 +91,28 @@ class RunEvents:
         return self
 
     async def __anext__(self) -> RunEvent:
-        run = self._run
-        while not self._pending:
-            if self._done or (run.log.ended is not None and run.log.last <= self._after):
+        # (The fan-out path: a run's every follower runs this for each event it publishes.)
+        pending = self._pending
+        while not pending:
+            run = self._run
+            log = run.log
+            after = self._after
+            if self._done or (log.ended is not None and log.last <= after):
                 # Followed to its end (or resumed after it): nothing more belongs to the stream.
                 self._done = True
                 await trio.lowlevel.checkpoint()
                 raise StopAsyncIteration
-            await run.wait_after(self._after)
-            self._pending.extend(run.log.read(self._after, now=time.time()))
-        event = self._pending.popleft()
+            if log.last <= after:
+                await run._park()  # until the next event is published
+            else:
+                await trio.lowlevel.checkpoint()
+            now = time.time() if after < log.first - 1 else math.nan  # (a gap's time)
+            pending.extend(log.read(after, now=now))
+        event = pending.popleft()
         self._after = event.seq
-        if event.terminal:
+        if event.kind in TERMINAL:
             self._done = True
-            self._pending.clear()
+            pending.clear()
         return event
 
 

@@ -22,8 +22,6 @@ Nothing here waits; :mod:`actors` publishes and follows.
 
 from __future__ import annotations
 
-import collections
-import itertools
 import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -172,9 +170,13 @@ def terminal_for(result: AgentResult) -> str:
 class EventLog:
     """One run's events in memory: at most ``capacity`` of the latest (older ones are
     dropped; a follower behind them reads a :func:`gap`). Seqs start at ``first`` (1).
-    :meth:`add` after the terminal event raises :class:`~protocols.errors.ValidationError`."""
+    :meth:`add` after the terminal event raises :class:`~protocols.errors.ValidationError`.
 
-    __slots__ = ("_dropped", "_items", "capacity", "ended", "run_id")
+    Adding is cheap (the run's hot path: an event is kept as its parts); an event is made a
+    :class:`RunEvent` when first read, and every later reader gets that same object -- a
+    thousand followers of a run read each event for the price of one."""
+
+    __slots__ = ("_base", "_head", "_items", "capacity", "ended", "run_id")
 
     def __init__(self, run_id: str, *, capacity: int = DEFAULT_CAPACITY) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
@@ -183,18 +185,21 @@ class EventLog:
         self.capacity = capacity
         #: The time the terminal event was added (``None``: the run goes on).
         self.ended: float | None = None
-        self._items: collections.deque[tuple[str, Any, float]] = collections.deque(maxlen=capacity)
-        self._dropped = 0  # events that fell out of the front
+        # The event of seq n is _items[n - _base - 1]; those before _head are dropped (the list
+        # is compacted once they are as many as half the capacity: amortized O(1) per add).
+        self._items: list[tuple[str, Any, float] | RunEvent] = []
+        self._head = 0
+        self._base = 0
 
     @property
     def last(self) -> int:
         """The seq of the latest event (0: none yet)."""
-        return self._dropped + len(self._items)
+        return self._base + len(self._items)
 
     @property
     def first(self) -> int:
         """The seq of the oldest event still kept (``last + 1`` when none is)."""
-        return self._dropped + 1
+        return self._base + self._head + 1
 
     def add(self, kind: str, data: Mapping[str, Any] | str | None, time: float) -> int:
         """Append an event; its seq. A terminal ``kind`` ends the log. A ``content`` or
@@ -203,12 +208,16 @@ class EventLog:
         if self.ended is not None:
             raise ValidationError(f"run {self.run_id}: an event after the terminal one")
         items = self._items
-        if len(items) == self.capacity:
-            self._dropped += 1
         items.append((kind, data, time))
+        if len(items) - self._head > self.capacity:
+            self._head += 1
+            if self._head > self.capacity // 2:
+                del items[: self._head]
+                self._base += self._head
+                self._head = 0
         if kind in TERMINAL:
             self.ended = time
-        return self._dropped + len(items)
+        return self._base + len(items)
 
     def read(self, after: int, limit: int = 1000, *, now: float = math.nan) -> list[RunEvent]:
         """The events after seq ``after``, at most ``limit`` of them: a :func:`gap` first when
@@ -217,18 +226,23 @@ class EventLog:
             raise ValidationError(f"after must be a seq (an int >= 0), not {after!r}")
         out: list[RunEvent] = []
         start = after + 1
-        if start < self.first and self.first <= self.last + 1 and self._dropped:
-            out.append(gap(self.run_id, start, self.first - 1, now))
-            start = self.first
+        first = self._base + self._head + 1
+        if start < first:
+            out.append(gap(self.run_id, start, first - 1, now))
+            start = first
             limit -= 1
-        index = start - self.first
-        if index >= len(self._items) or limit <= 0:
-            return out
-        run_id = self.run_id
-        for offset, (kind, data, time) in enumerate(
-            itertools.islice(self._items, index, index + limit)
-        ):
-            out.append(RunEvent(run_id, start + offset, kind, time, _data(kind, data)))
+        items = self._items
+        base = self._base
+        index = start - base - 1
+        end = min(len(items), index + limit)
+        for at in range(index, end):
+            item = items[at]
+            if not isinstance(item, RunEvent):
+                kind, data, time = item
+                item = items[at] = RunEvent(
+                    self.run_id, base + at + 1, kind, time, _data(kind, data)
+                )
+            out.append(item)
         return out
 
 

@@ -326,6 +326,19 @@ def test_a_follower_of_a_bounded_log_reads_each_event_once_or_a_gap_for_it(
         assert set(kept) <= set(seen[index]), "what the log keeps is never skipped"
 
 
+def test_every_reader_of_an_event_gets_the_same_object() -> None:
+    # (What makes a thousand followers cheap: each event is made once, when first read.)
+    log = EventLog("r", capacity=3)
+    for number in range(5):
+        log.add("content", f"d{number}", float(number))
+    first, again = log.read(0, now=7.0), log.read(0, now=8.0)
+    assert [event.seq for event in first] == [2, 3, 4, 5]
+    assert first[0].kind == "gap"
+    assert again[0].time == 8.0  # a gap is each reader's own
+    assert all(a is b for a, b in zip(first[1:], again[1:], strict=True))
+    assert [event.data for event in first[1:]] == [{"text": f"d{n}"} for n in (2, 3, 4)]
+
+
 def test_a_log_refuses_a_capacity_or_position_that_is_not_one() -> None:
     for capacity in (0, -1, True, 1.5):
         with pytest.raises(ValidationError, match="capacity"):
