@@ -12,6 +12,8 @@ from protocols.errors import ValidationError
 from protocols.jobs import JobRecord, JobStatus
 from protocols.live import JournalEvents, RunEvent
 
+from .._sqlite import StoreError
+from ._journal import RETRY_FOR
 from ._store import RunStore
 
 __all__ = ["JobEvents", "watch_job"]
@@ -23,7 +25,8 @@ def watch_job(store: RunStore, id: str, *, after: int = 0, poll: float = 0.5) ->
     same events under the same seqs. An async iterator that replays them, then follows the job
     as its journal grows (woken by the store's notifications where it has them -- its own
     process's commits, and PostgreSQL's from other processes -- and looking every ``poll``
-    seconds in any case), and stops after a terminal event: ``finished``, ``failed``,
+    seconds in any case; a store that cannot be reached for a moment is asked again, with
+    backoff, for up to ten seconds), and stops after a terminal event: ``finished``, ``failed``,
     ``cancelled`` or ``awaiting_input`` (the job waits for approvals: watch again after it
     to follow the rest). A job that ended with no terminal in its journal (cancelled or
     abandoned before its run ended it) gives one, derived from its record. Raises
@@ -86,6 +89,25 @@ class JobEvents:
         return event
 
     async def _read(self) -> JobRecord:
+        """:meth:`_read_once`, asked again while the store cannot be reached (a retryable
+        :class:`~actors.store.StoreError`: a database restarting, a connection cut), with
+        backoff, for up to :data:`~actors.durable._journal.RETRY_FOR` seconds."""
+        deadline: float | None = None
+        pause = 0.05
+        while True:
+            try:
+                return await self._read_once()
+            except StoreError as error:
+                if not error.retryable:
+                    raise
+                now = trio.current_time()
+                deadline = now + RETRY_FOR if deadline is None else deadline
+                if now + pause > deadline:
+                    raise
+            await trio.sleep(pause)
+            pause = min(pause * 2, 1.0)
+
+    async def _read_once(self) -> JobRecord:
         """Read the record, then what the journal holds that was not read yet (the record
         first: a terminal record read before the journal means the journal is whole)."""
         record = await self.store.get(self.id)

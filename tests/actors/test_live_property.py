@@ -20,6 +20,8 @@ their last seq see every event exactly once, in order, and the terminal event ex
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import pathlib
 import random
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -37,13 +39,18 @@ from actors import Agent, RunContext, open_runtime, tool
 from actors.agent import Chunk
 from actors.durable import (
     AgentRegistry,
+    MemoryRunStore,
     PostgresRunStore,
+    RunStore,
     SQLiteRunStore,
     open_job_queue,
     watch_job,
 )
+from actors.durable._ops import cancel_job, submit_job
 from actors.providers import ProviderStream, StreamingProvider
+from actors.store import StoreError
 from actors.testing import Fail, Hang, Reply, ScriptedProvider
+from protocols.authority import Authority, Rule
 from protocols.errors import ProviderError, ValidationError
 from protocols.jobs import AgentJob, AttemptEntry, JobStatus, StreamEntry
 from protocols.live import TERMINAL, RunEvent, event_from_json, event_to_json
@@ -456,3 +463,127 @@ def test_followers_that_leave_and_resume_see_every_durable_event_once(
 ) -> None:
     steps, leave_after = script
     trio.run(run_durable, backend, tmp_path, steps, leave_after, plans)
+
+
+# -- a durable job's follower: its edges ----------------------------------------------------------
+
+
+class Flaky:
+    """A real store whose ``journal`` and ``get`` fail retryably ``failures`` times in all
+    (a database restarting under a follower), then answer as the store does."""
+
+    def __init__(self, store: RunStore, failures: int) -> None:
+        self._store = store
+        self.failures = failures
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def get(self, id: str) -> Any:
+        await self._fail()
+        return await self._store.get(id)
+
+    async def journal(self, id: str, *, after: int = 0) -> Any:
+        await self._fail()
+        return await self._store.journal(id, after=after)
+
+    async def _fail(self) -> None:
+        await trio.lowlevel.checkpoint()
+        if self.failures:
+            self.failures -= 1
+            raise StoreError("the connection was lost", code="io", retryable=True)
+
+
+def _refunding(provider: ScriptedProvider) -> AgentRegistry:
+    @tool
+    async def refund(cents: int) -> str:
+        """Refund the customer."""
+        return f"refunded {cents}"
+
+    authority = Authority(rules=(Rule("ask", tools=("refund",), reason="a human decides"),))
+    registry = AgentRegistry()
+    registry.add("support", provider, tools=[refund], authority=authority)
+    return registry
+
+
+async def test_a_job_waiting_for_approval_ends_a_stream_and_the_next_goes_on_after_it(
+    autojump_clock: Any,
+) -> None:
+    provider = ScriptedProvider(
+        Reply(calls=[ToolCall("r1", "refund", {"cents": 5})]), Reply("Done.", chunk=2)
+    )
+    store = MemoryRunStore()
+    async with (
+        open_runtime() as runtime,
+        open_job_queue(store, _refunding(provider), runtime, clock=trio.current_time) as queue,
+    ):
+        id = await queue.enqueue(AgentJob.ask("support", "Refund."))
+        first = [event async for event in queue.watch(id)]
+        assert [e.kind for e in first][-2:] == ["approval_requested", "awaiting_input"]
+        assert first[-1].data == {
+            "calls": [{"call_id": "r1", "tool": "refund", "reason": "a human decides"}]
+        }
+        # Resumed after it, a follower waits for the answer; then the rest comes.
+        async with trio.open_nursery() as nursery:
+            rest: list[RunEvent] = []
+
+            async def follow() -> None:
+                rest.extend([event async for event in queue.watch(id, after=first[-1].seq)])
+
+            nursery.start_soon(follow)
+            await trio.sleep(5)
+            assert rest == []
+            await queue.answer(id, "r1", True, "fine")
+    events = first + rest
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    kinds = [e.kind for e in rest]
+    assert kinds[:4] == ["rewind", "takeover", "approval_answered", "tool_result"]
+    assert rest[0].data == {"to": first[-1].seq}
+    assert rest[1].data["reason"] == "answered"
+    assert rest[2].data == {"call_id": "r1", "allow": True, "reason": "fine"}
+    assert "".join(e.data["text"] for e in rest if e.kind == "content") == "Done."
+    assert kinds[-1] == "finished"
+    for event in events:
+        assert event_from_json(json.loads(json.dumps(event_to_json(event)))) == event
+
+
+async def test_a_job_cancelled_before_it_ran_has_one_event_its_end(autojump_clock: Any) -> None:
+    store = MemoryRunStore()
+    record, _ = await submit_job(store, AgentJob.ask("nobody", "Hi."))
+    await cancel_job(store, record.id)
+    events = [event async for event in watch_job(store, record.id)]
+    assert [(e.seq, e.kind, dict(e.data)) for e in events] == [(1, "cancelled", {"result": None})]
+    assert event_from_json(event_to_json(events[0])).data == {"result": None}
+    # After its end, a follower has nothing more to read; a job never admitted is refused.
+    assert [event async for event in watch_job(store, record.id, after=1)] == []
+    assert [event async for event in watch_job(store, record.id, after=9)] == []
+    with pytest.raises(ValidationError, match="no job"):
+        await watch_job(store, "nope").__anext__()
+    for bad in ({"after": -1}, {"after": True}, {"poll": 0}, {"poll": math.inf}):
+        with pytest.raises(ValidationError):
+            watch_job(store, record.id, **bad)
+
+
+async def test_a_follower_rides_out_a_store_it_cannot_reach_for_a_moment(
+    autojump_clock: Any,
+) -> None:
+    store = MemoryRunStore()
+    registry = AgentRegistry()
+    registry.add("echo", ScriptedProvider(Reply("hello", chunk=1)))
+    async with (
+        open_runtime() as runtime,
+        open_job_queue(store, registry, runtime, clock=trio.current_time) as queue,
+    ):
+        id = await queue.enqueue(AgentJob.ask("echo", "Hi."))
+        await queue.result(id)
+    flaky = Flaky(store, failures=5)
+    events = [event async for event in watch_job(flaky, id)]
+    assert flaky.failures == 0
+    assert [e.kind for e in events][-1] == "finished"
+    assert "".join(e.data["text"] for e in events if e.kind == "content") == "hello"
+    # A store that stays unreachable: the follower gives up after a while, with its error.
+    gone = Flaky(store, failures=10_000)
+    start = trio.current_time()
+    with pytest.raises(StoreError, match="connection was lost"):
+        await watch_job(gone, id).__anext__()
+    assert 5 <= trio.current_time() - start <= 15
