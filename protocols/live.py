@@ -47,7 +47,15 @@ from .jobs._journal import (
     StreamEntry,
     TerminalEntry,
 )
-from .messages import AgentResult, Message, StopReason, ToolCall, ToolResult, Usage
+from .messages import (
+    AgentResult,
+    Message,
+    ProviderResult,
+    StopReason,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
 
 __all__ = [
     "DEFAULT_CAPACITY",
@@ -120,8 +128,9 @@ class RunEvent:
     * ``retry``: ``attempt``, ``delay``, ``reason`` (a provider call tried again);
     * ``guard`` / ``fault``: ``reason``; ``message``: ``message`` (a message the run added that
       is neither an answer nor a result);
-    * ``approval_requested``: ``call_id``, ``tool``, ``reason``; ``approval_answered``:
-      ``call_id``, ``allow``, ``reason``;
+    * ``approval_requested``: ``call_id``, ``tool``, ``reason`` (``None``: none given), and
+      in a relay run ``call`` (the :class:`~protocols.messages.ToolCall` as JSON);
+      ``approval_answered``: ``call_id``, ``allow``, ``reason``;
     * ``subagent_started``: ``call_id``, ``agent``, ``run_id`` (the child run's id: follow it
       too); ``subagent_finished``: ``call_id``, ``run_id``, ``status``; ``handoff``:
       ``call_id``, ``agent``;
@@ -134,9 +143,12 @@ class RunEvent:
     * ``gap`` (never in a log): ``first`` -- the events ``first`` .. ``seq`` are gone from the
       log; the follower goes on after ``seq``;
     * terminal: ``finished`` / ``cancelled``: ``result`` (the
-      :class:`~protocols.messages.AgentResult`); ``failed``: ``error`` (``type``, ``code``,
-      ``message``); ``awaiting_input``: ``calls`` (the approvals asked: ``call_id``, ``tool``,
-      ``reason`` each).
+      :class:`~protocols.messages.AgentResult`; ``None`` for a job cancelled before its run
+      had one) -- or, in a relay run (a provider call the relay made a run of), ``response``
+      (the :class:`~protocols.messages.ProviderResult`, or the partial one, as JSON);
+      ``failed``: ``error`` (``type``, ``code``, ``message``; a relay run's also
+      ``retryable``); ``awaiting_input``: ``calls`` (the approvals asked: ``call_id``,
+      ``tool``, ``reason`` each).
     """
 
     run_id: str
@@ -444,8 +456,26 @@ def _object(cls: Any, *, optional: bool = False) -> _Check:
     return check
 
 
-def _fields(spec: Mapping[str, _Check]) -> _Check:
-    """An object with exactly the fields of ``spec``, each checked."""
+def _as_json(cls: Any) -> _Check:
+    """A ``cls`` as JSON, checked as one and kept as the JSON it is (what a relay run's log
+    holds: the frames' own form)."""
+
+    def check(value: Any, path: str) -> Any:
+        if not isinstance(value, dict):
+            raise _refuse(path, f"must be a {cls.__name__} (an object)")
+        try:
+            from_json(cls, value)
+        except ProtocolError as error:
+            raise _refuse(path, f"is not a {cls.__name__}: {error.message}") from None
+        return value
+
+    return check
+
+
+def _fields(spec: Mapping[str, _Check], optional: Mapping[str, _Check] | None = None) -> _Check:
+    """An object with exactly the fields of ``spec`` (and any of ``optional``), each
+    checked."""
+    extra = optional or {}
 
     def check(value: Any, path: str) -> Any:
         if not isinstance(value, dict):
@@ -453,11 +483,26 @@ def _fields(spec: Mapping[str, _Check]) -> _Check:
         missing = [key for key in spec if key not in value]
         if missing:
             raise _refuse(path, f"lacks {', '.join(missing)}")
-        unknown = [key for key in value if key not in spec]
+        unknown = [key for key in value if key not in spec and key not in extra]
         if unknown:
             shown = ", ".join(repr(key[:40]) for key in sorted(unknown)[:5])
             raise _refuse(path, f"has unknown fields {shown}")
-        return {key: spec[key](value[key], f"{path}.{key}") for key in spec}
+        out = {key: spec[key](value[key], f"{path}.{key}") for key in spec}
+        for key, checked in extra.items():
+            if key in value:
+                out[key] = checked(value[key], f"{path}.{key}")
+        return out
+
+    return check
+
+
+def _either(key: str, having: _Check, otherwise: _Check) -> _Check:
+    """``having`` checks an object with a field ``key``; ``otherwise`` anything else."""
+
+    def check(value: Any, path: str) -> Any:
+        if isinstance(value, dict) and key in value:
+            return having(value, path)
+        return otherwise(value, path)
 
     return check
 
@@ -476,9 +521,11 @@ def _list(item: _Check, limit: int) -> _Check:
 _ID = _text(MAX_ID_CHARS)
 _MAYBE_ID = _text(MAX_ID_CHARS, optional=True)
 _TEXT = _text()
+_MAYBE_TEXT = _text(optional=True)
 
 #: Per kind, its data's fields (all of them, none other) and how each is checked and decoded:
-#: what :class:`RunEvent`'s docstring lists.
+#: what :class:`RunEvent`'s docstring lists (:data:`_VARIANTS`: the kinds whose data has
+#: another form too).
 _DATA: Final[dict[str, dict[str, _Check]]] = {
     "started": {"agent": _MAYBE_ID},
     "turn": {"turn": _int(0)},
@@ -496,7 +543,7 @@ _DATA: Final[dict[str, dict[str, _Check]]] = {
     "guard": {"reason": _TEXT},
     "fault": {"reason": _TEXT},
     "message": {"message": _object(Message)},
-    "approval_requested": {"call_id": _ID, "tool": _ID, "reason": _TEXT},
+    "approval_requested": {"call_id": _ID, "tool": _ID, "reason": _MAYBE_TEXT},
     "approval_answered": {"call_id": _ID, "allow": _flag, "reason": _TEXT},
     "subagent_started": {"call_id": _MAYBE_ID, "agent": _MAYBE_ID, "run_id": _MAYBE_ID},
     "subagent_finished": {"call_id": _MAYBE_ID, "run_id": _MAYBE_ID, "status": _MAYBE_ID},
@@ -514,7 +561,28 @@ _DATA: Final[dict[str, dict[str, _Check]]] = {
         "calls": _list(_fields({"call_id": _ID, "tool": _ID, "reason": _TEXT}), MAX_ASKED),
     },
 }
-_CHECKS: Final = {kind: _fields(spec) for kind, spec in _DATA.items()}
+#: A relay run (a provider call the relay made a run of) ends with the provider's
+#: ``response`` rather than an agent's ``result``, asks approvals with the ``call`` itself, and
+#: says whether its failure may be retried.
+_VARIANTS: Final[dict[str, _Check]] = {
+    "finished": _either(
+        "response", _fields({"response": _as_json(ProviderResult)}), _fields(_DATA["finished"])
+    ),
+    "cancelled": _either(
+        "response", _fields({"response": _as_json(ProviderResult)}), _fields(_DATA["cancelled"])
+    ),
+    "approval_requested": _fields(
+        _DATA["approval_requested"], optional={"call": _as_json(ToolCall)}
+    ),
+    "failed": _fields(
+        {
+            "error": _fields(
+                {"type": _ID, "code": _MAYBE_ID, "message": _TEXT}, optional={"retryable": _flag}
+            )
+        }
+    ),
+}
+_CHECKS: Final = {kind: _VARIANTS.get(kind) or _fields(spec) for kind, spec in _DATA.items()}
 assert set(_DATA) == KINDS, "every kind has its data's fields"
 
 #: Per kind, the fields that hold data-model objects (encoded with :func:`to_json`).

@@ -27,6 +27,7 @@ import pytest
 from hypothesis import given, settings
 
 from protocols._json import dumps, loads
+from protocols.codec import to_json
 from protocols.errors import ProtocolError, ValidationError
 from protocols.jobs import (
     AnswerEntry,
@@ -56,6 +57,7 @@ from protocols.live import (
 from protocols.messages import (
     AgentResult,
     Message,
+    ProviderResult,
     StopReason,
     ToolCall,
     ToolFailure,
@@ -123,7 +125,9 @@ DATA: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     "guard": st.fixed_dictionaries({"reason": TEXT}),
     "fault": st.fixed_dictionaries({"reason": TEXT}),
     "message": st.fixed_dictionaries({"message": MESSAGES}),
-    "approval_requested": st.fixed_dictionaries({"call_id": IDS, "tool": IDS, "reason": TEXT}),
+    "approval_requested": st.fixed_dictionaries(
+        {"call_id": IDS, "tool": IDS, "reason": st.none() | TEXT}
+    ),
     "approval_answered": st.fixed_dictionaries(
         {"call_id": IDS, "allow": st.booleans(), "reason": TEXT}
     ),
@@ -158,9 +162,34 @@ DATA: dict[str, st.SearchStrategy[dict[str, Any]]] = {
 }
 
 
+PROVIDER_RESULTS = st.builds(
+    ProviderResult,
+    content=TEXT,
+    thinking=TEXT,
+    calls=st.lists(CALLS, max_size=2, unique_by=lambda call: call.id).map(tuple),
+    usage=st.none() | USAGES,
+)
+#: The other form of some kinds' data: a relay run's (a provider call the relay made a run
+#: of), whose log keeps the provider's response and the asked call as JSON.
+RELAY_DATA: dict[str, st.SearchStrategy[dict[str, Any]]] = {
+    "finished": st.fixed_dictionaries({"response": PROVIDER_RESULTS.map(to_json)}),
+    "cancelled": st.fixed_dictionaries({"response": PROVIDER_RESULTS.map(to_json)}),
+    "approval_requested": st.fixed_dictionaries(
+        {"call_id": IDS, "tool": IDS, "reason": TEXT, "call": CALLS.map(to_json)}
+    ),
+    "failed": st.fixed_dictionaries(
+        {
+            "error": st.fixed_dictionaries(
+                {"type": IDS, "code": MAYBE_IDS, "message": TEXT, "retryable": st.booleans()}
+            )
+        }
+    ),
+}
+
+
 @st.composite
-def events(draw: st.DrawFn, kind: str) -> RunEvent:
-    data = draw(DATA[kind])
+def events(draw: st.DrawFn, kind: str, relay: bool = False) -> RunEvent:
+    data = draw((RELAY_DATA if relay else DATA)[kind])
     seq = draw(SEQS)
     if kind == "gap":
         seq = max(seq, data["first"])
@@ -197,6 +226,17 @@ def test_every_kind_round_trips_through_strict_json_text(kind: str, data: st.Dat
     assert back.terminal == (kind in TERMINAL)
     assert ("time" in wire) == math.isfinite(event.time)
     assert event_to_json(back) == wire
+
+
+@pytest.mark.parametrize("kind", sorted(RELAY_DATA))
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_a_relay_runs_events_round_trip_with_their_json_as_it_is(
+    kind: str, data: st.DataObject
+) -> None:
+    event = data.draw(events(kind, relay=True))
+    back = event_from_json(loads(dumps(event_to_json(event))))
+    assert same(back, event)  # the response and the call stay JSON, checked
 
 
 def valid(kind: str = "content", **data: Any) -> dict[str, Any]:
@@ -241,6 +281,17 @@ def valid(kind: str = "content", **data: Any) -> dict[str, Any]:
         (valid("failed", error={"type": "E", "message": "m"}), r"error lacks code"),
         (valid("failed", error={"type": "E", "code": 1, "message": "m"}), r"error\.code"),
         (valid("awaiting_input", calls={}), "calls must be a list"),
+        (valid("finished", response={"content": 5}), "response is not a ProviderResult"),
+        (valid("finished", response={}, result=None), "unknown fields 'result'"),
+        (valid("cancelled", response=[]), "response must be a ProviderResult"),
+        (
+            valid("approval_requested", call_id="c", tool="t", reason="", call={"id": "c"}),
+            "call is not a ToolCall",
+        ),
+        (
+            valid("failed", error={"type": "E", "code": None, "message": "", "retryable": 1}),
+            "retryable must be true or false",
+        ),
         (
             valid("awaiting_input", calls=[{"call_id": "c", "tool": "t", "reason": "", "x": 1}]),
             r"calls\[0\] has unknown fields 'x'",
