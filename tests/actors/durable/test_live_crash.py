@@ -5,10 +5,14 @@ deltas, a delta every few milliseconds) run on a worker process; a second worker
 by on the same store (a SQLite file, or a PostgreSQL schema from ``postgres_server.py``). The
 first worker is killed (``SIGKILL``) at a random event of the first job -- mostly mid-stream,
 with deltas streamed that were not journaled yet -- and the standby takes the jobs over once
-their leases lapse. Meanwhile followers in this process (:func:`~actors.durable.watch_job`, on
-a connection of their own) leave at random points -- after a number of events, after a while,
-or at the kill itself, staying away until the takeover or after it -- and resume with
-``after=`` their last seq.
+their leases lapse. Meanwhile followers in this process leave at random points -- after a
+number of events, after a while, or at the kill itself, staying away until the takeover or after
+it -- and resume: some through the store (:func:`~actors.durable.watch_job`, on a connection of
+their own, ``after=`` their last seq), the others over the relay's event stream (``GET
+/v1/jobs/{id}/events``: a relay in this process serving the store's jobs, which were submitted
+through it), dropping the connection in the middle of an SSE record -- only a random prefix of
+the bytes that came is read -- and resuming with ``Last-Event-ID``, the id of the last whole
+record.
 
 Checked afterwards, per job: every follower saw the same events, under the same seqs and with
 the same content, as one reading the whole journal at the end -- each once, in order, the
@@ -27,6 +31,7 @@ scheduling still varies.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import pathlib
@@ -37,22 +42,27 @@ from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 import attrs
+import httpx
 import pytest
 import trio
 from postgres_server import drop_schemas, new_schema, postgres_url
 
 from actors.durable import PostgresRunStore, RunStore, SQLiteRunStore, watch_job
-from actors.durable._ops import submit_job
-from protocols.jobs import AgentJob, AttemptEntry, JobStatus, StreamEntry
-from protocols.live import TERMINAL, RunEvent
+from actors.relay import RelayJobLimits, RelayJobs, RelayServer, RelayToken, serve
+from actors.testing import ScriptedProvider
+from protocols.jobs import AttemptEntry, JobStatus, StreamEntry
+from protocols.live import TERMINAL, RunEvent, event_from_json
+from protocols.sse import SSEDecoder, SSEEvent
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="SIGKILL")
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-#: Rounds per backend, jobs per round, followers per job.
+#: Rounds per backend, jobs per round, followers per job (through the store, and over the
+#: relay's event stream).
 ROUNDS = 2
 JOBS = 3
 FOLLOWERS = 3
+SSE_FOLLOWERS = 2
 #: Deltas per turn, and the seconds between two.
 DELTAS = 60
 DELAY = 0.006
@@ -205,12 +215,101 @@ async def follow(
         await trio.sleep(plan.away)
 
 
+SECRET = "watcher-secret-0123456789abcdef"
+
+
+@contextlib.asynccontextmanager
+async def relay(store: RunStore) -> AsyncIterator[httpx.AsyncClient]:
+    """The relay serving the jobs of ``store`` (it runs none) on a free port: a client of it
+    with the token the jobs are submitted and followed with."""
+    app = RelayServer(
+        ScriptedProvider(),
+        tokens=[RelayToken(SECRET, name="watcher")],
+        jobs=RelayJobs(
+            store, agents=["streamer"], limits=RelayJobLimits(poll=0.05, max_streams=64)
+        ),
+    )
+    async with trio.open_nursery() as nursery:
+        (url,) = await nursery.start(functools.partial(serve, app, port=0, ping_interval=None))
+        headers = {"authorization": f"Bearer {SECRET}"}
+        async with httpx.AsyncClient(base_url=url, timeout=30, headers=headers) as client:
+            try:
+                yield client
+            finally:
+                nursery.cancel_scope.cancel()
+
+
+async def _submitted(client: httpx.AsyncClient, key: str) -> str:
+    answer = await client.post("/v1/jobs", json={"agent": "streamer", "input": key})
+    assert answer.status_code in (200, 201, 202), answer.text
+    id = answer.json()["id"]
+    assert isinstance(id, str)
+    return id
+
+
+async def follow_sse(
+    client: httpx.AsyncClient,
+    id: str,
+    leaves: list[Leave],
+    killed: trio.Event,
+    seen: list[RunEvent],
+    *,
+    rng: random.Random,
+) -> int:
+    """Follow job ``id`` over the relay's event stream (``GET /v1/jobs/{id}/events``) to its
+    terminal event, dropping the connection as ``leaves`` say -- when it does so after some
+    events, in the middle of the next SSE record: of the bytes that came, only a random prefix
+    is read -- and coming back with ``Last-Event-ID``: the id of the last whole record read (a
+    browser's ``EventSource`` does the same). How many times it came."""
+    visits = 0
+    while True:
+        plan = leaves.pop(0) if leaves else Leave(None, None, False, 0.0)
+        visits += 1
+        count = 0
+        headers = {"last-event-id": str(seen[-1].seq)} if seen else {}
+        decoder = SSEDecoder()  # a new connection: what the last one left unfinished is gone
+        async with trio.open_nursery() as nursery:
+            if plan.seconds is not None:
+                nursery.cancel_scope.deadline = trio.current_time() + plan.seconds
+            if plan.at_kill and not killed.is_set():
+                nursery.start_soon(_cancel_at, killed, nursery.cancel_scope)
+            path = f"/v1/jobs/{id}/events"
+            async with client.stream("GET", path, headers=headers) as answer:
+                assert answer.status_code == 200
+                async for chunk in answer.aiter_bytes():
+                    leaving = plan.events is not None and count >= plan.events
+                    # Leaving: mid-record (or wherever the cut falls), a prefix only.
+                    data = chunk[: rng.randrange(len(chunk) + 1)] if leaving else chunk
+                    if leaving:
+                        CUTS.append(len(data) < len(chunk))
+                    for item in decoder.feed(data):
+                        if isinstance(item, SSEEvent):
+                            event = event_from_json(json.loads(item.data))
+                            assert item.id == str(event.seq)
+                            assert item.event == event.kind
+                            seen.append(event)
+                            count += 1
+                            if event.terminal:
+                                nursery.cancel_scope.cancel()
+                                return visits
+                    if leaving:
+                        break  # the connection is dropped
+            nursery.cancel_scope.cancel()
+        await trio.sleep(plan.away)
+
+
 #: How many times each follower came, in the round going on (reported, not asserted).
 VISITS: list[int] = []
+#: Whether each dropped SSE connection was dropped inside what had come (a record, mostly).
+CUTS: list[bool] = []
 
 
 async def _counted(*args: Any) -> None:
     VISITS.append(await follow(*args))
+
+
+async def _counted_sse(*args: Any, rng: random.Random) -> None:
+    VISITS.append(await follow_sse(*args, rng=rng))
 
 
 async def _cancel_at(event: trio.Event, scope: trio.CancelScope) -> None:
@@ -280,21 +379,28 @@ async def one_round(backend: Backend, directory: pathlib.Path, rng: random.Rando
     async with backend_store(backend, directory) as (store, opening):
         base.update(opening)
         keys = [f"job{number}" for number in range(JOBS)]
-        ids = [(await submit_job(store, AgentJob.ask("streamer", key)))[0].id for key in keys]
         killed = trio.Event()
-        seen: dict[str, list[list[RunEvent]]] = {id: [] for id in ids}
         # Kill at a random event of the first job: mostly mid-stream (two turns of DELTAS
         # deltas, a tool call between), never after its last delta was shown to the killer.
         kill_at = rng.randint(3, 2 * DELTAS - 20)
         with trio.fail_after(90):
-            async with worker(directory, "first", base) as first:
+            async with relay(store) as client, worker(directory, "first", base) as first:
+                # Submitted over the relay (its token owns them: it may follow them there).
+                ids = [await _submitted(client, key) for key in keys]
+                seen: dict[str, list[list[RunEvent]]] = {id: [] for id in ids}
                 await _until_running(store, ids)
                 async with worker(directory, "standby", base), trio.open_nursery() as nursery:
                     for id in ids:
-                        for _ in range(FOLLOWERS):
+                        for number in range(FOLLOWERS + SSE_FOLLOWERS):
                             events: list[RunEvent] = []
                             seen[id].append(events)
-                            nursery.start_soon(_counted, store, id, plans(rng), killed, events)
+                            if number < FOLLOWERS:
+                                nursery.start_soon(_counted, store, id, plans(rng), killed, events)
+                            else:
+                                follower = functools.partial(
+                                    _counted_sse, rng=random.Random(rng.random())
+                                )
+                                nursery.start_soon(follower, client, id, plans(rng), killed, events)
                     count = 0
                     async for _ in watch_job(store, ids[0], poll=0.02):
                         count += 1
@@ -336,9 +442,10 @@ async def one_round(backend: Backend, directory: pathlib.Path, rng: random.Rando
         print(
             f"{backend}: killed at event {kill_at} of the first job; {lost} deltas streamed "
             f"and not journaled were voided; followers came {sum(VISITS)} times "
-            f"({len(VISITS)} followers)"
+            f"({len(VISITS)} followers); {sum(CUTS)} SSE connections dropped inside a record"
         )
         VISITS.clear()
+        CUTS.clear()
 
 
 def _of(streamed: dict[str, dict[str, list[str]]], key: str) -> list[list[str]]:
