@@ -3,8 +3,9 @@ goes, and followed -- from its first event, or from any seq -- by whoever asks f
 
 A :class:`LiveRuns` registry belongs to one runtime (``runtime.watch(run_id, after=...)``). A
 run's log is registered when the run is asked for and kept, once it ended, for ``keep`` seconds
-(at most ``max_ended`` ended logs: the oldest go first). A follower never slows the run down:
-it reads the log at its own pace, and one that fell behind what the log keeps reads a ``gap``.
+(at most ``max_ended`` ended logs: the oldest go first; they are let go as later runs end). A
+follower never slows the run down: it reads the log at its own pace, and one that fell behind
+what the log keeps reads a ``gap``.
 """
 
 from __future__ import annotations
@@ -35,21 +36,25 @@ class LiveRun:
 
     def __init__(self, log: EventLog) -> None:
         self.log = log
-        self._lot = trio.lowlevel.ParkingLot()
+        # Made when a follower first waits (most runs are never followed live).
+        self._lot: trio.lowlevel.ParkingLot | None = None
         self._parked = 0  # followers parked (or woken and not yet running again)
 
     def add(self, kind: str, data: Mapping[str, Any] | str | None) -> int:
         """Publish an event; its seq. Wakes the followers waiting for it."""
         seq = self.log.add(kind, data, time.time())
         if self._parked:  # (the run's hot path: no call at all when nobody waits)
-            self._lot.unpark_all()
+            self._lot.unpark_all()  # type: ignore[union-attr]
         return seq
 
     async def _park(self) -> None:
         """Wait for the next :meth:`add`."""
+        lot = self._lot
+        if lot is None:
+            lot = self._lot = trio.lowlevel.ParkingLot()
         self._parked += 1
         try:
-            await self._lot.park()
+            await lot.park()
         finally:
             self._parked -= 1
 
@@ -139,18 +144,23 @@ class LiveRuns:
 
     def open(self, run_id: str) -> LiveRun:
         """Register a new run's log (replacing an ended one of the same id)."""
-        self._expire()
         run = LiveRun(EventLog(run_id, capacity=self.capacity))
         self._runs[run_id] = run
-        self._ended.pop(run_id, None)
+        if self._ended:
+            self._ended.pop(run_id, None)
         return run
 
     def end(self, run_id: str) -> None:
-        """The run ended: its log is kept ``keep`` seconds more."""
+        """The run ended: its log is kept ``keep`` seconds more (ended logs are let go as
+        later runs end: those ended more than ``keep`` seconds before, and the oldest beyond
+        ``max_ended``)."""
         if run_id in self._runs:
-            self._ended[run_id] = _now()
-            self._ended.move_to_end(run_id)
-            self._expire()
+            now = _now()
+            ended = self._ended
+            if run_id in ended:
+                ended.move_to_end(run_id)
+            ended[run_id] = now
+            self._expire(now)
 
     def get(self, run_id: str) -> LiveRun | None:
         """The run's log, while it is kept."""
@@ -173,11 +183,9 @@ class LiveRuns:
         """How many logs are kept (``runs``), of which ended (``ended``)."""
         return {"runs": len(self._runs), "ended": len(self._ended)}
 
-    def _expire(self) -> None:
+    def _expire(self, now: float) -> None:
         ended = self._ended
-        if not ended:
-            return
-        horizon = _now() - self.keep
+        horizon = now - self.keep
         while ended:
             run_id, at = next(iter(ended.items()))
             if at > horizon and len(ended) <= self.max_ended:

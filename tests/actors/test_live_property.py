@@ -36,6 +36,7 @@ from hypothesis import strategies as st
 from postgres_server import drop_schemas, new_schema, postgres_url
 
 from actors import Agent, RunContext, open_runtime, tool
+from actors._live import LiveRuns
 from actors.agent import Chunk
 from actors.durable import (
     AgentRegistry,
@@ -286,6 +287,41 @@ async def test_a_follower_behind_a_small_log_reads_a_gap_then_the_rest(autojump_
     assert [event.seq for event in events[1:]] == list(range(events[0].seq + 1, events[-1].seq + 1))
     assert events[-1].kind == "finished"
     assert len(events) == 5
+
+
+async def test_an_ended_runs_log_is_kept_its_time_and_the_oldest_go_first(
+    autojump_clock: Any,
+) -> None:
+    runs = LiveRuns(keep=10.0, max_ended=2)
+    first = runs.open("first")
+    first.add("started", {"agent": "a"})
+    follower = runs.watch("first")
+    first.add("finished", {"result": None})
+    runs.end("first")
+    running = runs.open("running")  # never ends: never let go
+    await trio.sleep(9)
+    runs.open("second").add("finished", {"result": None})
+    runs.end("second")
+    assert runs.get("first") is first  # 9 s after its end: still there
+    await trio.sleep(2)
+    runs.open("third").add("finished", {"result": None})
+    runs.end("third")  # 11 s after the first ended: it goes
+    assert runs.get("first") is None
+    with pytest.raises(ValidationError, match="no longer kept"):
+        runs.watch("first")
+    # A follower that had it reads it to its end all the same.
+    assert [event.kind async for event in follower] == ["started", "finished"]
+    for name in ("fourth", "fifth"):
+        runs.open(name).add("finished", {"result": None})
+        runs.end(name)
+    # At most max_ended ended logs: the oldest went first; the running one stays.
+    assert runs.get("second") is None
+    assert runs.get("third") is None
+    assert runs.get("running") is running
+    assert runs.statistics() == {"runs": 3, "ended": 2}
+    for bad in ({"keep": -1}, {"keep": True}, {"max_ended": -1}, {"capacity": 0}):
+        with pytest.raises(ValidationError):
+            LiveRuns(**bad)
 
 
 async def test_watching_an_unknown_run_is_refused() -> None:
