@@ -3,9 +3,8 @@ goes, and followed -- from its first event, or from any seq -- by whoever asks f
 
 A :class:`LiveRuns` registry belongs to one runtime (``runtime.watch(run_id, after=...)``). A
 run's log is registered when the run is asked for and kept, once it ended, for ``keep`` seconds
-(at most ``max_ended`` ended logs: the oldest go first; they are let go as later runs end). A
-follower never slows the run down: it reads the log at its own pace, and one that fell behind
-what the log keeps reads a ``gap``.
+(at most ``max_ended`` ended logs: the oldest go first). A follower never slows the run down:
+it reads the log at its own pace, and one that fell behind what the log keeps reads a ``gap``.
 """
 
 from __future__ import annotations
@@ -152,8 +151,8 @@ class LiveRuns:
 
     def end(self, run_id: str) -> None:
         """The run ended: its log is kept ``keep`` seconds more (ended logs are let go as
-        later runs end: those ended more than ``keep`` seconds before, and the oldest beyond
-        ``max_ended``)."""
+        later runs end and as logs are looked up: those ended more than ``keep`` seconds
+        before, and the oldest beyond ``max_ended``)."""
         if run_id in self._runs:
             now = _now()
             ended = self._ended
@@ -164,7 +163,8 @@ class LiveRuns:
 
     def get(self, run_id: str) -> LiveRun | None:
         """The run's log, while it is kept."""
-        self._expire()  # (an ended log older than ``keep`` is gone, also with no run since)
+        if self._ended:  # (an ended log older than ``keep`` is gone, also with no run since)
+            self._expire(_now())
         return self._runs.get(run_id)
 
     def watch(self, run_id: str, *, after: int = 0) -> RunEvents:

@@ -114,10 +114,13 @@ class JobEvents:
         if record is None:
             raise ValidationError(f"no job {self.id!r} (never admitted, or purged)")
         self._derived.agent = record.job.agent
-        entries = await self.store.journal(self.id, after=self._derived.entries)
-        for event in self._derived.feed(entries, time.time()):
-            if event.seq > self._after:
-                self._pending.append(event)
+        timed = await self.store.timed_journal(self.id, after=self._derived.entries)
+        derived, after, pending = self._derived, self._after, self._pending
+        for entry, at in timed:
+            # Each event at its entry's append time: the same in every reading, in any process.
+            for event in derived.feed((entry,), at):
+                if event.seq > after:
+                    pending.append(event)
         return record
 
     def _ending(self, record: JobRecord) -> RunEvent:
