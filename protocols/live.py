@@ -188,7 +188,17 @@ class EventLog:
     :class:`RunEvent` when first read, and every later reader gets that same object -- a
     thousand followers of a run read each event for the price of one."""
 
-    __slots__ = ("_base", "_head", "_items", "capacity", "ended", "run_id")
+    __slots__ = (
+        "_base",
+        "_data",
+        "_events",
+        "_head",
+        "_kinds",
+        "_times",
+        "capacity",
+        "ended",
+        "run_id",
+    )
 
     def __init__(self, run_id: str, *, capacity: int = DEFAULT_CAPACITY) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
@@ -197,16 +207,21 @@ class EventLog:
         self.capacity = capacity
         #: The time the terminal event was added (``None``: the run goes on).
         self.ended: float | None = None
-        # The event of seq n is _items[n - _base - 1]; those before _head are dropped (the list
-        # is compacted once they are as many as half the capacity: amortized O(1) per add).
-        self._items: list[tuple[str, Any, float] | RunEvent] = []
+        # The event of seq n is at index n - _base - 1 of the four lists (its kind, data and
+        # time, and its RunEvent once read: kept apart, no object is made per event added);
+        # those before _head are dropped (the lists are compacted once they are as many as half
+        # the capacity: amortized O(1) per add).
+        self._kinds: list[str] = []
+        self._data: list[Mapping[str, Any] | str | None] = []
+        self._times: list[float] = []
+        self._events: list[RunEvent | None] = []
         self._head = 0
         self._base = 0
 
     @property
     def last(self) -> int:
         """The seq of the latest event (0: none yet)."""
-        return self._base + len(self._items)
+        return self._base + len(self._kinds)
 
     @property
     def first(self) -> int:
@@ -219,17 +234,22 @@ class EventLog:
         as ``{"text": data}``."""
         if self.ended is not None:
             raise ValidationError(f"run {self.run_id}: an event after the terminal one")
-        items = self._items
-        items.append((kind, data, time))
-        if len(items) - self._head > self.capacity:
+        kinds = self._kinds
+        kinds.append(kind)
+        self._data.append(data)
+        self._times.append(time)
+        self._events.append(None)
+        if len(kinds) - self._head > self.capacity:
             self._head += 1
             if self._head > self.capacity // 2:
-                del items[: self._head]
-                self._base += self._head
+                head = self._head
+                for kept in (kinds, self._data, self._times, self._events):
+                    del kept[:head]
+                self._base += head
                 self._head = 0
         if kind in TERMINAL:
             self.ended = time
-        return self._base + len(items)
+        return self._base + len(kinds)
 
     def read(self, after: int, limit: int = 1000, *, now: float = math.nan) -> list[RunEvent]:
         """The events after seq ``after``, at most ``limit`` of them: a :func:`gap` first when
@@ -243,18 +263,19 @@ class EventLog:
             out.append(gap(self.run_id, start, first - 1, now))
             start = first
             limit -= 1
-        items = self._items
+        events = self._events
         base = self._base
         index = start - base - 1
-        end = min(len(items), index + limit)
+        end = min(len(events), index + limit)
         for at in range(index, end):
-            item = items[at]
-            if not isinstance(item, RunEvent):
-                kind, data, time = item
-                item = items[at] = RunEvent(
-                    self.run_id, base + at + 1, kind, time, _data(kind, data)
+            event = events[at]
+            if event is None:
+                kind = self._kinds[at]
+                data = _data(kind, self._data[at])
+                event = events[at] = RunEvent(
+                    self.run_id, base + at + 1, kind, self._times[at], data
                 )
-            out.append(item)
+            out.append(event)
         return out
 
 
