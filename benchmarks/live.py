@@ -19,12 +19,19 @@ Scenarios:
 * ``resume``: a durable job's follower reconnecting: from ``watch_job(store, id, after=n)``
   (a new follower, as a client that reconnects gets) to its first replayed event, for
   :data:`RESUMES` random ``n`` over a job whose journal holds a long answer
-  (:data:`RESUME_DELTAS` deltas streamed in one turn, then an answer: run by a job queue in
-  this process, on its own connection), read on another connection to the store. p50 and p99
+  (:data:`RESUME_DELTAS` deltas streamed in one turn, one every :data:`RESUME_PACE` seconds,
+  then an answer: run by a job queue in this process, on its own connection), read on another
+  connection to the store -- cold (nothing of the job read in this process yet, as a reconnect
+  to another relay process finds it: the journal read and derived from its start) and warm
+  (this process's followers of the job read it before, as a reconnect to the same relay finds
+  it: only what the journal gained since is read), alternating, with a collection before
+  each (untimed: the collector's full passes last as long as the whole process's heap is big,
+  tens of milliseconds here, whatever allocation sets them off). p50 and p99
   on a SQLite file (target p99 <= 20 ms) and on PostgreSQL (target p99 <= 50 ms; the server
   ``TRIO_AGENTS_TEST_POSTGRES`` names, else a throwaway one from ``pgserver``'s binaries, as
   the tests do; a fresh schema, dropped at the end). Reported as
-  ``resume_p99_sqlite_over_target`` and ``resume_p99_postgres_over_target``.
+  ``resume_p99_sqlite_over_target`` and ``resume_p99_postgres_over_target`` (cold), and
+  ``resume_warm_p99_*_over_target``.
 * ``fanout``: one run streaming :data:`FANOUT_DELTAS` content deltas, one every
   :data:`PACE` seconds (a fast model's pace: 500 deltas a second), followed by 1,000
   concurrent followers (``runtime.watch`` from its first event), against the same run followed
@@ -77,6 +84,7 @@ from actors.durable import (
     open_job_queue,
     watch_job,
 )
+from actors.durable._watch import _forget as forget_shared
 from actors.providers import ProviderStream, StreamingProvider, TextStream
 from benchmarks._common import Report, run_main
 from benchmarks.loop import QUESTION, RUNS_PER_AGENT, Replay, add, check
@@ -95,8 +103,11 @@ LOG_ROUNDS = (5, 15)
 #: Content deltas of the streamed answer in the ``log`` scenario, and its runs per agent.
 STREAM_DELTAS = 200
 STREAM_RUNS = 5
-#: Deltas of the resumed job's answer, and the reconnects timed (quick, full).
+#: Deltas of the resumed job's answer, their pace (seconds: its journal then holds what a
+#: model streaming that fast leaves in it, a few deltas an entry), and the reconnects timed
+#: (quick, full).
 RESUME_DELTAS = 1_000
+RESUME_PACE = 0.0005
 RESUMES = (100, 500)
 #: The fan-out run's deltas (quick, full), their pace (seconds), the followers, and rounds.
 FANOUT_DELTAS = (300, 1_000)
@@ -271,9 +282,12 @@ def percentile(values: Sequence[float], fraction: float) -> float:
 
 async def bench_resume(connect: Callable[[], Awaitable[Store]], resumes: int) -> dict[str, float]:
     """Seconds from a new follower to its first replayed event (p50, p99), over ``resumes``
-    random positions of one long job, with the job's size."""
+    random positions of one long job, cold (nothing of the job read in this process yet: as
+    a reconnect to another process finds it) and warm (the process's followers of the job
+    read it before: as a reconnect to the same relay finds it), alternating; with the job's
+    size."""
     registry = AgentRegistry()
-    registry.add("long", Deltas(RESUME_DELTAS))
+    registry.add("long", Deltas(RESUME_DELTAS, RESUME_PACE))
     async with await connect() as store, open_runtime() as runtime:
         async with open_job_queue(store, registry, runtime, poll=0.05) as queue:
             id = await queue.enqueue(AgentJob.ask("long", "Go on."))
@@ -281,12 +295,18 @@ async def bench_resume(connect: Callable[[], Awaitable[Store]], resumes: int) ->
         check("resume", result.content, expected(RESUME_DELTAS))
         entries = len(await store.journal(id))
     rng = random.Random(25)
-    samples: list[float] = []
+    samples: dict[str, list[float]] = {"cold": [], "warm": []}
     async with await connect() as follower:
         last = 0
         async for event in watch_job(follower, id):
             last = event.seq
-        for number in range(resumes + 10):
+        for number in range(2 * resumes + 10):
+            mode = "cold" if number % 2 == 0 else "warm"
+            if mode == "cold":
+                forget_shared()  # (untimed)
+            # A collection first (untimed): a full pass of the collector lasts as long as the
+            # whole process's heap is big, whatever set it off -- it is not the resume's.
+            gc.collect()
             after = rng.randrange(last)
             start = time.perf_counter()
             events = watch_job(follower, id, after=after)
@@ -295,13 +315,15 @@ async def bench_resume(connect: Callable[[], Awaitable[Store]], resumes: int) ->
             if event.seq != after + 1:
                 raise SystemExit(f"resume: after {after} came {event.seq}")
             if number >= 10:  # (the first few warm the connection up)
-                samples.append(took)
+                samples[mode].append(took)
         record = await follower.get(id)
     if record is None or record.status is not JobStatus.COMPLETED:
         raise SystemExit(f"resume: the job ended {record}")
     return {
-        "p50": percentile(samples, 0.5),
-        "p99": percentile(samples, 0.99),
+        "cold_p50": percentile(samples["cold"], 0.5),
+        "cold_p99": percentile(samples["cold"], 0.99),
+        "warm_p50": percentile(samples["warm"], 0.5),
+        "warm_p99": percentile(samples["warm"], 0.99),
         "events": last,
         "entries": entries,
     }
@@ -398,10 +420,14 @@ async def run(quick: bool) -> Report:
         "stream_run_with_log_us": log["stream_log"] * us,
         "stream_run_without_log_us": log["stream_nolog"] * us,
         "stream_deltas": STREAM_DELTAS,
-        "resume_sqlite_p50_ms": sqlite["p50"] * ms,
-        "resume_sqlite_p99_ms": sqlite["p99"] * ms,
-        "resume_postgres_p50_ms": pg["p50"] * ms,
-        "resume_postgres_p99_ms": pg["p99"] * ms,
+        "resume_sqlite_p50_ms": sqlite["cold_p50"] * ms,
+        "resume_sqlite_p99_ms": sqlite["cold_p99"] * ms,
+        "resume_sqlite_warm_p50_ms": sqlite["warm_p50"] * ms,
+        "resume_sqlite_warm_p99_ms": sqlite["warm_p99"] * ms,
+        "resume_postgres_p50_ms": pg["cold_p50"] * ms,
+        "resume_postgres_p99_ms": pg["cold_p99"] * ms,
+        "resume_postgres_warm_p50_ms": pg["warm_p50"] * ms,
+        "resume_postgres_warm_p99_ms": pg["warm_p99"] * ms,
         "resume_job_events": sqlite["events"],
         "resume_job_entries": sqlite["entries"],
         "resumes": RESUMES[mode],
@@ -413,8 +439,10 @@ async def run(quick: bool) -> Report:
     ratios = {
         "run_time_with_log_vs_without": log["loop_log"] / log["loop_nolog"],
         "stream_time_with_log_vs_without": log["stream_log"] / log["stream_nolog"],
-        "resume_p99_sqlite_over_target": sqlite["p99"] / RESUME_TARGET_SQLITE,
-        "resume_p99_postgres_over_target": pg["p99"] / RESUME_TARGET_POSTGRES,
+        "resume_p99_sqlite_over_target": sqlite["cold_p99"] / RESUME_TARGET_SQLITE,
+        "resume_p99_postgres_over_target": pg["cold_p99"] / RESUME_TARGET_POSTGRES,
+        "resume_warm_p99_sqlite_over_target": sqlite["warm_p99"] / RESUME_TARGET_SQLITE,
+        "resume_warm_p99_postgres_over_target": pg["warm_p99"] / RESUME_TARGET_POSTGRES,
         f"fanout_{FOLLOWERS}_time_per_event_vs_one": fanout["many"] / fanout["one"],
     }
     lines = [
@@ -426,11 +454,17 @@ async def run(quick: bool) -> Report:
         f"({ratios['stream_time_with_log_vs_without']:.3f}x vs without it, "
         f"{metrics['stream_run_without_log_us']:.0f} us)",
         f"resume (a new follower of a job of {sqlite['events']:.0f} events, {sqlite['entries']:.0f}"
-        f" journal entries, to its first replayed event; {RESUMES[mode]} reconnects): SQLite p99 "
+        f" journal entries, to its first replayed event; {RESUMES[mode]} reconnects each way), "
+        f"cold (nothing of the job read in the process yet): SQLite p99 "
         f"{metrics['resume_sqlite_p99_ms']:.2f} ms (target <= {RESUME_TARGET_SQLITE * ms:.0f} ms; "
         f"p50 {metrics['resume_sqlite_p50_ms']:.2f} ms), PostgreSQL p99 "
         f"{metrics['resume_postgres_p99_ms']:.2f} ms (target <= "
         f"{RESUME_TARGET_POSTGRES * ms:.0f} ms; p50 {metrics['resume_postgres_p50_ms']:.2f} ms)",
+        f"resume, warm (the process's followers read the job before): SQLite p99 "
+        f"{metrics['resume_sqlite_warm_p99_ms']:.2f} ms (p50 "
+        f"{metrics['resume_sqlite_warm_p50_ms']:.2f} ms), PostgreSQL p99 "
+        f"{metrics['resume_postgres_warm_p99_ms']:.2f} ms (p50 "
+        f"{metrics['resume_postgres_warm_p50_ms']:.2f} ms)",
         f"fan-out (a run streaming {FANOUT_DELTAS[mode]} deltas, one every {PACE * ms:g} ms): "
         f"{metrics[f'fanout_{FOLLOWERS}_us_per_event']:.0f} us per event with {FOLLOWERS:,} "
         f"followers ({ratios[f'fanout_{FOLLOWERS}_time_per_event_vs_one']:.2f}x vs one "

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import collections
 import time
+import weakref
+from typing import Any, Final
 
 import trio
 
@@ -29,7 +31,10 @@ def watch_job(store: RunStore, id: str, *, after: int = 0, poll: float = 0.5) ->
     backoff, for up to ten seconds), and stops after a terminal event: ``finished``, ``failed``,
     ``cancelled`` or ``awaiting_input`` (the job waits for approvals: watch again after it
     to follow the rest). A job that ended with no terminal in its journal (cancelled or
-    abandoned before its run ended it) gives one, derived from its record. Raises
+    abandoned before its run ended it) gives one, derived from its record. The followers of
+    a job in one process share its derivation (for the :data:`SHARED_JOBS` jobs followed
+    last, per store object): a follower that reconnects reads only what the journal gained
+    since it was last read there. Raises
     :class:`~protocols.errors.ValidationError` when the job does not exist (on the first
     step)."""
     if isinstance(after, bool) or not isinstance(after, int) or after < 0:
@@ -37,6 +42,49 @@ def watch_job(store: RunStore, id: str, *, after: int = 0, poll: float = 0.5) ->
     if isinstance(poll, bool) or not isinstance(poll, int | float) or not 0 < poll < float("inf"):
         raise ValidationError(f"poll must be a number of seconds > 0, not {poll!r}")
     return JobEvents(store, id, after, float(poll))
+
+
+#: Jobs whose events the followers in this process share, per store (the most recently
+#: followed): a follower that reconnects -- or a second one -- reads the journal from where
+#: the last reading of it stopped, not from its start.
+SHARED_JOBS: Final = 64
+
+
+class _Shared:
+    """A job's events as derived so far, for every follower of it in this process (one
+    derivation: the same journal gives the same events, whoever reads it)."""
+
+    __slots__ = ("derived", "events")
+
+    def __init__(self, id: str) -> None:
+        self.derived = JournalEvents(id)
+        #: The events derived, in order: seq n is ``events[n - 1]``.
+        self.events: list[RunEvent] = []
+
+
+_SHARED: weakref.WeakKeyDictionary[Any, collections.OrderedDict[str, _Shared]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _shared(store: RunStore, id: str) -> _Shared:
+    try:
+        jobs = _SHARED.setdefault(store, collections.OrderedDict())
+    except TypeError:  # a store that cannot be weakly referenced: each follower derives alone
+        return _Shared(id)
+    shared = jobs.get(id)
+    if shared is None:
+        shared = jobs[id] = _Shared(id)
+        while len(jobs) > SHARED_JOBS:
+            jobs.popitem(last=False)
+    else:
+        jobs.move_to_end(id)
+    return shared
+
+
+def _forget() -> None:
+    """Drop what the followers in this process share (a benchmark's cold reconnect)."""
+    _SHARED.clear()
 
 
 class JobEvents:
@@ -47,9 +95,15 @@ class JobEvents:
         self.id = id
         self._after = after
         self._poll = poll
-        self._derived = JournalEvents(id)
+        self._shared: _Shared | None = None  # (found on the first read)
+        self._queued = after  # the seq of the last event put in _pending
         self._pending: collections.deque[RunEvent] = collections.deque()
         self._done = False
+
+    @property
+    def _derived(self) -> JournalEvents:
+        assert self._shared is not None
+        return self._shared.derived
 
     @property
     def position(self) -> int:
@@ -113,14 +167,21 @@ class JobEvents:
         record = await self.store.get(self.id)
         if record is None:
             raise ValidationError(f"no job {self.id!r} (never admitted, or purged)")
-        self._derived.agent = record.job.agent
-        timed = await self.store.timed_journal(self.id, after=self._derived.entries)
-        derived, after, pending = self._derived, self._after, self._pending
-        for entry, at in timed:
+        shared = self._shared
+        if shared is None:
+            shared = self._shared = _shared(self.store, self.id)
+        derived, events = shared.derived, shared.events
+        derived.agent = record.job.agent
+        start = derived.entries
+        timed = await self.store.timed_journal(self.id, after=start)
+        # (Another follower may have read and derived part of it meanwhile: the journal only
+        # grows, and the same entries give the same events, so what it did not is fed.)
+        for entry, at in timed[derived.entries - start :]:
             # Each event at its entry's append time: the same in every reading, in any process.
-            for event in derived.feed((entry,), at):
-                if event.seq > after:
-                    pending.append(event)
+            events.extend(derived.feed((entry,), at))
+        if len(events) > self._queued:
+            self._pending.extend(events[self._queued :])
+            self._queued = len(events)
         return record
 
     def _ending(self, record: JobRecord) -> RunEvent:

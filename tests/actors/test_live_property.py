@@ -624,3 +624,38 @@ async def test_a_follower_rides_out_a_store_it_cannot_reach_for_a_moment(
     with pytest.raises(StoreError, match="connection was lost"):
         await watch_job(gone, id).__anext__()
     assert 5 <= trio.current_time() - start <= 15
+
+
+class Counting:
+    """A real store that notes from where each journal read starts."""
+
+    def __init__(self, store: RunStore) -> None:
+        self._store = store
+        self.reads: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def timed_journal(self, id: str, *, after: int = 0) -> Any:
+        self.reads.append(after)
+        return await self._store.timed_journal(id, after=after)
+
+
+async def test_followers_in_one_process_share_a_jobs_derivation(autojump_clock: Any) -> None:
+    store = MemoryRunStore()
+    registry = AgentRegistry()
+    registry.add("echo", ScriptedProvider(Reply("hello there", chunk=2)))
+    async with (
+        open_runtime() as runtime,
+        open_job_queue(store, registry, runtime, clock=trio.current_time) as queue,
+    ):
+        id = await queue.enqueue(AgentJob.ask("echo", "Hi."))
+        await queue.result(id)
+    counting = Counting(store)
+    whole = [event async for event in watch_job(counting, id)]
+    entries = len(await store.journal(id))
+    assert counting.reads == [0]
+    # A follower reconnecting in this process reads what the journal gained since (nothing).
+    again = [event async for event in watch_job(counting, id, after=3)]
+    assert again == whole[3:]
+    assert counting.reads == [0, entries]
