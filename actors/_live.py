@@ -18,7 +18,7 @@ from typing import Any, Final
 import trio
 
 from protocols.errors import ValidationError
-from protocols.live import DEFAULT_CAPACITY, EventLog, RunEvent
+from protocols.live import DEFAULT_CAPACITY, TERMINAL, EventLog, RunEvent
 
 __all__ = ["DEFAULT_KEEP", "LiveRun", "LiveRuns", "RunEvents"]
 
@@ -31,18 +31,31 @@ DEFAULT_MAX_ENDED: Final = 10_000
 class LiveRun:
     """One run's log and the followers waiting for its next event."""
 
-    __slots__ = ("_lot", "log")
+    __slots__ = ("_lot", "_parked", "log")
 
     def __init__(self, log: EventLog) -> None:
         self.log = log
-        self._lot = trio.lowlevel.ParkingLot()
+        # Made when a follower first waits (most runs are never followed live).
+        self._lot: trio.lowlevel.ParkingLot | None = None
+        self._parked = 0  # followers parked (or woken and not yet running again)
 
     def add(self, kind: str, data: Mapping[str, Any] | str | None) -> int:
         """Publish an event; its seq. Wakes the followers waiting for it."""
-        seq = self.log.add(kind, data, time.time())  # type: ignore[arg-type]
-        if self._lot:
-            self._lot.unpark_all()
+        seq = self.log.add(kind, data, time.time())
+        if self._parked:  # (the run's hot path: no call at all when nobody waits)
+            self._lot.unpark_all()  # type: ignore[union-attr]
         return seq
+
+    async def _park(self) -> None:
+        """Wait for the next :meth:`add`."""
+        lot = self._lot
+        if lot is None:
+            lot = self._lot = trio.lowlevel.ParkingLot()
+        self._parked += 1
+        try:
+            await lot.park()
+        finally:
+            self._parked -= 1
 
     @property
     def ended(self) -> bool:
@@ -52,7 +65,7 @@ class LiveRun:
     async def wait_after(self, seq: int) -> None:
         """Wait until the log holds an event after ``seq`` (or has ended)."""
         if self.log.last <= seq and self.log.ended is None:
-            await self._lot.park()
+            await self._park()
         else:
             await trio.lowlevel.checkpoint()
 
@@ -82,20 +95,28 @@ class RunEvents:
         return self
 
     async def __anext__(self) -> RunEvent:
-        while not self._pending:
-            if self._done:
-                raise StopAsyncIteration
-            await self._run.wait_after(self._after)
-            self._pending.extend(self._run.log.read(self._after, now=time.time()))
-            if not self._pending and self._run.ended:
-                # Ended, and nothing after ``after``: the follower had the terminal event
-                # already (it resumes after it), or asked past the end.
+        # (The fan-out path: a run's every follower runs this for each event it publishes.)
+        pending = self._pending
+        while not pending:
+            run = self._run
+            log = run.log
+            after = self._after
+            if self._done or (log.ended is not None and log.last <= after):
+                # Followed to its end (or resumed after it): nothing more belongs to the stream.
                 self._done = True
-        event = self._pending.popleft()
+                await trio.lowlevel.checkpoint()
+                raise StopAsyncIteration
+            if log.last <= after:
+                await run._park()  # until the next event is published
+            else:
+                await trio.lowlevel.checkpoint()
+            now = time.time() if after < log.first - 1 else math.nan  # (a gap's time)
+            pending.extend(log.read(after, now=now))
+        event = pending.popleft()
         self._after = event.seq
-        if event.terminal:
+        if event.kind in TERMINAL:
             self._done = True
-            self._pending.clear()
+            pending.clear()
         return event
 
 
@@ -122,22 +143,28 @@ class LiveRuns:
 
     def open(self, run_id: str) -> LiveRun:
         """Register a new run's log (replacing an ended one of the same id)."""
-        self._expire()
         run = LiveRun(EventLog(run_id, capacity=self.capacity))
         self._runs[run_id] = run
-        self._ended.pop(run_id, None)
+        if self._ended:
+            self._ended.pop(run_id, None)
         return run
 
     def end(self, run_id: str) -> None:
-        """The run ended: its log is kept ``keep`` seconds more."""
+        """The run ended: its log is kept ``keep`` seconds more (ended logs are let go as
+        later runs end and as logs are looked up: those ended more than ``keep`` seconds
+        before, and the oldest beyond ``max_ended``)."""
         if run_id in self._runs:
-            self._ended[run_id] = _now()
-            self._ended.move_to_end(run_id)
-            self._expire()
+            now = _now()
+            ended = self._ended
+            if run_id in ended:
+                ended.move_to_end(run_id)
+            ended[run_id] = now
+            self._expire(now)
 
     def get(self, run_id: str) -> LiveRun | None:
         """The run's log, while it is kept."""
-        self._expire()  # (an ended log older than ``keep`` is gone, also with no run since)
+        if self._ended:  # (an ended log older than ``keep`` is gone, also with no run since)
+            self._expire(_now())
         return self._runs.get(run_id)
 
     def watch(self, run_id: str, *, after: int = 0) -> RunEvents:
@@ -156,11 +183,9 @@ class LiveRuns:
         """How many logs are kept (``runs``), of which ended (``ended``)."""
         return {"runs": len(self._runs), "ended": len(self._ended)}
 
-    def _expire(self) -> None:
+    def _expire(self, now: float) -> None:
         ended = self._ended
-        if not ended:
-            return
-        horizon = _now() - self.keep
+        horizon = now - self.keep
         while ended:
             run_id, at = next(iter(ended.items()))
             if at > horizon and len(ended) <= self.max_ended:

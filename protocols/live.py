@@ -22,11 +22,9 @@ Nothing here waits; :mod:`actors` publishes and follows.
 
 from __future__ import annotations
 
-import collections
-import itertools
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, Literal
 
 import attrs
@@ -49,11 +47,21 @@ from .jobs._journal import (
     StreamEntry,
     TerminalEntry,
 )
-from .messages import AgentResult, Message, StopReason, ToolCall, ToolResult, Usage
+from .messages import (
+    AgentResult,
+    Message,
+    ProviderResult,
+    StopReason,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
 
 __all__ = [
     "DEFAULT_CAPACITY",
     "KINDS",
+    "MAX_ID_CHARS",
+    "MAX_TEXT_CHARS",
     "SSE_KEEPALIVE",
     "TERMINAL",
     "EventLog",
@@ -120,8 +128,9 @@ class RunEvent:
     * ``retry``: ``attempt``, ``delay``, ``reason`` (a provider call tried again);
     * ``guard`` / ``fault``: ``reason``; ``message``: ``message`` (a message the run added that
       is neither an answer nor a result);
-    * ``approval_requested``: ``call_id``, ``tool``, ``reason``; ``approval_answered``:
-      ``call_id``, ``allow``, ``reason``;
+    * ``approval_requested``: ``call_id``, ``tool``, ``reason`` (``None``: none given), and
+      in a relay run ``call`` (the :class:`~protocols.messages.ToolCall` as JSON);
+      ``approval_answered``: ``call_id``, ``allow``, ``reason``;
     * ``subagent_started``: ``call_id``, ``agent``, ``run_id`` (the child run's id: follow it
       too); ``subagent_finished``: ``call_id``, ``run_id``, ``status``; ``handoff``:
       ``call_id``, ``agent``;
@@ -134,9 +143,12 @@ class RunEvent:
     * ``gap`` (never in a log): ``first`` -- the events ``first`` .. ``seq`` are gone from the
       log; the follower goes on after ``seq``;
     * terminal: ``finished`` / ``cancelled``: ``result`` (the
-      :class:`~protocols.messages.AgentResult`); ``failed``: ``error`` (``type``, ``code``,
-      ``message``); ``awaiting_input``: ``calls`` (the approvals asked: ``call_id``, ``tool``,
-      ``reason`` each).
+      :class:`~protocols.messages.AgentResult`; ``None`` for a job cancelled before its run
+      had one) -- or, in a relay run (a provider call the relay made a run of), ``response``
+      (the :class:`~protocols.messages.ProviderResult`, or the partial one, as JSON);
+      ``failed``: ``error`` (``type``, ``code``, ``message``; a relay run's also
+      ``retryable``); ``awaiting_input``: ``calls`` (the approvals asked: ``call_id``,
+      ``tool``, ``reason`` each).
     """
 
     run_id: str
@@ -170,9 +182,23 @@ def terminal_for(result: AgentResult) -> str:
 class EventLog:
     """One run's events in memory: at most ``capacity`` of the latest (older ones are
     dropped; a follower behind them reads a :func:`gap`). Seqs start at ``first`` (1).
-    :meth:`add` after the terminal event raises :class:`~protocols.errors.ValidationError`."""
+    :meth:`add` after the terminal event raises :class:`~protocols.errors.ValidationError`.
 
-    __slots__ = ("_dropped", "_items", "capacity", "ended", "run_id")
+    Adding is cheap (the run's hot path: an event is kept as its parts); an event is made a
+    :class:`RunEvent` when first read, and every later reader gets that same object -- a
+    thousand followers of a run read each event for the price of one."""
+
+    __slots__ = (
+        "_base",
+        "_data",
+        "_events",
+        "_head",
+        "_kinds",
+        "_times",
+        "capacity",
+        "ended",
+        "run_id",
+    )
 
     def __init__(self, run_id: str, *, capacity: int = DEFAULT_CAPACITY) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
@@ -181,30 +207,49 @@ class EventLog:
         self.capacity = capacity
         #: The time the terminal event was added (``None``: the run goes on).
         self.ended: float | None = None
-        self._items: collections.deque[tuple[str, Any, float]] = collections.deque(maxlen=capacity)
-        self._dropped = 0  # events that fell out of the front
+        # The event of seq n is at index n - _base - 1 of the four lists (its kind, data and
+        # time, and its RunEvent once read: kept apart, no object is made per event added);
+        # those before _head are dropped (the lists are compacted once they are as many as half
+        # the capacity: amortized O(1) per add).
+        self._kinds: list[str] = []
+        self._data: list[Mapping[str, Any] | str | None] = []
+        self._times: list[float] = []
+        self._events: list[RunEvent | None] = []
+        self._head = 0
+        self._base = 0
 
     @property
     def last(self) -> int:
         """The seq of the latest event (0: none yet)."""
-        return self._dropped + len(self._items)
+        return self._base + len(self._kinds)
 
     @property
     def first(self) -> int:
         """The seq of the oldest event still kept (``last + 1`` when none is)."""
-        return self._dropped + 1
+        return self._base + self._head + 1
 
-    def add(self, kind: str, data: Mapping[str, Any] | None, time: float) -> int:
-        """Append an event; its seq. A terminal ``kind`` ends the log."""
+    def add(self, kind: str, data: Mapping[str, Any] | str | None, time: float) -> int:
+        """Append an event; its seq. A terminal ``kind`` ends the log. A ``content`` or
+        ``thinking`` delta's ``data`` may be its text alone (the run's hot path): it reads back
+        as ``{"text": data}``."""
         if self.ended is not None:
             raise ValidationError(f"run {self.run_id}: an event after the terminal one")
-        items = self._items
-        if len(items) == self.capacity:
-            self._dropped += 1
-        items.append((kind, data, time))
+        kinds = self._kinds
+        kinds.append(kind)
+        self._data.append(data)
+        self._times.append(time)
+        self._events.append(None)
+        if len(kinds) - self._head > self.capacity:
+            self._head += 1
+            if self._head > self.capacity // 2:
+                head = self._head
+                for kept in (kinds, self._data, self._times, self._events):
+                    del kept[:head]
+                self._base += head
+                self._head = 0
         if kind in TERMINAL:
             self.ended = time
-        return self._dropped + len(items)
+        return self._base + len(kinds)
 
     def read(self, after: int, limit: int = 1000, *, now: float = math.nan) -> list[RunEvent]:
         """The events after seq ``after``, at most ``limit`` of them: a :func:`gap` first when
@@ -213,18 +258,24 @@ class EventLog:
             raise ValidationError(f"after must be a seq (an int >= 0), not {after!r}")
         out: list[RunEvent] = []
         start = after + 1
-        if start < self.first and self.first <= self.last + 1 and self._dropped:
-            out.append(gap(self.run_id, start, self.first - 1, now))
-            start = self.first
+        first = self._base + self._head + 1
+        if start < first:
+            out.append(gap(self.run_id, start, first - 1, now))
+            start = first
             limit -= 1
-        index = start - self.first
-        if index >= len(self._items) or limit <= 0:
-            return out
-        run_id = self.run_id
-        for offset, (kind, data, time) in enumerate(
-            itertools.islice(self._items, index, index + limit)
-        ):
-            out.append(RunEvent(run_id, start + offset, kind, time, _data(kind, data)))
+        events = self._events
+        base = self._base
+        index = start - base - 1
+        end = min(len(events), index + limit)
+        for at in range(index, end):
+            event = events[at]
+            if event is None:
+                kind = self._kinds[at]
+                data = _data(kind, self._data[at])
+                event = events[at] = RunEvent(
+                    self.run_id, base + at + 1, kind, self._times[at], data
+                )
+            out.append(event)
         return out
 
 
@@ -325,10 +376,8 @@ class JournalEvents:
         elif isinstance(entry, TerminalEntry):
             if entry.result is not None:
                 yield self._event(terminal_for(entry.result), time, result=entry.result)
-            elif entry.stop is StopReason.CANCELLED:
-                yield self._event(
-                    "failed" if entry.error else "cancelled", time, **_failure(entry.error)
-                )
+            elif entry.stop is StopReason.CANCELLED and not entry.error:
+                yield self._event("cancelled", time, result=None)
             else:
                 yield self._event("failed", time, **_failure(entry.error))
         # IntentEntry (a call about to run) and CheckpointEntry (an older journal's
@@ -348,24 +397,240 @@ def _failure(error: str | None) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 # On a wire
 
-#: Per kind, the fields that hold data-model objects, and their class.
-_OBJECTS: Final[dict[str, dict[str, Any]]] = {
-    "tool_call": {"call": ToolCall},
-    "tool_result": {"result": ToolResult},
-    "usage": {"usage": Usage | None},
-    "message": {"message": Message},
-    "finished": {"result": AgentResult},
-    "cancelled": {"result": AgentResult},
+#: The longest id or name an event's data may hold (a run id, a call id, an agent's or a tool's
+#: name, a status), in characters.
+MAX_ID_CHARS: Final = 1_000
+#: The longest text an event's data may hold (a delta, a reason, an error's message), in
+#: characters. (Data-model objects -- a tool call, a result -- are bounded by the frame or
+#: record that carries them.)
+MAX_TEXT_CHARS: Final = 1_048_576
+#: The most approvals one ``awaiting_input`` event may list.
+MAX_ASKED: Final = 1_000
+#: The largest seq on a wire (what ``Last-Event-ID`` can carry: 18 digits).
+MAX_SEQ: Final = 10**18 - 1
+
+_Check = Callable[[Any, str], Any]
+
+
+def _refuse(path: str, problem: str) -> ProtocolError:
+    return ProtocolError(f"an event's {path} {problem}", code="decode")
+
+
+def _text(limit: int = MAX_TEXT_CHARS, *, optional: bool = False) -> _Check:
+    def check(value: Any, path: str) -> Any:
+        if value is None and optional:
+            return None
+        if not isinstance(value, str):
+            raise _refuse(path, "must be a string" + (" or null" if optional else ""))
+        if len(value) > limit:
+            raise _refuse(path, f"is longer than {limit} characters")
+        return value
+
+    return check
+
+
+def _choice(*choices: str) -> _Check:
+    def check(value: Any, path: str) -> Any:
+        if value not in choices:
+            raise _refuse(path, f"must be one of {', '.join(choices)}")
+        return value
+
+    return check
+
+
+def _int(minimum: int, maximum: int = MAX_SEQ) -> _Check:
+    def check(value: Any, path: str) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _refuse(path, "must be an int")
+        if not minimum <= value <= maximum:
+            raise _refuse(path, f"must be between {minimum} and {maximum}")
+        return value
+
+    return check
+
+
+def _seconds(value: Any, path: str) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _refuse(path, "must be a number")
+    if not (math.isfinite(value) and value >= 0):
+        raise _refuse(path, "must be a finite number >= 0")
+    return float(value)
+
+
+def _flag(value: Any, path: str) -> Any:
+    if not isinstance(value, bool):
+        raise _refuse(path, "must be true or false")
+    return value
+
+
+def _object(cls: Any, *, optional: bool = False) -> _Check:
+    def check(value: Any, path: str) -> Any:
+        if value is None:
+            if optional:
+                return None
+            raise _refuse(path, f"must be a {cls.__name__}")
+        try:
+            return from_json(cls, value)
+        except ProtocolError as error:
+            raise _refuse(path, f"is not a {cls.__name__}: {error.message}") from None
+
+    return check
+
+
+def _as_json(cls: Any) -> _Check:
+    """A ``cls`` as JSON, checked as one and kept as the JSON it is (what a relay run's log
+    holds: the frames' own form)."""
+
+    def check(value: Any, path: str) -> Any:
+        if not isinstance(value, dict):
+            raise _refuse(path, f"must be a {cls.__name__} (an object)")
+        try:
+            from_json(cls, value)
+        except ProtocolError as error:
+            raise _refuse(path, f"is not a {cls.__name__}: {error.message}") from None
+        return value
+
+    return check
+
+
+def _fields(spec: Mapping[str, _Check], optional: Mapping[str, _Check] | None = None) -> _Check:
+    """An object with exactly the fields of ``spec`` (and any of ``optional``), each
+    checked."""
+    extra = optional or {}
+
+    def check(value: Any, path: str) -> Any:
+        if not isinstance(value, dict):
+            raise _refuse(path, "must be an object")
+        missing = [key for key in spec if key not in value]
+        if missing:
+            raise _refuse(path, f"lacks {', '.join(missing)}")
+        unknown = [key for key in value if key not in spec and key not in extra]
+        if unknown:
+            shown = ", ".join(repr(key[:40]) for key in sorted(unknown)[:5])
+            raise _refuse(path, f"has unknown fields {shown}")
+        out = {key: spec[key](value[key], f"{path}.{key}") for key in spec}
+        for key, checked in extra.items():
+            if key in value:
+                out[key] = checked(value[key], f"{path}.{key}")
+        return out
+
+    return check
+
+
+def _either(key: str, having: _Check, otherwise: _Check) -> _Check:
+    """``having`` checks an object with a field ``key``; ``otherwise`` anything else."""
+
+    def check(value: Any, path: str) -> Any:
+        if isinstance(value, dict) and key in value:
+            return having(value, path)
+        return otherwise(value, path)
+
+    return check
+
+
+def _list(item: _Check, limit: int) -> _Check:
+    def check(value: Any, path: str) -> Any:
+        if not isinstance(value, list):
+            raise _refuse(path, "must be a list")
+        if len(value) > limit:
+            raise _refuse(path, f"has more than {limit} items")
+        return [item(each, f"{path}[{index}]") for index, each in enumerate(value)]
+
+    return check
+
+
+_ID = _text(MAX_ID_CHARS)
+_MAYBE_ID = _text(MAX_ID_CHARS, optional=True)
+_TEXT = _text()
+_MAYBE_TEXT = _text(optional=True)
+
+#: Per kind, its data's fields (all of them, none other) and how each is checked and decoded:
+#: what :class:`RunEvent`'s docstring lists (:data:`_VARIANTS`: the kinds whose data has
+#: another form too).
+_DATA: Final[dict[str, dict[str, _Check]]] = {
+    "started": {"agent": _MAYBE_ID},
+    "turn": {"turn": _int(0)},
+    "content": {"text": _TEXT},
+    "thinking": {"text": _TEXT},
+    "tool_call": {"call": _object(ToolCall)},
+    "tool_result": {"result": _object(ToolResult)},
+    "progress": {"call_id": _MAYBE_ID, "text": _TEXT},
+    "usage": {
+        "usage": _object(Usage, optional=True),
+        "estimated": _flag,
+        "finish": _MAYBE_ID,
+    },
+    "retry": {"attempt": _int(0), "delay": _seconds, "reason": _TEXT},
+    "guard": {"reason": _TEXT},
+    "fault": {"reason": _TEXT},
+    "message": {"message": _object(Message)},
+    "approval_requested": {"call_id": _ID, "tool": _ID, "reason": _MAYBE_TEXT},
+    "approval_answered": {"call_id": _ID, "allow": _flag, "reason": _TEXT},
+    "subagent_started": {"call_id": _MAYBE_ID, "agent": _MAYBE_ID, "run_id": _MAYBE_ID},
+    "subagent_finished": {"call_id": _MAYBE_ID, "run_id": _MAYBE_ID, "status": _MAYBE_ID},
+    "handoff": {"call_id": _MAYBE_ID, "agent": _MAYBE_ID},
+    "compaction": {"reason": _choice("window", "overflow"), "replaced": _int(0)},
+    "takeover": {"fence": _int(0), "reason": _choice("takeover", "retry", "answered")},
+    "rewind": {"to": _int(0)},
+    "gap": {"first": _int(1)},
+    "finished": {"result": _object(AgentResult)},
+    "cancelled": {"result": _object(AgentResult, optional=True)},
+    "failed": {
+        "error": _fields({"type": _ID, "code": _MAYBE_ID, "message": _TEXT}),
+    },
+    "awaiting_input": {
+        "calls": _list(_fields({"call_id": _ID, "tool": _ID, "reason": _TEXT}), MAX_ASKED),
+    },
 }
+#: A relay run (a provider call the relay made a run of) ends with the provider's
+#: ``response`` rather than an agent's ``result``, asks approvals with the ``call`` itself, and
+#: says whether its failure may be retried.
+_VARIANTS: Final[dict[str, _Check]] = {
+    "finished": _either(
+        "response", _fields({"response": _as_json(ProviderResult)}), _fields(_DATA["finished"])
+    ),
+    "cancelled": _either(
+        "response", _fields({"response": _as_json(ProviderResult)}), _fields(_DATA["cancelled"])
+    ),
+    "approval_requested": _fields(
+        _DATA["approval_requested"], optional={"call": _as_json(ToolCall)}
+    ),
+    "failed": _fields(
+        {
+            "error": _fields(
+                {"type": _ID, "code": _MAYBE_ID, "message": _TEXT}, optional={"retryable": _flag}
+            )
+        }
+    ),
+}
+_CHECKS: Final = {kind: _VARIANTS.get(kind) or _fields(spec) for kind, spec in _DATA.items()}
+assert set(_DATA) == KINDS, "every kind has its data's fields"
+
+#: Per kind, the fields that hold data-model objects (encoded with :func:`to_json`).
+_OBJECTS: Final[dict[str, frozenset[str]]] = {
+    "tool_call": frozenset({"call"}),
+    "tool_result": frozenset({"result"}),
+    "usage": frozenset({"usage"}),
+    "message": frozenset({"message"}),
+    "finished": frozenset({"result"}),
+    "cancelled": frozenset({"result"}),
+}
+_NONE: Final[frozenset[str]] = frozenset()
 
 
 def event_to_json(event: RunEvent) -> dict[str, JSON]:
     """``event`` as strict JSON data: ``{"run_id", "seq", "kind", "time", "data"}`` (a time
-    that is not a finite number is left out)."""
-    objects = _OBJECTS.get(event.kind, {})
-    data: dict[str, JSON] = {}
-    for key, value in event.data.items():
-        data[key] = to_json(value) if key in objects and value is not None else value
+    that is not a finite number is left out). :func:`event_from_json` reads it back as the same
+    event (an event whose data is what :class:`RunEvent` lists for its kind)."""
+    objects = _OBJECTS.get(event.kind, _NONE)
+    data: dict[str, JSON]
+    if objects:
+        data = {
+            key: to_json(value) if key in objects and value is not None else value
+            for key, value in event.data.items()
+        }
+    else:
+        data = dict(event.data)
     out: dict[str, JSON] = {
         "run_id": event.run_id,
         "seq": event.seq,
@@ -378,32 +643,45 @@ def event_to_json(event: RunEvent) -> dict[str, JSON]:
 
 
 def event_from_json(data: Any) -> RunEvent:
-    """The event :func:`event_to_json` made, checked strictly. Raises
-    :class:`~protocols.errors.ProtocolError` ``code="decode"``."""
+    """The event :func:`event_to_json` made, checked strictly: the envelope's fields and none
+    other (``run_id`` a non-empty id, ``seq`` an int from 1, ``kind`` one of :data:`KINDS`, an
+    optional finite ``time``), and the data its kind has (:class:`RunEvent` lists them) -- each
+    field present, of its type, texts at most :data:`MAX_TEXT_CHARS` characters, ids at most
+    :data:`MAX_ID_CHARS`, no field unknown; a ``gap``'s ``first`` and a ``rewind``'s ``to``
+    before its seq. Raises :class:`~protocols.errors.ProtocolError` ``code="decode"``."""
     if not isinstance(data, dict):
         raise ProtocolError("an event must be a JSON object", code="decode")
-    unknown = set(data) - {"run_id", "seq", "kind", "time", "data"}
+    unknown = [key for key in data if key not in _ENVELOPE]
     if unknown:
-        raise ProtocolError(f"an event has unknown fields {sorted(unknown)}", code="decode")
-    run_id, seq, kind = data.get("run_id"), data.get("seq"), data.get("kind")
+        shown = ", ".join(repr(key[:40]) for key in sorted(unknown)[:5])
+        raise ProtocolError(f"an event has unknown fields {shown}", code="decode")
+    kind = data.get("kind")
+    if not isinstance(kind, str) or kind not in KINDS:
+        shown = repr(kind[:40]) if isinstance(kind, str) else type(kind).__name__
+        raise ProtocolError(f"unknown event kind {shown}", code="decode")
+    run_id = data.get("run_id")
+    if not isinstance(run_id, str) or not run_id or len(run_id) > MAX_ID_CHARS:
+        raise ProtocolError(
+            f"an event's run_id must be a non-empty string of at most {MAX_ID_CHARS} characters",
+            code="decode",
+        )
+    seq = _int(1)(data.get("seq"), "seq")
     time = data.get("time", math.nan)
-    payload = data.get("data", {})
-    if not isinstance(run_id, str) or not run_id:
-        raise ProtocolError("an event's run_id must be a non-empty string", code="decode")
-    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-        raise ProtocolError("an event's seq must be an int >= 0", code="decode")
-    if kind not in KINDS:
-        raise ProtocolError(f"unknown event kind {kind!r}", code="decode")
-    if isinstance(time, bool) or not isinstance(time, int | float):
-        raise ProtocolError("an event's time must be a number", code="decode")
-    if not isinstance(payload, dict):
-        raise ProtocolError("an event's data must be an object", code="decode")
-    objects = _OBJECTS.get(kind, {})
-    decoded = {
-        key: from_json(objects[key], value) if key in objects and value is not None else value
-        for key, value in payload.items()
-    }
+    if "time" in data and (
+        isinstance(time, bool) or not isinstance(time, int | float) or not math.isfinite(time)
+    ):
+        raise ProtocolError("an event's time must be a finite number", code="decode")
+    if "data" not in data:
+        raise ProtocolError("an event lacks its data", code="decode")
+    decoded = _CHECKS[kind](data["data"], "data")
+    if kind == "gap" and decoded["first"] > seq:
+        raise ProtocolError("a gap's first must be at most its seq", code="decode")
+    if kind == "rewind" and decoded["to"] >= seq:
+        raise ProtocolError("a rewind's to must be before its seq", code="decode")
     return RunEvent(run_id, seq, kind, float(time), decoded)
+
+
+_ENVELOPE: Final = frozenset({"run_id", "seq", "kind", "time", "data"})
 
 
 #: A Server-Sent Events comment that keeps an idle stream open through proxies.

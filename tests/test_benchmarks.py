@@ -26,6 +26,12 @@ PROMISED_RATIOS = {
         "stream_thread_vs_guest",
         "stall_guest_vs_thread",
     },
+    "live.py": {
+        "run_time_with_log_vs_without",
+        "resume_p99_sqlite_over_target",
+        "resume_p99_postgres_over_target",
+        "fanout_1000_time_per_event_vs_one",
+    },
     "loop.py": {
         "run_time_vs_floor",
         "runs_per_s_vs_pydantic_ai",
