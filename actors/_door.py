@@ -15,14 +15,12 @@ the host loop does -- at a per-call price that the benchmark (benchmarks/doors.p
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import signal
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import outcome
 import trio
@@ -103,33 +101,6 @@ class Hold:
             self._released.set()
 
 
-#: The signals a program handles (Ctrl-C, a supervisor's stop, ...): the runtime's thread, and
-#: the threads it starts, never take them, so that the kernel delivers them to a thread that
-#: has them unblocked -- the main thread, whose wait (for a call, for chunks) they interrupt.
-#: A signal taken by another thread only sets a flag the main thread reads when it next runs,
-#: and a main thread blocked in a wait never would: Ctrl-C did nothing.
-_ASYNC_SIGNALS: Final = frozenset(
-    getattr(signal, name)
-    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM")
-    if hasattr(signal, name)
-)
-
-
-@contextlib.contextmanager
-def _signals_kept_from_new_threads() -> Iterator[None]:
-    """Threads started inside have :data:`_ASYNC_SIGNALS` blocked (a thread's signal mask is
-    its creator's). Where there are no signal masks (Windows), nothing changes: there, only
-    the main thread ever runs a signal's handler."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
-
-
 def _safely(deliver: Deliver, result: outcome.Outcome[Any]) -> None:
     # A callback that raised in trio's re-entry queue would crash the whole run.
     try:
@@ -189,8 +160,7 @@ class Portal:
         self._ready = on_ready
         thread = threading.Thread(target=self._main, args=(on_exit,), name=self._name, daemon=True)
         self._thread = thread
-        with _signals_kept_from_new_threads():
-            thread.start()
+        thread.start()
 
     def stop(self) -> None:
         """Ask the runtime to stop (it stops as the class docstring says); returns at once."""

@@ -38,7 +38,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import outcome
 
@@ -63,6 +63,7 @@ if TYPE_CHECKING:
 __all__ = ["Agent", "JobQueue", "Run", "Runtime", "RuntimeClosed"]
 
 T = TypeVar("T")
+_Item = TypeVar("_Item")
 
 
 class _End:
@@ -108,9 +109,9 @@ class Runtime:
         ready: queue.SimpleQueue[outcome.Outcome[Any]] = queue.SimpleQueue()
         self._portal.start(ready.put, self._exit.put)
         try:
-            started = ready.get()
+            started = _take(ready)
         except BaseException:
-            ready.get()  # up (or failed): stop it again below
+            _take(ready)  # up (or failed): stop it again below
             self.close()
             raise
         if isinstance(started, outcome.Error):
@@ -136,7 +137,7 @@ class Runtime:
             raise
 
     def _join(self) -> None:
-        ended = self._exit.get()
+        ended = _take(self._exit)
         self._closed = True
         thread = self._portal.thread
         if thread is not None:
@@ -342,7 +343,7 @@ class Run:
         # reference to the generator, which CPython then closes at once -- cutting the run.
         try:
             while True:
-                item = self._items.get()
+                item = _take(self._items)
                 if isinstance(item, _End):
                     self._finish(item.outcome)
                     return
@@ -364,7 +365,7 @@ class Run:
         if call is None:
             return
         call.cancel()
-        while not isinstance(self._items.get(), _End):  # until the run has committed
+        while not isinstance(_take(self._items), _End):  # until the run has committed
             pass
 
     def abort(self, reason: str = "cancelled") -> None:
@@ -480,6 +481,27 @@ def _check_thread(portal: _door.Portal) -> None:
         )
 
 
+#: How often the main thread, waiting for the runtime, wakes to run the signal handlers Python
+#: has pending (seconds).
+_WAKE: Final = 0.1
+
+
+def _take(box: queue.SimpleQueue[_Item]) -> _Item:
+    """The next item of ``box``, waiting for it -- and a wait in the main thread that Ctrl-C
+    (any signal with a Python handler) interrupts whichever thread the kernel gave the signal
+    to: a signal taken by another thread (the runtime's, say) only marks the handler pending
+    for the main thread, which runs it when it next runs Python, so the wait wakes every
+    :data:`_WAKE` seconds to let it. (A plain ``get()`` slept through it: Ctrl-C did
+    nothing.)"""
+    if threading.current_thread() is not threading.main_thread():
+        return box.get()
+    while True:
+        try:
+            return box.get(timeout=_WAKE)
+        except queue.Empty:
+            continue
+
+
 def _wait(portal: _door.Portal, fn: Callable[[], Awaitable[T]]) -> T:
     """Run ``fn()`` in the runtime and wait for its outcome; on ``KeyboardInterrupt`` (or any
     exception raised into the waiting thread), cut it, wait until it has ended, re-raise."""
@@ -488,11 +510,11 @@ def _wait(portal: _door.Portal, fn: Callable[[], Awaitable[T]]) -> T:
     call: _door.Call | None = None
     try:
         call = portal.submit(fn, box.put)
-        result = box.get()
+        result = _take(box)
     except BaseException:
         if call is not None:
             call.cancel()
-            box.get()  # the cut call has ended: a run's partial is committed (2nd Ctrl-C: leave)
+            _take(box)  # the cut call has ended: a run's partial is committed (2nd Ctrl-C: leave)
         raise
     return result.unwrap()
 
@@ -512,11 +534,11 @@ class _Held:
         _check_thread(self._portal)
         self._hold = hold = self._portal.hold(self._make, self._entered.put, self._exited.put)
         try:
-            entered = self._entered.get()
+            entered = _take(self._entered)
         except BaseException:
-            if isinstance(self._entered.get(), outcome.Value):
+            if isinstance(_take(self._entered), outcome.Value):
                 hold.release()
-                self._exited.get()
+                _take(self._exited)
             raise
         return entered.unwrap()
 
@@ -526,4 +548,4 @@ class _Held:
             return
         _check_thread(self._portal)
         hold.release()
-        self._exited.get().unwrap()
+        _take(self._exited).unwrap()
