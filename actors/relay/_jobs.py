@@ -6,7 +6,12 @@ or in others -- takes the jobs from.
   or 200 with the one its idempotency key names already;
 * ``GET /v1/jobs/{id}``: the job (status, result, error, pending approvals);
 * ``POST /v1/jobs/{id}/cancel``; ``POST /v1/jobs/{id}/answers`` (approvals);
-* ``GET /v1/jobs/{id}/events``: its events as Server-Sent Events, resumable.
+* ``GET /v1/jobs/{id}/events``: its events as Server-Sent Events, resumable;
+
+and the same over the relay's websocket (protocol version 3), as the frames ``job_submit``,
+``job_get``, ``job_cancel``, ``job_answer`` and ``job_watch`` -- one implementation of each
+operation serves both (``_submit_job``, ``_owned``, ``_cancel_job``, ``_answer_job``,
+``_follow``).
 """
 
 from __future__ import annotations
@@ -195,6 +200,12 @@ class RelayJobs:
       event (``awaiting_input`` included: watch again once answered); a keep-alive comment goes
       out after ``keepalive`` seconds of silence; :meth:`RelayServer.close
       <actors.relay.RelayServer.close>` ends open streams properly.
+    * **The websocket's job frames** (version 3) are answered by the same operations, with the
+      same tenancy and limits (a ``job_watch`` counts as an event stream, and against its
+      connection's ``max_streams``); a refusal is an ``error`` frame of the request's id with
+      its code's fixed text. A ``job_watch`` ends with its terminal ``job_event``, or -- cancelled
+      by its client, or nothing following ``after`` -- with a ``job`` frame of the job as it is;
+      a ``cancel`` ends the watch, never the job.
     """
 
     def __init__(

@@ -108,6 +108,7 @@ async def test_a_job_is_submitted_shown_followed_and_resumed_over_the_websocket(
             id = submitted.job["id"]
             events = await ws.watch("w1", id)
             resumed = await ws.watch("w2", id, after=3)
+            past_the_end = await ws.ask(JobWatchFrame("w3", id, after=len(events)))
             shown = await ws.job(JobGetFrame("g1", id))
             again = await ws.ask(
                 JobSubmitFrame("s2", {"agent": "calculator", "input": "19+23?", "key": "k7"})
@@ -122,6 +123,10 @@ async def test_a_job_is_submitted_shown_followed_and_resumed_over_the_websocket(
     ]  # fmt: skip
     assert [event["seq"] for event in events] == list(range(1, len(events) + 1))
     assert resumed == events[3:]
+    # Nothing follows the end: the watch ends at once with the job as it is.
+    assert isinstance(past_the_end, JobFrame)
+    assert past_the_end.id == "w3"
+    assert past_the_end.job["status"] == "completed"
     assert shown["status"] == "completed"
     assert shown["result"]["content"] == "It is 42."
     assert shown == over_http
