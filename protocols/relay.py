@@ -29,6 +29,12 @@ Client to server:
 * ``watch`` (version 3) -- ``id`` (a request id of this connection), ``run_id``, ``after`` (a
   seq, default 0): the run's frames after that event -- what the log still holds, then the
   rest as it comes, through its end (a ``gap`` first where the log no longer holds some).
+* The durable jobs' frames (version 3, on a relay serving jobs; see
+  :mod:`protocols.relay_jobs`), each with an ``id`` (a request id of this connection):
+  ``job_submit`` -- ``job`` (what ``POST /v1/jobs`` takes); ``job_get``, ``job_cancel`` --
+  ``job_id``; ``job_answer`` -- ``job_id``, ``answers`` (what ``POST /v1/jobs/{id}/answers``
+  takes as ``answers``); ``job_watch`` -- ``job_id``, ``after`` (a seq, default 0): the job's
+  events after it. A ``cancel`` with a ``job_watch``'s id ends that watch, not the job.
 
 Server to client:
 
@@ -51,6 +57,16 @@ Server to client:
   server-minted, unguessable id; sent before any other frame of it.
 * ``gap`` (version 3) -- ``id``, ``first``, ``seq``: the run's events ``first`` .. ``seq`` are
   no longer kept; what follows comes after ``seq``.
+* ``job`` (version 3) -- ``id``, ``job`` (the job as ``GET /v1/jobs/{id}`` shows it), and on
+  the answer to a ``job_submit`` ``created`` (false: the idempotency key named that job
+  already). It answers ``job_submit``, ``job_get``, ``job_cancel`` and ``job_answer``, and ends
+  a ``job_watch`` that ends before a terminal event (cancelled by the client).
+* ``job_event`` (version 3) -- ``id``, ``event`` (one event of the job, as JSON: what its
+  Server-Sent Events carry); a terminal one (:data:`~protocols.live.TERMINAL`) ends its
+  ``job_watch``.
+
+A job frame refused is answered with an ``error`` of its ``id`` (its code's fixed text: the
+HTTP route's answer says more) and the connection goes on.
 
 From version 3, every frame of a run (``delta``, ``approval``, ``result``, ``abort``, and the
 ``error`` that ends it) carries ``seq``: the seq of the run's event it stands for (see
@@ -76,7 +92,7 @@ import attrs
 from ._json import _may_hold_surrogates, dumps, json_kind, loads, loads_object_unchecked
 from .codec import from_json, to_json
 from .errors import Category, ProtocolError, ProviderError, SizeLimitError, ValidationError
-from .live import RunEvent, event_to_json, event_to_sse
+from .live import TERMINAL, RunEvent, event_to_json, event_to_sse
 from .messages import (
     Message,
     ProviderOptions,
@@ -90,6 +106,7 @@ __all__ = [
     "DEFAULT_MAX_FRAME",
     "ERROR_MESSAGES",
     "HTTP_REQUEST_ID",
+    "MAX_JOB_ANSWERS",
     "MAX_REQUEST_ID",
     "MAX_RUN_ID",
     "MAX_SAFE_INTEGER",
@@ -121,6 +138,13 @@ __all__ = [
     "HelloFrame",
     "HostPolicy",
     "HttpRequest",
+    "JobAnswerFrame",
+    "JobCancelFrame",
+    "JobEventFrame",
+    "JobFrame",
+    "JobGetFrame",
+    "JobSubmitFrame",
+    "JobWatchFrame",
     "Ready",
     "ReadyFrame",
     "Result",
@@ -208,10 +232,20 @@ ERROR_MESSAGES: Final[Mapping[str, str]] = {
     "upstream": "relay provider failed",
     "timeout": "the connection was idle for too long",
     "shutdown": "the relay is shutting down",
+    # The durable jobs' frames (the codes of the jobs API over HTTP, protocols.relay_jobs):
+    "no_jobs": "this relay serves no jobs",
+    "not_found": "no such job",
+    "unknown_agent": "no such agent on this relay",
+    "key_conflict": "this idempotency key was used for another request",
+    "key_purged": "this idempotency key's job was purged; use a new key",
+    "conflict": "the job cannot take this answer",
+    "ended": "the job has ended",
+    "unavailable": "the job store is unavailable; try again",
+    "internal": "the relay failed to answer",
 }
 
 _RETRYABLE: Final = frozenset(
-    {"too_many_streams", "rate_limited", "upstream", "shutdown", "too_many_watchers"}
+    {"too_many_streams", "rate_limited", "upstream", "shutdown", "too_many_watchers", "unavailable"}
 )
 
 
@@ -424,7 +458,89 @@ class WatchFrame:
     after: int = attrs.field(default=0, validator=_index)
 
 
-ClientFrame: TypeAlias = HelloFrame | StreamFrame | CancelFrame | ApproveFrame | WatchFrame
+_JOB_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
+#: The most answers one ``job_answer`` frame may carry.
+MAX_JOB_ANSWERS: Final = 256
+
+
+def _job_id(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not _JOB_ID.fullmatch(value):
+        raise ValidationError(
+            f"{attribute.name} must be 1 to 128 letters, digits, '-' or '_' (a job's id)"
+        )
+
+
+def _json_object(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, dict):
+        raise ValidationError(f"{attribute.name} must be a JSON object")
+
+
+def _answers(value: Iterable[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
+    answers = tuple(value)
+    if not 1 <= len(answers) <= MAX_JOB_ANSWERS or not all(isinstance(a, dict) for a in answers):
+        raise ValidationError(f"answers must be 1 to {MAX_JOB_ANSWERS} JSON objects")
+    return answers
+
+
+@attrs.frozen
+class JobSubmitFrame:
+    """Submit a durable job (version 3): ``job`` is what ``POST /v1/jobs`` takes (``agent``,
+    ``input``, ``settings``, ``key``), checked by the server as over HTTP. Answered with a
+    ``job`` frame (``created``)."""
+
+    id: str = attrs.field(validator=_request_id)
+    job: dict[str, Any] = attrs.field(validator=_json_object)
+
+
+@attrs.frozen
+class JobGetFrame:
+    """Show the job ``job_id`` (version 3): answered with a ``job`` frame."""
+
+    id: str = attrs.field(validator=_request_id)
+    job_id: str = attrs.field(validator=_job_id)
+
+
+@attrs.frozen
+class JobCancelFrame:
+    """Cancel the job ``job_id`` (version 3): answered with a ``job`` frame."""
+
+    id: str = attrs.field(validator=_request_id)
+    job_id: str = attrs.field(validator=_job_id)
+
+
+@attrs.frozen
+class JobAnswerFrame:
+    """Answer the approvals the job ``job_id`` waits for (version 3): each of ``answers`` is
+    ``{"call_id", "allow", "reason"?}``, as ``POST /v1/jobs/{id}/answers`` takes them.
+    Answered with a ``job`` frame."""
+
+    id: str = attrs.field(validator=_request_id)
+    job_id: str = attrs.field(validator=_job_id)
+    answers: tuple[dict[str, Any], ...] = attrs.field(converter=_answers)
+
+
+@attrs.frozen
+class JobWatchFrame:
+    """Follow the job ``job_id``'s events after seq ``after`` (version 3): ``job_event``
+    frames through its terminal event."""
+
+    id: str = attrs.field(validator=_request_id)
+    job_id: str = attrs.field(validator=_job_id)
+    after: int = attrs.field(default=0, validator=_index)
+
+
+ClientFrame: TypeAlias = (
+    HelloFrame
+    | StreamFrame
+    | CancelFrame
+    | ApproveFrame
+    | WatchFrame
+    | JobSubmitFrame
+    | JobGetFrame
+    | JobCancelFrame
+    | JobAnswerFrame
+    | JobWatchFrame
+)
 
 
 # -- server to client ---------------------------------------------------------------------------
@@ -555,6 +671,37 @@ class GapFrame:
             raise ValidationError("GapFrame.first must not be after its seq")
 
 
+@attrs.frozen
+class JobFrame:
+    """A durable job as its owner sees it (version 3): the answer to a ``job_submit`` (with
+    ``created``: false when its idempotency key named this job already), ``job_get``,
+    ``job_cancel`` or ``job_answer``; and the end of a ``job_watch`` cancelled before a
+    terminal event."""
+
+    id: str = attrs.field(validator=_request_id)
+    job: dict[str, Any] = attrs.field(validator=_json_object)
+    created: bool | None = attrs.field(default=None)
+
+    @created.validator
+    def _created(self, attribute: attrs.Attribute[Any], value: object) -> None:
+        if value is not None and not isinstance(value, bool):
+            raise ValidationError("JobFrame.created must be true, false or absent")
+
+
+@attrs.frozen
+class JobEventFrame:
+    """One event of a followed job, as JSON (version 3; what its Server-Sent Events carry:
+    ``run_id``, ``seq``, ``kind``, ``time``, ``data``); a terminal one ends its ``job_watch``."""
+
+    id: str = attrs.field(validator=_request_id)
+    event: dict[str, Any] = attrs.field(validator=_json_object)
+
+    @property
+    def terminal(self) -> bool:
+        """Whether this event ends its watch (:data:`~protocols.live.TERMINAL`)."""
+        return self.event.get("kind") in TERMINAL
+
+
 ServerFrame: TypeAlias = (
     ReadyFrame
     | DeltaFrame
@@ -564,6 +711,8 @@ ServerFrame: TypeAlias = (
     | ApprovalFrame
     | RunFrame
     | GapFrame
+    | JobFrame
+    | JobEventFrame
 )
 
 
@@ -583,6 +732,11 @@ _CLIENT: Final[Mapping[str, type]] = {
     "cancel": CancelFrame,
     "approve": ApproveFrame,
     "watch": WatchFrame,
+    "job_submit": JobSubmitFrame,
+    "job_get": JobGetFrame,
+    "job_cancel": JobCancelFrame,
+    "job_answer": JobAnswerFrame,
+    "job_watch": JobWatchFrame,
 }
 _SERVER: Final[Mapping[str, type]] = {
     "ready": ReadyFrame,
@@ -593,6 +747,8 @@ _SERVER: Final[Mapping[str, type]] = {
     "approval": ApprovalFrame,
     "run": RunFrame,
     "gap": GapFrame,
+    "job": JobFrame,
+    "job_event": JobEventFrame,
 }
 _TAGS: Final[Mapping[type, str]] = {cls: tag for tag, cls in (*_CLIENT.items(), *_SERVER.items())}
 

@@ -31,8 +31,9 @@ from ._json import JSON, dumpb, loads
 from .codec import from_json, to_json
 from .errors import AgentsError, Category, ProtocolError
 from .jobs import AgentJob, ApprovalAnswer, JobRecord, JobStatus
-from .live import RunEvent
+from .live import RunEvent, event_to_json
 from .messages import Message, Role
+from .relay import JobEventFrame
 from .settings import ModelSettings
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "decode_submit",
     "error_body",
     "error_view",
+    "job_event_frame",
     "job_view",
     "owned_key",
     "owner_of",
@@ -200,7 +202,9 @@ def client_key(record: JobRecord) -> str | None:
     return record.key[len(prefix) :] if record.key.startswith(prefix) else None
 
 
-def _object(body: bytes | str, what: str) -> dict[str, Any]:
+def _object(body: bytes | str | Mapping[str, Any], what: str) -> dict[str, Any]:
+    if isinstance(body, Mapping):  # decoded already (a websocket frame's)
+        return dict(body)
     try:
         value = loads(body)
     except AgentsError as error:
@@ -281,7 +285,7 @@ def _key(value: object, header: str | None) -> str | None:
 
 
 def decode_submit(
-    body: bytes | str,
+    body: bytes | str | Mapping[str, Any],
     *,
     owner: str,
     key_header: str | None = None,
@@ -295,6 +299,7 @@ def decode_submit(
     ``system`` message: the agent's own prompt is the server's). ``settings`` are
     :class:`~protocols.settings.ModelSettings` fields; with ``max_tokens`` (the relay's cap on
     output tokens) a larger or missing ``max_tokens`` becomes the cap and ``extra`` is refused.
+    ``body`` may be a decoded JSON object (a ``job_submit`` frame's ``job``), checked the same.
     Raises :class:`~protocols.errors.ProtocolError` (``invalid``, or ``too_large`` for an
     input over ``max_input`` bytes)."""
     data = _object(body, "a job")
@@ -351,10 +356,11 @@ def _answer(item: object, number: int | None) -> ApprovalAnswer:
     return ApprovalAnswer(call_id, allow, reason)
 
 
-def decode_answers(body: bytes | str) -> tuple[ApprovalAnswer, ...]:
+def decode_answers(body: bytes | str | Mapping[str, Any]) -> tuple[ApprovalAnswer, ...]:
     """A ``POST /v1/jobs/{id}/answers`` body: one answer ``{"call_id": ID, "allow": BOOL,
     "reason": TEXT}`` (``reason`` optional: what the model reads), or several as ``{"answers":
-    [...]}``. Raises :class:`~protocols.errors.ProtocolError` ``invalid``."""
+    [...]}`` (also as a decoded JSON object: a ``job_answer`` frame's). Raises
+    :class:`~protocols.errors.ProtocolError` ``invalid``."""
     data = _object(body, "an answer")
     if "answers" in data:
         if set(data) != {"answers"}:
@@ -439,6 +445,12 @@ def shown_event(event: RunEvent) -> RunEvent:
     view = error_view(text) or {}
     shown = {"type": view.get("type"), "code": error.get("code"), "message": view.get("message")}
     return attrs.evolve(event, data={**event.data, "error": shown})
+
+
+def job_event_frame(event: RunEvent, request_id: str) -> JobEventFrame:
+    """The ``job_event`` frame of ``event`` for the ``job_watch`` ``request_id``: the event's
+    JSON as its Server-Sent Event carries it, shown as :func:`shown_event` shows it."""
+    return JobEventFrame(request_id, dict(event_to_json(shown_event(event))))
 
 
 def error_body(code: str, message: str | None = None) -> bytes:

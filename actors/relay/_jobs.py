@@ -6,18 +6,32 @@ or in others -- takes the jobs from.
   or 200 with the one its idempotency key names already;
 * ``GET /v1/jobs/{id}``: the job (status, result, error, pending approvals);
 * ``POST /v1/jobs/{id}/cancel``; ``POST /v1/jobs/{id}/answers`` (approvals);
-* ``GET /v1/jobs/{id}/events``: its events as Server-Sent Events, resumable.
+* ``GET /v1/jobs/{id}/events``: its events as Server-Sent Events, resumable;
+
+and the same over the relay's websocket (protocol version 3), as the frames ``job_submit``,
+``job_get``, ``job_cancel``, ``job_answer`` and ``job_watch`` -- one implementation of each
+operation serves both (``_submit_job``, ``_owned``, ``_cancel_job``, ``_answer_job``,
+``_follow``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
 import traceback
 import urllib.parse
-from collections.abc import Callable, Container, Iterable, Mapping, MutableMapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Container,
+    Iterable,
+    Mapping,
+    MutableMapping,
+    Sequence,
+)
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
 import trio
@@ -25,8 +39,17 @@ import trio
 from protocols._json import dumpb
 from protocols.errors import AgentsError, ConfigError, ValidationError
 from protocols.jobs import JobRecord
-from protocols.live import SSE_KEEPALIVE, event_to_sse, last_event_id
-from protocols.relay import loggable
+from protocols.live import SSE_KEEPALIVE, RunEvent, event_to_sse, last_event_id
+from protocols.relay import (
+    JobAnswerFrame,
+    JobCancelFrame,
+    JobFrame,
+    JobGetFrame,
+    JobSubmitFrame,
+    JobWatchFrame,
+    error_frame,
+    loggable,
+)
 from protocols.relay_jobs import (
     DEFAULT_MAX_INPUT,
     JOBS_PATH,
@@ -35,6 +58,7 @@ from protocols.relay_jobs import (
     decode_answers,
     decode_submit,
     error_body,
+    job_event_frame,
     job_view,
     owner_of,
     route,
@@ -50,6 +74,12 @@ from ._asgi import Receive, Scope, Send, _bearer, _Gone, _HttpOut
 
 if TYPE_CHECKING:
     from ._server import RelayServer
+    from ._session import _Connection
+
+#: The job frames a websocket client sends (version 3).
+JobClientFrame: TypeAlias = (
+    JobSubmitFrame | JobGetFrame | JobCancelFrame | JobAnswerFrame | JobWatchFrame
+)
 
 __all__ = ["JOBS_PATH", "RelayJobLimits", "RelayJobStatistics", "RelayJobs"]
 
@@ -170,6 +200,12 @@ class RelayJobs:
       event (``awaiting_input`` included: watch again once answered); a keep-alive comment goes
       out after ``keepalive`` seconds of silence; :meth:`RelayServer.close
       <actors.relay.RelayServer.close>` ends open streams properly.
+    * **The websocket's job frames** (version 3) are answered by the same operations, with the
+      same tenancy and limits (a ``job_watch`` counts as an event stream, and against its
+      connection's ``max_streams``); a refusal is an ``error`` frame of the request's id with
+      its code's fixed text. A ``job_watch`` ends with its terminal ``job_event``, or -- cancelled
+      by its client, or nothing following ``after`` -- with a ``job`` frame of the job as it is;
+      a ``cancel`` ends the watch, never the job.
     """
 
     def __init__(
@@ -277,18 +313,12 @@ class RelayJobs:
         except Exception as error:
             # A bug: its own request fails, and nothing of it reaches the client. (An event
             # stream that had begun is cut: its client resumes after the last id it has.)
-            log.warning(
-                "relay jobs: a request failed: %s (its text is not logged: it may quote the "
-                "request)\n%s",
-                type(error).__name__,
-                "".join(traceback.format_tb(error.__traceback__)).rstrip(),
-            )
+            _log_bug(error)
             if not started[0]:
                 server._refuse("internal")
                 await _answer(send, STATUS["internal"], error_body("internal"))
 
     async def _route(self, call: _Call, where: JobRoute) -> None:
-        owner = call.owner
         if where.action == "submit":
             await self._submit(call)
             return
@@ -297,31 +327,140 @@ class RelayJobs:
             await self._events(call, where.id)
             return
         body = await self._body(call) if where.method == "POST" else b""
-        record = await self._owned(where.id, call.holder)
         if where.action == "cancel":
-            try:
-                record, changed = await cancel_job(self.store, where.id, clock=self._clock)
-            except ValidationError:  # purged meanwhile
-                raise _Refusal("not_found") from None
-            if changed:
-                log.info("relay job %s: cancelled by %s", where.id, loggable(owner))
+            record = await self._cancel_job(call.holder, where.id)
         elif where.action == "answers":
-            answers = _decoded(decode_answers, body)
-            if record.terminal:
-                raise _Refusal("ended", f"the job has ended ({record.status.value})")
-            for given in answers:
-                try:
-                    record = await answer_job(
-                        self.store,
-                        where.id,
-                        given.call_id,
-                        given.allow,
-                        given.reason,
-                        clock=self._clock,
-                    )
-                except ValidationError as error:
-                    raise _Refusal("conflict", error.message) from None
+            record = await self._answer_job(call.holder, where.id, body)
+        else:
+            record = await self._owned(where.id, call.holder)
         await _answer(call.send, 200, _dumped(job_view(record)))
+
+    # -- the operations, over HTTP and over the websocket (its job frames) alike ----------------
+
+    async def _submit_job(
+        self,
+        server: RelayServer,
+        holder: _TokenState,
+        body: bytes | Mapping[str, Any],
+        key_header: str | None = None,
+    ) -> tuple[JobRecord, bool]:
+        """Admit a job for ``holder``'s token (``body``: a ``POST /v1/jobs`` body, or a
+        ``job_submit`` frame's ``job``): the job, and whether it is new (else its idempotency
+        key named it already). Counts against the token's ``per_minute``; raises
+        :class:`_Refusal`."""
+        owner = holder.token.name
+        _count_start(holder)
+        submission = _decoded(
+            lambda data: decode_submit(
+                data,
+                owner=owner,
+                key_header=key_header,
+                max_input=self.limits.max_input,
+                max_tokens=server.limits.max_tokens,
+            ),
+            body,
+        )
+        job = submission.job
+        if self.agents is not None and job.agent not in self.agents:
+            raise _Refusal("unknown_agent", f"this relay has no agent {job.agent[:200]!r}")
+        try:
+            record, created = await submit_job(
+                self.store, job, key=submission.key, clock=self._clock
+            )
+        except StoreError as error:
+            if error.code == "purged":
+                raise _Refusal("key_purged") from None
+            raise
+        if not created and (owner_of(record) != owner or not same_request(record.job, job)):
+            raise _Refusal("key_conflict")
+        if created:
+            self._statistics.submitted += 1
+            log.info(
+                "relay job %s: submitted by %s for agent %s",
+                record.id,
+                loggable(owner),
+                loggable(job.agent),
+            )
+        else:
+            self._statistics.repeated += 1
+        return record, created
+
+    async def _cancel_job(self, holder: _TokenState, id: str) -> JobRecord:
+        """Cancel ``holder``'s job ``id``: the job now (raises :class:`_Refusal`)."""
+        await self._owned(id, holder)
+        try:
+            record, changed = await cancel_job(self.store, id, clock=self._clock)
+        except ValidationError:  # purged meanwhile
+            raise _Refusal("not_found") from None
+        if changed:
+            log.info("relay job %s: cancelled by %s", id, loggable(holder.token.name))
+        return record
+
+    async def _answer_job(
+        self, holder: _TokenState, id: str, body: bytes | Mapping[str, Any]
+    ) -> JobRecord:
+        """Answer the approvals ``holder``'s job ``id`` waits for (``body``: a ``POST
+        .../answers`` body, or ``{"answers": [...]}`` of a ``job_answer`` frame): the job
+        now (raises :class:`_Refusal`)."""
+        record = await self._owned(id, holder)
+        answers = _decoded(decode_answers, body)
+        if record.terminal:
+            raise _Refusal("ended", f"the job has ended ({record.status.value})")
+        for given in answers:
+            try:
+                record = await answer_job(
+                    self.store,
+                    id,
+                    given.call_id,
+                    given.allow,
+                    given.reason,
+                    clock=self._clock,
+                )
+            except ValidationError as error:
+                raise _Refusal("conflict", error.message) from None
+        return record
+
+    def _take_stream(self, owner: str) -> None:
+        """Count an event stream (or a ``job_watch``) of the token named ``owner``, or refuse
+        it (``too_many_streams``); :meth:`_give_stream` gives it back."""
+        if self._streams.get(owner, 0) >= self.limits.max_streams:
+            raise _Refusal(
+                "too_many_streams",
+                f"this token has {self.limits.max_streams} event streams open already",
+            )
+        self._streams[owner] = self._streams.get(owner, 0) + 1
+        self._statistics.streams += 1
+
+    def _give_stream(self, owner: str) -> None:
+        self._statistics.streams -= 1
+        left = self._streams[owner] - 1
+        if left:
+            self._streams[owner] = left
+        else:
+            del self._streams[owner]
+
+    async def _follow(self, id: str, after: int, put: Callable[[RunEvent], Awaitable[None]]) -> str:
+        """Give ``put`` the events of job ``id`` after seq ``after``, as they come, up to its
+        terminal one; say how it ended: ``terminal`` (that event was put), ``purged`` (the job
+        is gone), ``failed`` (the store failed: logged; the client resumes after the last
+        event it has) or ``stopped`` (nothing more to give). What ``put`` raises goes
+        through."""
+        try:
+            async for event in watch_job(self.store, id, after=after, poll=self.limits.poll):
+                await put(event)
+                if event.terminal:
+                    return "terminal"
+        except ValidationError:
+            return "purged"  # purged meanwhile: nothing more to show
+        except StoreError as error:
+            log.warning(
+                "relay job %s: its event stream ended: the store failed (%s): %s",
+                id,
+                error.code,
+                loggable(error.message),
+            )
+            return "failed"
+        return "stopped"
 
     async def _owned(self, id: str, holder: _TokenState) -> JobRecord:
         """The job ``id`` if ``holder``'s token submitted it (or may see its submitter's: its
@@ -363,42 +502,10 @@ class RelayJobs:
     # -- submit --------------------------------------------------------------------------------
 
     async def _submit(self, call: _Call) -> None:
-        owner = call.owner
         body = await self._body(call)
-        _count_start(call.holder)
-        submission = _decoded(
-            lambda data: decode_submit(
-                data,
-                owner=owner,
-                key_header=call.headers.get("idempotency-key"),
-                max_input=self.limits.max_input,
-                max_tokens=call.server.limits.max_tokens,
-            ),
-            body,
+        record, created = await self._submit_job(
+            call.server, call.holder, body, call.headers.get("idempotency-key")
         )
-        job = submission.job
-        if self.agents is not None and job.agent not in self.agents:
-            raise _Refusal("unknown_agent", f"this relay has no agent {job.agent[:200]!r}")
-        try:
-            record, created = await submit_job(
-                self.store, job, key=submission.key, clock=self._clock
-            )
-        except StoreError as error:
-            if error.code == "purged":
-                raise _Refusal("key_purged") from None
-            raise
-        if not created and (owner_of(record) != owner or not same_request(record.job, job)):
-            raise _Refusal("key_conflict")
-        if created:
-            self._statistics.submitted += 1
-            log.info(
-                "relay job %s: submitted by %s for agent %s",
-                record.id,
-                loggable(owner),
-                loggable(job.agent),
-            )
-        else:
-            self._statistics.repeated += 1
         where = f"{JOBS_PATH}/{record.id}".encode()
         await _answer(
             call.send, 201 if created else 200, _dumped(job_view(record)), [(b"location", where)]
@@ -410,22 +517,11 @@ class RelayJobs:
         owner = call.owner
         after = _after(call.scope, call.headers)
         await self._owned(id, call.holder)
-        if self._streams.get(owner, 0) >= self.limits.max_streams:
-            raise _Refusal(
-                "too_many_streams",
-                f"this token has {self.limits.max_streams} event streams open already",
-            )
-        self._streams[owner] = self._streams.get(owner, 0) + 1
-        self._statistics.streams += 1
+        self._take_stream(owner)
         try:
             await self._stream(call, id, after)
         finally:
-            self._statistics.streams -= 1
-            left = self._streams[owner] - 1
-            if left:
-                self._streams[owner] = left
-            else:
-                del self._streams[owner]
+            self._give_stream(owner)
 
     async def _stream(self, call: _Call, id: str, after: int) -> None:
         server = call.server
@@ -481,25 +577,144 @@ class RelayJobs:
                         scope.cancel()
                         return
 
+        async def put(event: RunEvent) -> None:
+            nonlocal last
+            await out.put(_chunk(event_to_sse(shown_event(event))))
+            last = trio.current_time()
+
         async with trio.open_nursery() as nursery:
             nursery.start_soon(beat, nursery.cancel_scope)
-            try:
-                async for event in watch_job(self.store, id, after=after, poll=self.limits.poll):
-                    await out.put(_chunk(event_to_sse(shown_event(event))))
-                    last = trio.current_time()
-            except _Gone:
-                pass  # (out.cut says so to the caller)
-            except ValidationError:
-                pass  # purged meanwhile: nothing more to show
-            except StoreError as error:
-                # The stream ends; the client resumes after the last id it has.
-                log.warning(
-                    "relay job %s: its event stream ended: the store failed (%s): %s",
-                    id,
-                    error.code,
-                    loggable(error.message),
-                )
+            with contextlib.suppress(_Gone):  # (out.cut says so to the caller)
+                await self._follow(id, after, put)
             nursery.cancel_scope.cancel()
+
+    # -- the websocket's job frames ------------------------------------------------------------
+
+    async def _on_frame(
+        self,
+        connection: _Connection,
+        holder: _TokenState,
+        frame: JobClientFrame,
+        nursery: trio.Nursery,
+    ) -> None:
+        """Answer one job frame of a websocket of version 3, exactly as its HTTP request is
+        answered (the same operations, tenancy and limits): a ``job`` frame, or an ``error`` of
+        the frame's id (the connection goes on). ``job_submit``, ``job_get``, ``job_cancel`` and
+        ``job_answer`` are answered before the connection reads its next frame (a ``job_watch``
+        after a ``job_submit`` finds its job); a ``job_watch`` runs as a task of the
+        connection, counted against its ``max_streams`` and the token's event streams."""
+        server = connection.server
+        try:
+            if connection.is_open(frame.id):
+                raise _Refusal("duplicate")
+            if server._closing:
+                raise _Refusal("shutdown")
+            if isinstance(frame, JobWatchFrame):
+                await self._start_watch(connection, holder, frame, nursery)
+                return
+            created: bool | None = None
+            if isinstance(frame, JobSubmitFrame):
+                record, created = await self._submit_job(server, holder, frame.job)
+            elif isinstance(frame, JobGetFrame):
+                record = await self._owned(frame.job_id, holder)
+            elif isinstance(frame, JobCancelFrame):
+                record = await self._cancel_job(holder, frame.job_id)
+            else:
+                answers = {"answers": list(frame.answers)}
+                record = await self._answer_job(holder, frame.job_id, answers)
+            await connection.send(JobFrame(frame.id, job_view(record), created))
+        except _Refusal as refusal:
+            await self._refuse_frame(connection, frame.id, refusal.code)
+        except StoreError as error:
+            await self._store_failed(connection, frame.id, error)
+        except _Gone:
+            raise
+        except Exception as error:  # a bug: its own frame fails, nothing of it crosses
+            _log_bug(error)
+            await self._refuse_frame(connection, frame.id, "internal")
+
+    async def _refuse_frame(self, connection: _Connection, id: str, code: str) -> None:
+        connection.server._refuse(code)
+        await connection.send(error_frame(code, id))
+
+    async def _store_failed(self, connection: _Connection, id: str, error: StoreError) -> None:
+        code = "unavailable" if error.retryable else "internal"
+        log.warning(
+            "relay jobs: the store failed (%s %s): %s",
+            type(error).__name__,
+            error.code,
+            loggable(error.message),
+        )
+        await self._refuse_frame(connection, id, code)
+
+    async def _start_watch(
+        self,
+        connection: _Connection,
+        holder: _TokenState,
+        frame: JobWatchFrame,
+        nursery: trio.Nursery,
+    ) -> None:
+        if connection.open_requests() >= connection.limits.max_streams:
+            raise _Refusal("too_many_streams")
+        await self._owned(frame.job_id, holder)
+        owner = holder.token.name
+        self._take_stream(owner)
+        scope = trio.CancelScope()
+        connection.job_watches[frame.id] = scope
+        nursery.start_soon(self._watch, connection, holder, frame, scope)
+
+    async def _watch(
+        self,
+        connection: _Connection,
+        holder: _TokenState,
+        frame: JobWatchFrame,
+        scope: trio.CancelScope,
+    ) -> None:
+        """Send the job's events after ``frame.after`` as ``job_event`` frames, through its
+        terminal one. A watch that ends otherwise says how: cancelled by the client (or nothing
+        more to come), a ``job`` frame with the job now; the job purged meanwhile, ``error``
+        ``not_found``; the store failing, ``error`` ``unavailable`` (resume after the last
+        event's seq)."""
+        id = frame.id
+
+        async def put(event: RunEvent) -> None:
+            await connection.send(job_event_frame(event, id))
+
+        try:
+            with scope:
+                ended = await self._follow(frame.job_id, frame.after, put)
+            if scope.cancelled_caught:
+                ended = "stopped"
+            if ended == "purged":
+                await self._refuse_frame(connection, id, "not_found")
+            elif ended == "failed":
+                await self._refuse_frame(connection, id, "unavailable")
+            elif ended == "stopped":
+                record = await self.store.get(frame.job_id)
+                if record is None:
+                    await self._refuse_frame(connection, id, "not_found")
+                else:
+                    await connection.send(JobFrame(id, job_view(record)))
+        except _Gone:
+            pass  # the client left: nobody to tell
+        except StoreError as error:
+            with contextlib.suppress(_Gone):
+                await self._store_failed(connection, id, error)
+        except Exception as error:  # a bug: its own watch fails, nothing of it crosses
+            _log_bug(error)
+            with contextlib.suppress(_Gone):
+                await self._refuse_frame(connection, id, "internal")
+        finally:
+            self._give_stream(holder.token.name)
+            connection.forget_job_watch(id)
+
+
+def _log_bug(error: Exception) -> None:
+    log.warning(
+        "relay jobs: a request failed: %s (its text is not logged: it may quote the request)\n%s",
+        type(error).__name__,
+        "".join(traceback.format_tb(error.__traceback__)).rstrip(),
+    )
 
 
 def _after(scope: Scope, headers: Mapping[str, str]) -> int:
@@ -516,7 +731,7 @@ def _after(scope: Scope, headers: Mapping[str, str]) -> int:
         raise _Refusal("invalid", error.message) from None
 
 
-def _decoded(decode: Callable[[bytes], Any], body: bytes) -> Any:
+def _decoded(decode: Callable[[Any], Any], body: bytes | Mapping[str, Any]) -> Any:
     try:
         return decode(body)
     except AgentsError as error:

@@ -23,6 +23,11 @@ from protocols.relay import (
     ApproveFrame,
     CancelFrame,
     HelloFrame,
+    JobAnswerFrame,
+    JobCancelFrame,
+    JobGetFrame,
+    JobSubmitFrame,
+    JobWatchFrame,
     ReadyFrame,
     RunFrame,
     ServerFrame,
@@ -36,6 +41,7 @@ from protocols.relay import (
 
 from ._admission import _Refused, _TokenState
 from ._asgi import _GOING_AWAY, _POLICY, _TOO_BIG, OUTBOX, Receive, Send, _Gone
+from ._jobs import JobClientFrame
 from ._runs import _Run, frames, next_events
 
 if TYPE_CHECKING:
@@ -43,6 +49,8 @@ if TYPE_CHECKING:
 
 
 __all__: list[str] = []
+
+_JOB_FRAMES = (JobSubmitFrame, JobGetFrame, JobCancelFrame, JobAnswerFrame, JobWatchFrame)
 
 log = logging.getLogger("trio_agents.relay")
 
@@ -84,6 +92,9 @@ class _Connection:
         self._requests: trio.CancelScope | None = None
         #: The runs of the requests (streams and watches) open on this connection, by id.
         self._open: dict[str, _Run] = {}
+        #: The durable jobs' watches open on this connection (``job_watch``), by request id:
+        #: a ``cancel`` of that id ends the watch (not the job).
+        self.job_watches: dict[str, trio.CancelScope] = {}
         self._closed = False
         self._idle: trio.CancelScope | None = None
         #: The protocol version the connection speaks: its hello's -- and for one whose
@@ -92,6 +103,24 @@ class _Connection:
         self.version = RUNS_VERSION - 1
         #: A run cut by the shutdown is not told so per request: the connection is, once.
         self.says_shutdown = False
+
+    def is_open(self, request_id: str) -> bool:
+        """Whether a request (a stream, a watch, a job's watch) of this id is open."""
+        return request_id in self._open or request_id in self.job_watches
+
+    def open_requests(self) -> int:
+        """The requests open on this connection (what its ``max_streams`` bounds)."""
+        return len(self._open) + len(self.job_watches)
+
+    def forget_job_watch(self, request_id: str) -> None:
+        """The job's watch ``request_id`` is over."""
+        self.job_watches.pop(request_id, None)
+        self._rearm_idle()
+
+    def _rearm_idle(self) -> None:
+        if not self.open_requests() and self._idle is not None:
+            # Idle counts from the end of the last request, not from the last frame read.
+            self._idle.deadline = trio.current_time() + self.limits.idle_timeout
 
     async def _next(self) -> str | bytes | None:
         """The next frame's text, or None when the client left."""
@@ -221,7 +250,7 @@ class _Connection:
                 self._idle = idle
                 text = await self._next()
             if idle.cancelled_caught:
-                if self._open:
+                if self.open_requests():
                     continue  # quiet, but waiting on its answers: not idle
                 await self.fail("timeout", _GOING_AWAY)
                 return
@@ -238,6 +267,8 @@ class _Connection:
                 return
             if isinstance(frame, StreamFrame):
                 await self._start(frame, holder, nursery)
+            elif isinstance(frame, CancelFrame) and frame.id in self.job_watches:
+                self.job_watches[frame.id].cancel()  # that watch ends, not its job
             elif isinstance(frame, CancelFrame):
                 run = self._open.get(frame.id)
                 if run is None:
@@ -257,6 +288,8 @@ class _Connection:
                     event.set()
             elif isinstance(frame, WatchFrame) and self.version >= RUNS_VERSION:
                 await self._watch(frame, holder, nursery)
+            elif isinstance(frame, _JOB_FRAMES):
+                await self._job(frame, holder, nursery)
             else:  # a second hello, or a watch before version 3 (whose servers knew none)
                 await self.fail("invalid", _POLICY)
                 return
@@ -265,11 +298,22 @@ class _Connection:
         self.server._refuse(code)
         await self.send(error_frame(code, request_id))
 
+    async def _job(self, frame: JobClientFrame, holder: _TokenState, nursery: trio.Nursery) -> None:
+        """A durable job's frame: answered by the relay's jobs (version 3, a relay serving
+        jobs; else an ``error`` of its id: ``version``, ``no_jobs``)."""
+        jobs = self.server.jobs
+        if self.version < RUNS_VERSION:
+            await self._say("version", frame.id)
+        elif jobs is None:
+            await self._say("no_jobs", frame.id)
+        else:
+            await jobs._on_frame(self, holder, frame, nursery)
+
     async def _start(self, frame: StreamFrame, holder: _TokenState, nursery: trio.Nursery) -> None:
-        if frame.id in self._open:
+        if self.is_open(frame.id):
             await self._say("duplicate", frame.id)
             return
-        if len(self._open) >= self.limits.max_streams:
+        if self.open_requests() >= self.limits.max_streams:
             await self._say("too_many_streams", frame.id)
             return
         try:
@@ -306,15 +350,13 @@ class _Connection:
         """Request ``request_id`` (of ``run``) is over on this connection."""
         if self._open.get(request_id) is run:
             del self._open[request_id]
-        if not self._open and self._idle is not None:
-            # Idle counts from the end of the last request, not from the last frame read.
-            self._idle.deadline = trio.current_time() + self.limits.idle_timeout
+        self._rearm_idle()
 
     async def _watch(self, frame: WatchFrame, holder: _TokenState, nursery: trio.Nursery) -> None:
-        if frame.id in self._open:
+        if self.is_open(frame.id):
             await self._say("duplicate", frame.id)
             return
-        if len(self._open) >= self.limits.max_streams:
+        if self.open_requests() >= self.limits.max_streams:
             await self._say("too_many_streams", frame.id)
             return
         run = self.server._runs.find(frame.run_id, holder)

@@ -38,6 +38,13 @@ from protocols.relay import (
     GapFrame,
     HelloFrame,
     HttpRequest,
+    JobAnswerFrame,
+    JobCancelFrame,
+    JobEventFrame,
+    JobFrame,
+    JobGetFrame,
+    JobSubmitFrame,
+    JobWatchFrame,
     ReadyFrame,
     ResultFrame,
     RunFrame,
@@ -67,10 +74,24 @@ TAGS: dict[type, str] = {
     WatchFrame: "watch",
     RunFrame: "run",
     GapFrame: "gap",
+    JobSubmitFrame: "job_submit",
+    JobGetFrame: "job_get",
+    JobCancelFrame: "job_cancel",
+    JobAnswerFrame: "job_answer",
+    JobWatchFrame: "job_watch",
+    JobFrame: "job",
+    JobEventFrame: "job_event",
 }
 CLIENT_TYPES = set(get_args(ClientFrame))
 SERVER_TYPES = set(get_args(ServerFrame))
-RETRYABLE = {"rate_limited", "too_many_streams", "upstream", "shutdown", "too_many_watchers"}
+RETRYABLE = {
+    "rate_limited",
+    "too_many_streams",
+    "upstream",
+    "shutdown",
+    "too_many_watchers",
+    "unavailable",
+}
 TOKEN = "sk-relay-s3cret-token-value"
 
 # --------------------------------------------------------------------------- strategies
@@ -181,6 +202,7 @@ def provider_results(draw: st.DrawFn) -> ProviderResult:
 
 SEQS = st.integers(min_value=1, max_value=2**53 - 1)
 RUN_IDS = st.text(alphabet=UTF8, min_size=1, max_size=64)
+JOB_IDS = st.from_regex(r"[A-Za-z0-9_-]{1,128}", fullmatch=True)
 
 
 @st.composite
@@ -240,13 +262,41 @@ FRAMES: dict[type, st.SearchStrategy[Any]] = {
     ),
     RunFrame: st.builds(RunFrame, id=REQUEST_IDS, run_id=RUN_IDS),
     GapFrame: gaps(),
+    # The durable jobs' frames (their own tests: test_relay_job_frames.py).
+    JobSubmitFrame: st.builds(JobSubmitFrame, id=REQUEST_IDS, job=JSON_OBJECTS),
+    JobGetFrame: st.builds(JobGetFrame, id=REQUEST_IDS, job_id=JOB_IDS),
+    JobCancelFrame: st.builds(JobCancelFrame, id=REQUEST_IDS, job_id=JOB_IDS),
+    JobAnswerFrame: st.builds(
+        JobAnswerFrame,
+        id=REQUEST_IDS,
+        job_id=JOB_IDS,
+        answers=st.lists(JSON_OBJECTS, min_size=1, max_size=3),
+    ),
+    JobWatchFrame: st.builds(
+        JobWatchFrame, id=REQUEST_IDS, job_id=JOB_IDS, after=st.integers(0, 2**53 - 1)
+    ),
+    JobFrame: st.builds(
+        JobFrame, id=REQUEST_IDS, job=JSON_OBJECTS, created=optional(st.booleans())
+    ),
+    JobEventFrame: st.builds(JobEventFrame, id=REQUEST_IDS, event=JSON_OBJECTS),
 }
 
 
 def test_every_frame_type_has_a_strategy_and_a_side() -> None:
     assert set(FRAMES) == set(TAGS) == CLIENT_TYPES | SERVER_TYPES
     assert not CLIENT_TYPES & SERVER_TYPES
-    assert {HelloFrame, StreamFrame, CancelFrame, ApproveFrame, WatchFrame} == CLIENT_TYPES
+    assert {
+        HelloFrame,
+        StreamFrame,
+        CancelFrame,
+        ApproveFrame,
+        WatchFrame,
+        JobSubmitFrame,
+        JobGetFrame,
+        JobCancelFrame,
+        JobAnswerFrame,
+        JobWatchFrame,
+    } == CLIENT_TYPES
 
 
 # --------------------------------------------------------------------------- round trips
