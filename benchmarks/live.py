@@ -39,7 +39,18 @@ Scenarios:
   waiting for more; time per event is then the time until the last follower has read the
   terminal event, over the events published in it. Reported as
   ``fanout_1000_time_per_event_vs_one`` (target <= 3): the followers keeping up with the run,
-  or not. (Over the relay's SSE route: not measured here yet.)
+  or not.
+* ``sse``: the same fan-out over the relay's Server-Sent Events route: a ``RelayServer`` on
+  hypercorn on loopback (its provider streams :data:`SSE_DELTAS` deltas, one every
+  :data:`PACE` seconds, once the gate opens), one run started by ``POST /v1/stream`` with
+  ``cancel_on_disconnect: false`` (its client leaves at once), followed by
+  :data:`SSE_FOLLOWERS` concurrent ``GET /v1/runs/{id}/events`` (1,000; 200 with ``--quick``)
+  on raw sockets in the same process (a follower only counts records: as cheap as a client
+  gets), against the same run followed by one. ``RelayLimits.max_watchers`` (64 by default:
+  followers of one run) is raised to the followers; nothing else limits them (there is no
+  per-token limit on followers). Time per event: from the gate, once every follower has its
+  answer's head and waits, to the last follower's end of the answer, over the deltas.
+  Reported as ``fanout_sse_time_per_event_vs_one`` (target <= 3).
 
 Results are medians over rounds after an untimed warm-up (``resume``: percentiles over every
 reconnect). With ``--json`` the last line printed is one JSON object
@@ -399,6 +410,149 @@ async def bench_fanout(deltas: int, rounds: int) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
+# -- fan-out over the relay's SSE route ------------------------------------------------------------
+
+#: The relay's token in the ``sse`` fan-out.
+SSE_TOKEN = "live-bench-token-0123456789abcdef"
+#: Followers over the relay's event stream (quick, full): the full run holds 1,000 connections.
+SSE_FOLLOWERS = (200, 1_000)
+#: Deltas of the SSE fan-out's run (quick, full) and its rounds: each holds as many
+#: connections as followers (fewer deltas than in-process: a round of 1,000 connections is slow).
+SSE_DELTAS = (100, 300)
+SSE_ROUNDS = (1, 3)
+#: Connections opened at once while the followers come in (a listener's backlog is finite).
+SSE_CONNECTING = 100
+
+
+async def sse_follower(
+    port: int, run_id: str, ready: Callable[[], None], ended: list[float], counts: list[int]
+) -> None:
+    """One follower of the run's ``GET /v1/runs/{id}/events`` on a raw socket (as cheap as a
+    client can be: no parsing but counting records): reads to the end of the answer; appends
+    when it read the end and how many events it read (negative: no terminal event)."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    request = (
+        f"GET /v1/runs/{run_id}/events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Authorization: Bearer {SSE_TOKEN}\r\nAccept: text/event-stream\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode()
+    # Each record begins ``id: `` after a line's end; the answer ends with its last chunk
+    # (hypercorn keeps the connection open after it, ``Connection: close`` or not).
+    mark, terminal, last = b"\nid: ", b"event: finished", b"\r\n0\r\n\r\n"
+    count, tail, headers, finished = 0, b"", b"", False
+    async with stream:
+        await stream.send_all(request)
+        while b"\r\n\r\n" not in headers:
+            chunk = await stream.receive_some(65536)
+            if not chunk:
+                raise SystemExit("fanout (SSE): the relay closed before answering")
+            headers += chunk
+        status, _, rest = headers.partition(b"\r\n\r\n")
+        if not status.startswith(b"HTTP/1.1 200"):
+            raise SystemExit(f"fanout (SSE): {status.splitlines()[0]!r}")
+        ready()
+        chunk = b"\r\n" + rest  # the first record follows a chunk-size line as the others do
+        while chunk:
+            data = tail + chunk
+            count += data.count(mark)
+            finished = finished or terminal in data
+            if last in data:
+                break
+            tail = data[-(len(terminal) - 1) :]
+            chunk = await stream.receive_some(65536)
+    ended.append(time.perf_counter())
+    counts.append(count if finished else -count)
+
+
+async def sse_fanout_round(followers: int, deltas: int) -> float:
+    """Seconds per event of one paced run of a relay followed by ``followers`` over its
+    Server-Sent Events route (see the module docstring)."""
+    from actors.relay import RelayLimits, RelayServer, serve  # (only this scenario needs them)
+
+    gate = trio.Event()
+    limits = RelayLimits(max_watchers=followers + 1)
+    relay = RelayServer(Deltas(deltas, PACE, gate), tokens=[SSE_TOKEN], limits=limits)
+    ended: list[float] = []
+    counts: list[int] = []
+    connected = 0
+    everyone = trio.Event()
+
+    def ready() -> None:
+        nonlocal connected
+        connected += 1
+        if connected == followers:
+            everyone.set()
+
+    async with trio.open_nursery() as nursery:
+        (address,) = await nursery.start(partial(serve, relay, port=0, ping_interval=None))
+        port = int(address.rsplit(":", 1)[1])
+        connect = trio.CapacityLimiter(SSE_CONNECTING)
+        async with trio.open_nursery() as clients:
+            # The run: its client leaves once it has the run's id; the run goes on (it waits
+            # for the gate before its first delta).
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            body = (
+                b'{"messages":[{"role":"user","content":"Go on."}],"version":3,'
+                b'"cancel_on_disconnect":false}'
+            )
+            await stream.send_all(
+                (
+                    f"POST /v1/stream HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                    f"Authorization: Bearer {SSE_TOKEN}\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+                ).encode()
+                + body
+            )
+            answer = b""
+            while b"\r\n\r\n" not in answer:
+                answer += await stream.receive_some(65536)
+            await stream.aclose()
+            head = answer.partition(b"\r\n\r\n")[0].decode("latin-1")
+            run_id = next(
+                value.strip()
+                for name, _, value in (line.partition(":") for line in head.splitlines())
+                if name.lower() == "x-relay-run-id"
+            )
+
+            async def follow() -> None:
+                async with connect:
+                    opened = trio.Event()
+
+                    def came() -> None:
+                        ready()
+                        opened.set()
+
+                    clients.start_soon(sse_follower, port, run_id, came, ended, counts)
+                    await opened.wait()
+
+            for _ in range(followers):
+                clients.start_soon(follow)
+            await everyone.wait()  # (a follower is counted before its answer's head is sent)
+            if relay.statistics().watchers != followers:
+                raise SystemExit(f"fanout (SSE): {relay.statistics().watchers} watchers")
+            await wait_all_tasks_blocked(0.01)  # every follower read what there was and waits
+            start = time.perf_counter()
+            gate.set()
+        nursery.cancel_scope.cancel()
+    total = deltas + 2  # the deltas, the usage, the terminal event
+    if len(counts) != followers or set(counts) != {total}:
+        raise SystemExit(f"fanout (SSE): followers read {sorted(set(counts))} events, not {total}")
+    return (max(ended) - start) / deltas
+
+
+async def bench_sse_fanout(followers: int, deltas: int, rounds: int) -> dict[str, float]:
+    """The median seconds per event with one SSE follower and with ``followers``."""
+    await sse_fanout_round(followers, min(deltas, 50))  # warm up
+    samples: dict[str, list[float]] = {"one": [], "many": []}
+    for number in range(rounds):
+        order = ("one", "many") if number % 2 == 0 else ("many", "one")
+        for name in order:
+            gc.collect()
+            count = 1 if name == "one" else followers
+            samples[name].append(await sse_fanout_round(count, deltas))
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
 # -- the benchmark ---------------------------------------------------------------------------------
 
 
@@ -412,6 +566,7 @@ async def run(quick: bool) -> Report:
     async with postgres() as connect:
         pg = await bench_resume(connect, RESUMES[mode])
     fanout = await bench_fanout(FANOUT_DELTAS[mode], FANOUT_ROUNDS[mode])
+    sse = await bench_sse_fanout(SSE_FOLLOWERS[mode], SSE_DELTAS[mode], SSE_ROUNDS[mode])
 
     us, ms = 1e6, 1e3
     metrics: dict[str, float] = {
@@ -435,6 +590,10 @@ async def run(quick: bool) -> Report:
         f"fanout_{FOLLOWERS}_us_per_event": fanout["many"] * us,
         "fanout_pace_us": PACE * us,
         "fanout_deltas": FANOUT_DELTAS[mode],
+        "fanout_sse_one_us_per_event": sse["one"] * us,
+        "fanout_sse_many_us_per_event": sse["many"] * us,
+        "fanout_sse_followers": SSE_FOLLOWERS[mode],
+        "fanout_sse_deltas": SSE_DELTAS[mode],
     }
     ratios = {
         "run_time_with_log_vs_without": log["loop_log"] / log["loop_nolog"],
@@ -444,6 +603,7 @@ async def run(quick: bool) -> Report:
         "resume_warm_p99_sqlite_over_target": sqlite["warm_p99"] / RESUME_TARGET_SQLITE,
         "resume_warm_p99_postgres_over_target": pg["warm_p99"] / RESUME_TARGET_POSTGRES,
         f"fanout_{FOLLOWERS}_time_per_event_vs_one": fanout["many"] / fanout["one"],
+        "fanout_sse_time_per_event_vs_one": sse["many"] / sse["one"],
     }
     lines = [
         f"run (two turns, one tool call) with the event log: {metrics['run_with_log_us']:.0f} us "
@@ -468,8 +628,13 @@ async def run(quick: bool) -> Report:
         f"fan-out (a run streaming {FANOUT_DELTAS[mode]} deltas, one every {PACE * ms:g} ms): "
         f"{metrics[f'fanout_{FOLLOWERS}_us_per_event']:.0f} us per event with {FOLLOWERS:,} "
         f"followers ({ratios[f'fanout_{FOLLOWERS}_time_per_event_vs_one']:.2f}x vs one "
-        f"follower, {metrics['fanout_one_us_per_event']:.0f} us; target <= {FANOUT_TARGET:g}); "
-        "over the relay's SSE route: not measured yet",
+        f"follower, {metrics['fanout_one_us_per_event']:.0f} us; target <= {FANOUT_TARGET:g})",
+        f"fan-out over the relay's SSE route (a run of {SSE_DELTAS[mode]} deltas at that pace, "
+        "GET /v1/runs/{id}/events on loopback): "
+        f"{metrics['fanout_sse_many_us_per_event']:.0f} us per event with "
+        f"{SSE_FOLLOWERS[mode]:,} followers "
+        f"({ratios['fanout_sse_time_per_event_vs_one']:.2f}x vs one follower, "
+        f"{metrics['fanout_sse_one_us_per_event']:.0f} us; target <= {FANOUT_TARGET:g})",
     ]
     for name, value in {**metrics, **ratios}.items():
         if not (math.isfinite(value) and value > 0):

@@ -31,6 +31,7 @@ PROMISED_RATIOS = {
         "resume_p99_sqlite_over_target",
         "resume_p99_postgres_over_target",
         "fanout_1000_time_per_event_vs_one",
+        "fanout_sse_time_per_event_vs_one",
     },
     "loop.py": {
         "run_time_vs_floor",
