@@ -234,6 +234,10 @@ def test_a_job_queue_on_a_store_url(tmp_path: pathlib.Path) -> None:
 SCRIPT = """
 import faulthandler, json, signal, sys, threading
 faulthandler.dump_traceback_later(50, exit=True)  # a hang shows every thread's stack
+# A program started from a terminal: Ctrl-C neither blocked nor ignored, whatever the test
+# process that started this one had (a child inherits both).
+signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path[:0] = [{root!r}, {tests!r}]
 
 import actors.sync
