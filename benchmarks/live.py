@@ -45,11 +45,13 @@ Scenarios:
   :data:`PACE` seconds, once the gate opens), one run started by ``POST /v1/stream`` with
   ``cancel_on_disconnect: false`` (its client leaves at once), followed by
   :data:`SSE_FOLLOWERS` concurrent ``GET /v1/runs/{id}/events`` (1,000; 200 with ``--quick``)
-  on raw sockets in the same process (a follower only counts records: as cheap as a client
+  on raw sockets, in a process of their own (``benchmarks/_sse_followers.py``: a relay's
+  followers are never in its process; a follower only counts records, as cheap as a client
   gets), against the same run followed by one. ``RelayLimits.max_watchers`` (64 by default:
   followers of one run) is raised to the followers; nothing else limits them (there is no
   per-token limit on followers). Time per event: from the gate, once every follower has its
-  answer's head and waits, to the last follower's end of the answer, over the deltas.
+  answer's head and waits, to the last follower's end of the answer (``time.monotonic``, which
+  both processes share), over the deltas.
   Reported as ``fanout_sse_time_per_event_vs_one`` (target <= 3).
 
 Results are medians over rounds after an untimed warm-up (``resume``: percentiles over every
@@ -70,10 +72,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import contextlib
 import gc
 import importlib
+import json
 import math
 import os
 import random
 import statistics
+import subprocess
 import tempfile
 import time
 import uuid
@@ -130,6 +134,9 @@ LOG_TARGET = 1.05
 RESUME_TARGET_SQLITE = 0.020
 RESUME_TARGET_POSTGRES = 0.050
 FANOUT_TARGET = 3.0
+
+#: The repository (the followers' process runs ``benchmarks._sse_followers`` from it).
+ROOT = str(Path(__file__).resolve().parent.parent)
 
 POSTGRES_ENV = "TRIO_AGENTS_TEST_POSTGRES"
 
@@ -420,124 +427,96 @@ SSE_FOLLOWERS = (200, 1_000)
 #: connections as followers (fewer deltas than in-process: a round of 1,000 connections is slow).
 SSE_DELTAS = (100, 300)
 SSE_ROUNDS = (1, 3)
-#: Connections opened at once while the followers come in (a listener's backlog is finite).
-SSE_CONNECTING = 100
-
-
-async def sse_follower(
-    port: int, run_id: str, ready: Callable[[], None], ended: list[float], counts: list[int]
-) -> None:
-    """One follower of the run's ``GET /v1/runs/{id}/events`` on a raw socket (as cheap as a
-    client can be: no parsing but counting records): reads to the end of the answer; appends
-    when it read the end and how many events it read (negative: no terminal event)."""
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    request = (
-        f"GET /v1/runs/{run_id}/events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-        f"Authorization: Bearer {SSE_TOKEN}\r\nAccept: text/event-stream\r\n"
-        "Connection: close\r\n\r\n"
-    ).encode()
-    # Each record begins ``id: `` after a line's end; the answer ends with its last chunk
-    # (hypercorn keeps the connection open after it, ``Connection: close`` or not).
-    mark, terminal, last = b"\nid: ", b"event: finished", b"\r\n0\r\n\r\n"
-    count, tail, headers, finished = 0, b"", b"", False
-    async with stream:
-        await stream.send_all(request)
-        while b"\r\n\r\n" not in headers:
-            chunk = await stream.receive_some(65536)
-            if not chunk:
-                raise SystemExit("fanout (SSE): the relay closed before answering")
-            headers += chunk
-        status, _, rest = headers.partition(b"\r\n\r\n")
-        if not status.startswith(b"HTTP/1.1 200"):
-            raise SystemExit(f"fanout (SSE): {status.splitlines()[0]!r}")
-        ready()
-        chunk = b"\r\n" + rest  # the first record follows a chunk-size line as the others do
-        while chunk:
-            data = tail + chunk
-            count += data.count(mark)
-            finished = finished or terminal in data
-            if last in data:
-                break
-            tail = data[-(len(terminal) - 1) :]
-            chunk = await stream.receive_some(65536)
-    ended.append(time.perf_counter())
-    counts.append(count if finished else -count)
 
 
 async def sse_fanout_round(followers: int, deltas: int) -> float:
     """Seconds per event of one paced run of a relay followed by ``followers`` over its
-    Server-Sent Events route (see the module docstring)."""
+    Server-Sent Events route (see the module docstring), the followers in a process of their
+    own (:mod:`benchmarks._sse_followers`)."""
     from actors.relay import RelayLimits, RelayServer, serve  # (only this scenario needs them)
 
     gate = trio.Event()
     limits = RelayLimits(max_watchers=followers + 1)
     relay = RelayServer(Deltas(deltas, PACE, gate), tokens=[SSE_TOKEN], limits=limits)
-    ended: list[float] = []
-    counts: list[int] = []
-    connected = 0
-    everyone = trio.Event()
-
-    def ready() -> None:
-        nonlocal connected
-        connected += 1
-        if connected == followers:
-            everyone.set()
-
     async with trio.open_nursery() as nursery:
         (address,) = await nursery.start(partial(serve, relay, port=0, ping_interval=None))
         port = int(address.rsplit(":", 1)[1])
-        connect = trio.CapacityLimiter(SSE_CONNECTING)
-        async with trio.open_nursery() as clients:
-            # The run: its client leaves once it has the run's id; the run goes on (it waits
-            # for the gate before its first delta).
-            stream = await trio.open_tcp_stream("127.0.0.1", port)
-            body = (
-                b'{"messages":[{"role":"user","content":"Go on."}],"version":3,'
-                b'"cancel_on_disconnect":false}'
-            )
-            await stream.send_all(
-                (
-                    f"POST /v1/stream HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-                    f"Authorization: Bearer {SSE_TOKEN}\r\nContent-Type: application/json\r\n"
-                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-                ).encode()
-                + body
-            )
-            answer = b""
-            while b"\r\n\r\n" not in answer:
-                answer += await stream.receive_some(65536)
-            await stream.aclose()
-            head = answer.partition(b"\r\n\r\n")[0].decode("latin-1")
-            run_id = next(
-                value.strip()
-                for name, _, value in (line.partition(":") for line in head.splitlines())
-                if name.lower() == "x-relay-run-id"
-            )
-
-            async def follow() -> None:
-                async with connect:
-                    opened = trio.Event()
-
-                    def came() -> None:
-                        ready()
-                        opened.set()
-
-                    clients.start_soon(sse_follower, port, run_id, came, ended, counts)
-                    await opened.wait()
-
-            for _ in range(followers):
-                clients.start_soon(follow)
-            await everyone.wait()  # (a follower is counted before its answer's head is sent)
+        # The run: its client leaves once it has the run's id; the run goes on (it waits
+        # for the gate before its first delta).
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        body = (
+            b'{"messages":[{"role":"user","content":"Go on."}],"version":3,'
+            b'"cancel_on_disconnect":false}'
+        )
+        await stream.send_all(
+            (
+                f"POST /v1/stream HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                f"Authorization: Bearer {SSE_TOKEN}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            ).encode()
+            + body
+        )
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            answer += await stream.receive_some(65536)
+        await stream.aclose()
+        head = answer.partition(b"\r\n\r\n")[0].decode("latin-1")
+        run_id = next(
+            value.strip()
+            for name, _, value in (line.partition(":") for line in head.splitlines())
+            if name.lower() == "x-relay-run-id"
+        )
+        command = [sys.executable, "-m", "benchmarks._sse_followers", str(port), run_id]
+        command += [SSE_TOKEN, str(followers)]
+        root = ROOT
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
+        }
+        process = await trio.lowlevel.open_process(
+            command, stdout=subprocess.PIPE, cwd=root, env=env
+        )
+        assert process.stdout is not None
+        lines = LineReader(process.stdout)
+        try:
+            if await lines.next() != "ready":
+                raise SystemExit("fanout (SSE): the followers did not all connect")
             if relay.statistics().watchers != followers:
                 raise SystemExit(f"fanout (SSE): {relay.statistics().watchers} watchers")
             await wait_all_tasks_blocked(0.01)  # every follower read what there was and waits
-            start = time.perf_counter()
+            start = time.monotonic()
             gate.set()
+            report = json.loads(await lines.next())
+        finally:
+            with trio.CancelScope(shield=True):
+                await process.wait()
+        if process.returncode != 0:
+            raise SystemExit(f"fanout (SSE): the followers' process exited {process.returncode}")
         nursery.cancel_scope.cancel()
+    ended: list[float] = report["ended"]
+    counts: list[int] = report["counts"]
     total = deltas + 2  # the deltas, the usage, the terminal event
     if len(counts) != followers or set(counts) != {total}:
         raise SystemExit(f"fanout (SSE): followers read {sorted(set(counts))} events, not {total}")
     return (max(ended) - start) / deltas
+
+
+class LineReader:
+    """The lines of a process's output, one at a time."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
+        self._stream = stream
+        self._buffer = b""
+
+    async def next(self) -> str:
+        """The next line, without its end (raises SystemExit at the end of the output)."""
+        while b"\n" not in self._buffer:
+            chunk = await self._stream.receive_some(1 << 20)
+            if not chunk:
+                raise SystemExit("fanout (SSE): the followers' process ended early")
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line.decode()
 
 
 async def bench_sse_fanout(followers: int, deltas: int, rounds: int) -> dict[str, float]:
