@@ -96,6 +96,10 @@ def sanitize_count(value: object) -> int:
 # Usage
 
 
+_new = object.__new__
+_set = object.__setattr__
+
+
 def _count(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValidationError(
@@ -159,13 +163,15 @@ class Usage:
         reasoning = None
         if self.reasoning is not None or other.reasoning is not None:
             reasoning = (self.reasoning or 0) + (other.reasoning or 0)
-        return Usage(
-            prompt=self.prompt + other.prompt,
-            completion=self.completion + other.completion,
-            total=self.total + other.total,
-            cached=cached,
-            reasoning=reasoning,
-        )
+        # The sum of two valid usages is valid (every bound holds part by part): made without
+        # the validators, as a run adds a usage per provider call.
+        total = _new(Usage)
+        _set(total, "prompt", self.prompt + other.prompt)
+        _set(total, "completion", self.completion + other.completion)
+        _set(total, "total", self.total + other.total)
+        _set(total, "cached", cached)
+        _set(total, "reasoning", reasoning)
+        return total
 
     @classmethod
     def sanitize(

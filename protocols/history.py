@@ -23,6 +23,7 @@ Rules:
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
 from typing import Final
 
@@ -471,7 +472,13 @@ def reference_text(
 def render_for_provider(messages: Iterable[Message]) -> tuple[Message, ...]:
     """``messages`` as a provider should see them: an interrupted assistant answer gets
     :data:`INTERRUPTED_NOTE` appended to its content (a copy; the originals are untouched)."""
-    return tuple(_annotated(message) if message.interrupted else message for message in messages)
+    given = messages if type(messages) is tuple else tuple(messages)
+    if not any(map(_INTERRUPTED, given)):  # (the common case, at C speed: none is)
+        return given
+    return tuple(_annotated(message) if message.interrupted else message for message in given)
+
+
+_INTERRUPTED = operator.attrgetter("interrupted")
 
 
 def _annotated(message: Message) -> Message:

@@ -114,6 +114,8 @@ def check_optional_bool(instance: object, attribute: attrs.Attribute[Any], value
 
 def stop_sequences(owner: str, value: object) -> tuple[str, ...]:
     """``value`` (a sequence of non-empty strings, at most :data:`MAX_STOP`) as a tuple."""
+    if value == () and type(value) is tuple:
+        return ()  # (the common case: none)
     if isinstance(value, str):
         raise ValidationError(
             f"{owner}.stop must be a sequence of strings such as [{value[:20]!r}], not a str"

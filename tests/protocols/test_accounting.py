@@ -3,6 +3,7 @@ the token estimate and the sanitiser of reported counts."""
 
 from __future__ import annotations
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -330,3 +331,33 @@ def test_a_meter_is_estimated_exactly_when_it_or_a_meter_drawing_on_it_guessed(
     assert [child.estimated for child in children] == guessed
     assert parent.estimated == any(guessed[:2])
     assert team.estimated == any(guessed)
+
+
+@st.composite
+def usages(draw: st.DrawFn) -> Usage:
+    prompt = draw(st.integers(0, 10**12))
+    completion = draw(st.integers(0, 10**12))
+    return Usage(
+        prompt=prompt,
+        completion=completion,
+        total=prompt + completion + draw(st.integers(0, 10**6)),
+        cached=draw(st.none() | st.integers(0, prompt)),
+        reasoning=draw(st.none() | st.integers(0, completion)),
+    )
+
+
+@given(usages(), usages())
+def test_the_sum_of_two_usages_is_the_usage_of_their_summed_parts(a: Usage, b: Usage) -> None:
+    total = a + b
+    either = a.cached is not None or b.cached is not None
+    thought = a.reasoning is not None or b.reasoning is not None
+    # What the validating constructor makes of the parts' sums: equal, field by field.
+    assert total == Usage(
+        prompt=a.prompt + b.prompt,
+        completion=a.completion + b.completion,
+        total=a.total + b.total,
+        cached=(a.cached or 0) + (b.cached or 0) if either else None,
+        reasoning=(a.reasoning or 0) + (b.reasoning or 0) if thought else None,
+    )
+    assert type(total) is Usage
+    assert hash(total) == hash(Usage(**attrs.asdict(total)))

@@ -281,7 +281,7 @@ async def test_acquire_takes_interrupting_jobs_first_then_first_in_first_out(
         for i in range(2)
     ]
     ids = [r.id for r in normal]
-    # Ids are random (uuid4) and every timestamp is equal: neither can be what orders them
+    # Ids are random and every timestamp is equal: neither can be what orders them
     # (sorted by chance once in 12! runs).
     assert sorted(ids) != ids
     taken = []

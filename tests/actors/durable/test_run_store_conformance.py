@@ -331,7 +331,7 @@ async def test_a_thread_history_is_in_causal_order(backend: Backend) -> None:
 
 
 async def test_the_active_order_follows_admission_not_ids(backend: Backend) -> None:
-    """004's ``z-``/``a-`` ids: the store mints its ids (uuid4), so instead of injecting them the
+    """004's ``z-``/``a-`` ids: the store mints its ids (random), so instead of injecting them the
     test admits pairs on fresh threads, at one timestamp, until the later job's id sorts before
     the earlier one's (half of all pairs do); the other pairs are cancelled."""
     store = backend.store
