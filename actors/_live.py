@@ -12,8 +12,7 @@ from __future__ import annotations
 import collections
 import math
 import time
-from collections.abc import Mapping
-from typing import Any, Final
+from typing import Final
 
 import trio
 
@@ -28,23 +27,23 @@ DEFAULT_KEEP: Final = 600.0
 DEFAULT_MAX_ENDED: Final = 10_000
 
 
-class LiveRun:
-    """One run's log and the followers waiting for its next event."""
+class LiveRun(EventLog):
+    """One run's log (its :class:`~protocols.live.EventLog`: ``ended`` is the time of its
+    terminal event, ``None`` while the run goes on), and the followers waiting for its next
+    event: an :meth:`~protocols.live.EventLog.add` wakes them."""
 
-    __slots__ = ("_lot", "_parked", "log")
+    __slots__ = ("_lot", "_parked")
 
-    def __init__(self, log: EventLog) -> None:
-        self.log = log
+    def __init__(self, run_id: str, *, capacity: int = DEFAULT_CAPACITY) -> None:
+        super().__init__(run_id, capacity=capacity)
         # Made when a follower first waits (most runs are never followed live).
         self._lot: trio.lowlevel.ParkingLot | None = None
         self._parked = 0  # followers parked (or woken and not yet running again)
 
-    def add(self, kind: str, data: Mapping[str, Any] | str | None) -> int:
-        """Publish an event; its seq. Wakes the followers waiting for it."""
-        seq = self.log.add(kind, data, time.time())
-        if self._parked:  # (the run's hot path: no call at all when nobody waits)
-            self._lot.unpark_all()  # type: ignore[union-attr]
-        return seq
+    @property
+    def log(self) -> EventLog:
+        """The run's log: this object itself."""
+        return self
 
     async def _park(self) -> None:
         """Wait for the next :meth:`add`."""
@@ -52,19 +51,17 @@ class LiveRun:
         if lot is None:
             lot = self._lot = trio.lowlevel.ParkingLot()
         self._parked += 1
+        self.wake = lot.unpark_all  # (while nobody waits, an add calls nothing)
         try:
             await lot.park()
         finally:
             self._parked -= 1
-
-    @property
-    def ended(self) -> bool:
-        """The terminal event is in the log."""
-        return self.log.ended is not None
+            if not self._parked:
+                self.wake = None
 
     async def wait_after(self, seq: int) -> None:
         """Wait until the log holds an event after ``seq`` (or has ended)."""
-        if self.log.last <= seq and self.log.ended is None:
+        if self.last <= seq and self.ended is None:
             await self._park()
         else:
             await trio.lowlevel.checkpoint()
@@ -140,10 +137,12 @@ class LiveRuns:
         self.max_ended = max_ended
         self._runs: dict[str, LiveRun] = {}
         self._ended: collections.OrderedDict[str, float] = collections.OrderedDict()
+        # When the oldest ended log is due to go (at the latest: it may have gone already).
+        self._due = math.inf
 
     def open(self, run_id: str) -> LiveRun:
         """Register a new run's log (replacing an ended one of the same id)."""
-        run = LiveRun(EventLog(run_id, capacity=self.capacity))
+        run = LiveRun(run_id, capacity=self.capacity)
         self._runs[run_id] = run
         if self._ended:
             self._ended.pop(run_id, None)
@@ -158,13 +157,18 @@ class LiveRuns:
             ended = self._ended
             if run_id in ended:
                 ended.move_to_end(run_id)
+            elif not ended:
+                self._due = now + self.keep
             ended[run_id] = now
-            self._expire(now)
+            if now >= self._due or len(ended) > self.max_ended:
+                self._expire(now)
 
     def get(self, run_id: str) -> LiveRun | None:
         """The run's log, while it is kept."""
         if self._ended:  # (an ended log older than ``keep`` is gone, also with no run since)
-            self._expire(_now())
+            now = _now()
+            if now >= self._due:
+                self._expire(now)
         return self._runs.get(run_id)
 
     def watch(self, run_id: str, *, after: int = 0) -> RunEvents:
@@ -189,9 +193,11 @@ class LiveRuns:
         while ended:
             run_id, at = next(iter(ended.items()))
             if at > horizon and len(ended) <= self.max_ended:
-                break
+                self._due = at + self.keep
+                return
             ended.popitem(last=False)
             self._runs.pop(run_id, None)
+        self._due = math.inf
 
 
 def _now() -> float:

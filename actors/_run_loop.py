@@ -26,6 +26,7 @@ from protocols.errors import (
 )
 from protocols.history import estimate_messages
 from protocols.jobs import UNKNOWN_EFFECT, Decision
+from protocols.live import usage_parts
 from protocols.messages import (
     CUT_SHORT,
     AgentResult,
@@ -55,7 +56,9 @@ _T = TypeVar("_T")
 if TYPE_CHECKING:
     from opentelemetry.context import Context
 
-    from ._live import LiveRun
+    from protocols.live import EventLog
+    from protocols.settings import ModelSettings
+
     from ._tracing import RunTrace
     from .agent import Agent, _Request
     from .providers import ProviderStream
@@ -367,9 +370,9 @@ class _Run:
         self.output: Any = None
         self.scope: trio.CancelScope | None = None
         self.appended: list[Message] = []
-        self.usage: Usage | None = Usage()  # None once a turn's usage is unknown
+        self.usage: Usage | None = _NOTHING  # None once a turn's usage is unknown
         # What the runs this run delegated to spent (None once one of them is unknown).
-        self.delegated: Usage | None = Usage()
+        self.delegated: Usage | None = _NOTHING
         self.estimated = False
         # The finish reason of the run's last provider call (None: it made none yet).
         self.finish: FinishReason | None = None
@@ -387,7 +390,7 @@ class _Run:
         self.answered_by: str | None = None
         self.pace: Callable[[Any], Awaitable[None]] | None = agent._option(request.options, "pace")
         #: The run's event log (None: a journaled run, whose log is its journal's).
-        self.live: LiveRun | None = request.live
+        self.live: EventLog | None = request.live
         self.journal: RunJournal | None = request.journal
         # The run's spans (None: not traced), and the context of the tool call that handed
         # the run on (a handoff), the parent of the handed-to run's span.
@@ -409,12 +412,14 @@ class _Run:
             if kind == "content" or kind == "thinking":  # noqa: PLR1714 - the hot path
                 seq = live.add(kind, text)
             elif kind == "tool_call":
-                seq = live.add(kind, {"call": call})
+                seq = live.add(kind, call)  # (read back as {"call": call})
             elif kind == "tool_result":
-                seq = live.add(kind, {"result": result})
+                seq = live.add(kind, result)  # (read back as {"result": result})
             else:
                 seq = live.add(kind, {"call_id": call.id if call else None, "text": text})
-        self.emit(Chunk(kind, text, call, result, None, False, self.run_id, (), seq))
+        request = self.request
+        if request.forward is not None or request.send is not None:  # (else nobody reads it)
+            self.emit(Chunk(kind, text, call, result, None, False, self.run_id, (), seq))
 
     def emit(self, chunk: Chunk) -> None:
         request = self.request
@@ -589,20 +594,17 @@ class _Run:
     async def turns(self, limit: int) -> StopReason:
         agent = self.agent
         options = self.request.options
-        authority = agent.authority
-        definitions: tuple[ToolDefinition, ...] | None = tuple(
-            d
-            for d in agent.registry.definitions(agent.scope)
-            if authority is None or not authority.withholds(d.name)  # never allowed: not shown
-        )
-        tools_off = agent._option(options, "tool_choice") == "none"
+        definitions: tuple[ToolDefinition, ...] | None = _advertised(agent)
+        choice = agent._option(options, "tool_choice")
+        tools_off = choice == "none"
         if tools_off:
             definitions = ()  # no tools this run: none advertised, and none will run
         definitions = definitions or None
-        provider_options = ProviderOptions.from_settings(
+        provider_options = _provider_options(
+            agent,
             agent._settings(options),
-            think=agent._option(options, "think"),
-            tool_choice=agent._option(options, "tool_choice") if definitions else None,
+            agent._option(options, "think"),
+            choice if definitions else None,
         )
         max_repeats: int = agent._option(options, "max_repeats") or 3
         unknown_streak: list[ToolCall] = []
@@ -1030,14 +1032,11 @@ class _Run:
         if live is not None:
             finish = result.finish
             seq = live.add(
-                "usage",
-                {
-                    "usage": draw,
-                    "estimated": estimated,
-                    "finish": finish.value if finish is not None else None,
-                },
+                "usage", usage_parts(draw, estimated, finish.value if finish is not None else None)
             )
-        self.emit(Chunk("usage", "", None, None, draw, estimated, self.run_id, (), seq))
+        request = self.request
+        if request.forward is not None or request.send is not None:  # (else nobody reads it)
+            self.emit(Chunk("usage", "", None, None, draw, estimated, self.run_id, (), seq))
         self.event("usage", usage=draw, estimated=estimated, finish=result.finish)
 
     async def commit_partial(self) -> None:
@@ -1076,6 +1075,52 @@ class _Run:
                 self.batch = None
 
 
+def _advertised(agent: Agent) -> tuple[ToolDefinition, ...]:
+    """The definitions of the agent's tools in its scope, but those its authority never allows
+    (not shown at all) -- the same tuple run after run while none of them changed."""
+    registry, scope, authority = agent.registry, agent.scope, agent.authority
+    cached = agent._advertised
+    if (
+        cached is not None
+        and cached[0] is registry
+        and cached[1] == registry.version
+        and cached[2] is scope
+        and cached[3] is authority
+    ):
+        known: tuple[ToolDefinition, ...] = cached[4]
+        return known
+    definitions = tuple(
+        d
+        for d in registry.definitions(scope)
+        if authority is None or not authority.withholds(d.name)
+    )
+    agent._advertised = (registry, registry.version, scope, authority, definitions)
+    return definitions
+
+
+def _provider_options(
+    agent: Agent, settings: ModelSettings | None, think: bool | None, tool_choice: str | None
+) -> ProviderOptions:
+    """The options of a run's provider calls: the same (immutable) object run after run while
+    the settings are the same object and the call options equal."""
+    cached = agent._call_options
+    if (
+        cached is not None
+        and cached[0] is settings
+        and cached[1] == think
+        and cached[2] == tool_choice
+    ):
+        same: ProviderOptions = cached[3]
+        return same
+    made = ProviderOptions.from_settings(settings, think=think, tool_choice=tool_choice)
+    agent._call_options = (settings, think, tool_choice, made)
+    return made
+
+
+#: No usage (yet): a run's starting count (a usage is immutable: one for every run).
+_NOTHING = Usage()
+
+
 def _failed(call: ToolCall, text: str) -> ToolResult:
     return ToolFailure(call.id, call.name, text)
 
@@ -1085,8 +1130,8 @@ def _reason_data(run: _Run, fields: dict[str, Any]) -> dict[str, Any]:
     return {"reason": fields.get("reason") or (str(error) if error is not None else "")}
 
 
-def _turn_data(run: _Run, fields: dict[str, Any]) -> dict[str, Any]:
-    return {"turn": run.turns_made}
+def _turn_data(run: _Run, fields: dict[str, Any]) -> int:
+    return run.turns_made  # (kept alone: read back as {"turn": ...})
 
 
 def _call_id(fields: dict[str, Any]) -> str | None:
@@ -1095,8 +1140,8 @@ def _call_id(fields: dict[str, Any]) -> str | None:
 
 
 #: The listener events a run's log also holds: their kind in the log, and their data there.
-_LOGGED: dict[str, tuple[str, Callable[[_Run, dict[str, Any]], dict[str, Any]]]] = {
-    "start": ("started", lambda run, fields: {"agent": run.agent.name}),
+_LOGGED: dict[str, tuple[str, Callable[[_Run, dict[str, Any]], Any]]] = {
+    "start": ("started", lambda run, fields: run.agent.name),  # (alone: {"agent": ...})
     "turn": ("turn", _turn_data),
     "retry": (
         "retry",

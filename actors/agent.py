@@ -489,7 +489,7 @@ class _Request:
         caller was cut first): ``failed`` with its error, else ``cancelled``. A no-op for a run
         whose log has ended."""
         live = self.live
-        if live is None or live.ended or self.state is _State.RUNNING:
+        if live is None or live.ended is not None or self.state is _State.RUNNING:
             return  # (a running run ends its log itself)
         if self.error is not None:
             self.end_log("failed", {"error": _described(self.error)})
@@ -497,13 +497,13 @@ class _Request:
             result = self.result or AgentResult(
                 stop=StopReason.CANCELLED, run_id=self.run_id, agent=self.agent.name
             )
-            self.end_log(terminal_for(result), {"result": result})
+            self.end_log(terminal_for(result), result)
 
-    def end_log(self, kind: str, data: dict[str, Any]) -> None:
-        """Publish the run's terminal event (once), and let its log go after the runtime's
-        keeping time."""
+    def end_log(self, kind: str, data: dict[str, Any] | AgentResult) -> None:
+        """Publish the run's terminal event (once: ``data`` is its result, or its data), and
+        let its log go after the runtime's keeping time."""
         live = self.live
-        if live is not None and not live.ended and self.owns_log:
+        if live is not None and live.ended is None and self.owns_log:
             live.add(kind, data)
             runtime = self.agent._runtime
             if runtime is not None:
@@ -798,6 +798,10 @@ class Agent:
         self.system = system
         self.instructions = instructions or Instructions()
         self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+        # What the last run advertised and the options of its calls, with what they came from
+        # (a run reuses them while those are the same: see _run_loop).
+        self._advertised: tuple[Any, ...] | None = None
+        self._call_options: tuple[Any, ...] | None = None
         self.scope = scope
         self.workspace = workspace
         self.authority = authority
@@ -1324,7 +1328,7 @@ class Agent:
                 # Cut with the run it was delegated from (or handed from): ``cancelled``, with
                 # what it had done.
                 cut = run.result(run.cut_reason())
-                request.end_log(terminal_for(cut), {"result": cut})
+                request.end_log(terminal_for(cut), cut)
             else:
                 request.close_log()  # cut before its loop began: ``cancelled``, nothing done
             raise
@@ -1334,7 +1338,7 @@ class Agent:
             self.status = AgentStatus.DONE
             self._statistics["runs"] += 1
             request.result = result
-            request.end_log(terminal_for(result), {"result": result})
+            request.end_log(terminal_for(result), result)
             request.deliver(("result", result))
             if self._listeners or request.forward_event is not None:
                 finish = AgentEvent(
@@ -1467,7 +1471,7 @@ class Agent:
             conversation=run.conversation,
             deps=run.deps,
             # The same run, answered on by another agent: its events go on in the run's log.
-            live=run.live,
+            live=run.request.live,
             owns_log=False,
             forward=run.emit,
             forward_event=run.request.forward_event,

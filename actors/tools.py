@@ -322,6 +322,8 @@ class ToolRegistry:
 
     def __init__(self, tools: Iterable[CallableTool] = ()) -> None:
         self._tools: dict[str, CallableTool] = {}
+        #: Counts the changes of the registry (a run reuses what it advertised while none).
+        self.version = 0
         self.add(*tools)
 
     def add(self, *tools: CallableTool, replace: bool = False) -> None:
@@ -338,12 +340,14 @@ class ToolRegistry:
                 raise ConfigError(f"a tool named {item.definition.name!r} is already registered")
         for item in tools:
             self._tools[item.definition.name] = item
+        self.version += 1
 
     def remove(self, *names: str) -> bool:
         """Unregister tools; true only when every name was registered."""
         found = True
         for name in names:
             found = self._tools.pop(name, None) is not None and found
+        self.version += 1
         return found
 
     def get(self, name: str) -> CallableTool | None:

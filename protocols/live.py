@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from time import time as _wall_clock
 from typing import Any, Final, Literal
 
 import attrs
@@ -67,12 +68,14 @@ __all__ = [
     "EventLog",
     "JournalEvents",
     "RunEvent",
+    "decimal_seq",
     "event_from_json",
     "event_to_json",
     "event_to_sse",
     "gap",
     "last_event_id",
     "terminal_for",
+    "usage_parts",
 ]
 
 #: Events an in-memory run keeps by default (a long answer's deltas and then some).
@@ -188,17 +191,7 @@ class EventLog:
     :class:`RunEvent` when first read, and every later reader gets that same object -- a
     thousand followers of a run read each event for the price of one."""
 
-    __slots__ = (
-        "_base",
-        "_data",
-        "_events",
-        "_head",
-        "_kinds",
-        "_times",
-        "capacity",
-        "ended",
-        "run_id",
-    )
+    __slots__ = ("_base", "_head", "_items", "_read", "capacity", "ended", "run_id", "wake")
 
     def __init__(self, run_id: str, *, capacity: int = DEFAULT_CAPACITY) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
@@ -207,49 +200,67 @@ class EventLog:
         self.capacity = capacity
         #: The time the terminal event was added (``None``: the run goes on).
         self.ended: float | None = None
-        # The event of seq n is at index n - _base - 1 of the four lists (its kind, data and
-        # time, and its RunEvent once read: kept apart, no object is made per event added);
-        # those before _head are dropped (the lists are compacted once they are as many as half
-        # the capacity: amortized O(1) per add).
-        self._kinds: list[str] = []
-        self._data: list[Mapping[str, Any] | str | None] = []
-        self._times: list[float] = []
-        self._events: list[RunEvent | None] = []
+        #: Called after each :meth:`add` when set (a runtime wakes the followers waiting for
+        #: the next event with it).
+        self.wake: Callable[[], object] | None = None
+        # The event of seq n is at index 3 * (n - _base - 1) of _items: its kind, data and
+        # time, one after the other (no object is kept per event added: a run that nobody
+        # follows costs one list); those of the first _head events are dropped (the list is
+        # compacted once they are as many as half the capacity: amortized O(1) per add).
+        # _read holds each event read, by seq (made by the first read).
+        self._items: list[Any] = []
+        self._read: dict[int, RunEvent] | None = None
         self._head = 0
         self._base = 0
 
     @property
     def last(self) -> int:
         """The seq of the latest event (0: none yet)."""
-        return self._base + len(self._kinds)
+        return self._base + len(self._items) // 3
 
     @property
     def first(self) -> int:
         """The seq of the oldest event still kept (``last + 1`` when none is)."""
         return self._base + self._head + 1
 
-    def add(self, kind: str, data: Mapping[str, Any] | str | None, time: float) -> int:
-        """Append an event; its seq. A terminal ``kind`` ends the log. A ``content`` or
-        ``thinking`` delta's ``data`` may be its text alone (the run's hot path): it reads back
-        as ``{"text": data}``."""
+    def add(self, kind: str, data: Any, time: float | None = None) -> int:
+        """Append an event; its seq. A terminal ``kind`` ends the log. A ``started`` event's
+        ``data`` may be its agent's name alone, a ``turn``'s its number, a ``content`` or
+        ``thinking`` delta's its text, a ``tool_call``'s its
+        :class:`~protocols.messages.ToolCall`, a ``tool_result``'s its
+        :class:`~protocols.messages.ToolResult`, a ``finished`` or ``cancelled`` one's its
+        :class:`~protocols.messages.AgentResult`, a ``usage``'s the :func:`usage_parts` (the
+        run's hot path): they read back as ``{"agent": data}``, ``{"turn": data}``,
+        ``{"text": data}``, ``{"call": data}``, ``{"result": data}`` and the usage's data.
+        ``time``: the event's (default: now, by the wall clock)."""
         if self.ended is not None:
             raise ValidationError(f"run {self.run_id}: an event after the terminal one")
-        kinds = self._kinds
-        kinds.append(kind)
-        self._data.append(data)
-        self._times.append(time)
-        self._events.append(None)
-        if len(kinds) - self._head > self.capacity:
-            self._head += 1
-            if self._head > self.capacity // 2:
-                head = self._head
-                for kept in (kinds, self._data, self._times, self._events):
-                    del kept[:head]
-                self._base += head
-                self._head = 0
+        if time is None:
+            time = _wall_clock()
+        items = self._items
+        items += (kind, data, time)
+        count = len(items) // 3
+        if count - self._head > self.capacity:
+            self._compact()
+            count = len(items) // 3
         if kind in TERMINAL:
             self.ended = time
-        return self._base + len(kinds)
+        if self.wake is not None:
+            self.wake()
+        return self._base + count
+
+    def _compact(self) -> None:
+        # Drop the oldest event; once half the capacity is dropped, let go of them.
+        self._head += 1
+        if self._head <= self.capacity // 2:
+            return
+        head, self._head = self._head, 0
+        del self._items[: 3 * head]
+        self._base += head
+        read = self._read
+        if read:
+            for seq in [seq for seq in read if seq <= self._base]:
+                del read[seq]
 
     def read(self, after: int, limit: int = 1000, *, now: float = math.nan) -> list[RunEvent]:
         """The events after seq ``after``, at most ``limit`` of them: a :func:`gap` first when
@@ -263,26 +274,66 @@ class EventLog:
             out.append(gap(self.run_id, start, first - 1, now))
             start = first
             limit -= 1
-        events = self._events
+        read = self._read
+        if read is None:
+            read = self._read = {}
+        items = self._items
         base = self._base
         index = start - base - 1
-        end = min(len(events), index + limit)
-        for at in range(index, end):
-            event = events[at]
+        for at in range(index, min(len(items) // 3, index + limit)):
+            seq = base + at + 1
+            event = read.get(seq)
             if event is None:
-                kind = self._kinds[at]
-                data = _data(kind, self._data[at])
-                event = events[at] = RunEvent(
-                    self.run_id, base + at + 1, kind, self._times[at], data
-                )
+                kind, data, time = items[3 * at : 3 * at + 3]
+                event = read[seq] = RunEvent(self.run_id, seq, kind, time, _data(kind, data))
             out.append(event)
         return out
 
 
+#: The kinds whose data the log may be given as its one value alone (the run's hot path: no
+#: object made or kept per event added), and that value's name in the event's data.
+_ALONE: Final[Mapping[str, str]] = {
+    "started": "agent",
+    "turn": "turn",
+    "content": "text",
+    "thinking": "text",
+    "tool_call": "call",
+    "tool_result": "result",
+    "finished": "result",
+    "cancelled": "result",
+}
+
+
+def usage_parts(
+    usage: Usage | None, estimated: bool, finish: str | None
+) -> tuple[int | bool | str | None, ...]:
+    """A ``usage`` event's data as :meth:`EventLog.add` may keep it: a tuple of plain values
+    (which holds on to no object: an ended run's log is kept a while, and the collector
+    passes over plain tuples). It reads back as ``{"usage": ..., "estimated": ...,
+    "finish": ...}``, ``usage`` an equal :class:`~protocols.messages.Usage`."""
+    if usage is None:
+        return (None, None, None, None, None, estimated, finish)
+    return (
+        usage.prompt,
+        usage.completion,
+        usage.total,
+        usage.cached,
+        usage.reasoning,
+        estimated,
+        finish,
+    )
+
+
 def _data(kind: str, data: Any) -> Mapping[str, Any]:
-    # Deltas are kept as their text alone (the log's hot path); the event shows them whole.
-    if kind in ("content", "thinking"):
-        return {"text": data}
+    name = _ALONE.get(kind)
+    if name is not None and not isinstance(data, Mapping):
+        return {name: data}  # kept alone; the event shows it whole
+    if kind == "usage" and type(data) is tuple:
+        prompt, completion, total, cached, reasoning, estimated, finish = data
+        usage = None
+        if prompt is not None:
+            usage = Usage(prompt, completion, total, cached=cached, reasoning=reasoning)
+        return {"usage": usage, "estimated": estimated, "finish": finish}
     return data if data is not None else {}
 
 
@@ -700,9 +751,23 @@ def last_event_id(value: str | None) -> int:
     """The seq a resuming client asks to go on after, from its ``Last-Event-ID`` header (or a
     query's ``after``): ``0`` for none. Raises :class:`~protocols.errors.ValidationError` for
     anything but a decimal seq of at most 18 digits."""
+    return decimal_seq(
+        value,
+        most=10**18 - 1,
+        refusal="Last-Event-ID must be the seq of an event (a decimal int >= 0)",
+    )
+
+
+def decimal_seq(value: str | None, *, most: int, refusal: str) -> int:
+    """A seq a client sent as text (a header, a query's value): ``0`` for none; a decimal int
+    from 0 to ``most``, blanks around it allowed -- else
+    :class:`~protocols.errors.ValidationError` saying ``refusal``."""
     if value is None or value == "":
         return 0
     text = value.strip()
-    if not (text.isascii() and text.isdigit()) or len(text) > 18:
-        raise ValidationError("Last-Event-ID must be the seq of an event (a decimal int >= 0)")
-    return int(text)
+    if not (text.isascii() and text.isdigit()) or len(text) > len(str(most)):
+        raise ValidationError(refusal)
+    number = int(text)
+    if number > most:
+        raise ValidationError(refusal)
+    return number

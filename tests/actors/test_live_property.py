@@ -659,3 +659,55 @@ async def test_followers_in_one_process_share_a_jobs_derivation(autojump_clock: 
     again = [event async for event in watch_job(counting, id, after=3)]
     assert again == whole[3:]
     assert counting.reads == [0, entries]
+
+
+REGISTRY_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["open", "end", "get", "wait"]),
+        st.integers(0, 5),  # a run id's number
+        st.sampled_from([0.0, 0.5, 3.0, 10.0, 11.0]),  # seconds, for "wait"
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=REGISTRY_OPS, keep=st.sampled_from([0.0, 5.0, 10.0]), most=st.integers(0, 4))
+def test_the_registry_keeps_exactly_the_logs_its_limits_say(
+    ops: list[tuple[str, int, float]], keep: float, most: int
+) -> None:
+    # A model of the rule: a running log stays; an ended one stays while it ended less than
+    # ``keep`` seconds ago and is among the ``max_ended`` that ended last (counted when a run
+    # ends); a log opened again under the same id replaces the one before.
+    async def scenario() -> None:
+        clock = trio.lowlevel.current_clock()
+        runs = LiveRuns(keep=keep, max_ended=most)
+        opened: dict[str, object] = {}
+        ended: dict[str, float] = {}  # in the order they ended
+        for op, number, seconds in ops:
+            run_id = f"run{number}"
+            now = trio.current_time()
+            if op == "open":
+                opened[run_id] = runs.open(run_id)
+                ended.pop(run_id, None)
+            elif op == "end" and run_id in opened and run_id not in ended:
+                runs.end(run_id)
+                ended[run_id] = now
+                while len(ended) > most:
+                    del opened[next(iter(ended))]
+                    del ended[next(iter(ended))]
+            elif op == "wait":
+                clock.jump(seconds)  # type: ignore[attr-defined]
+            elif op == "get":
+                for gone in [name for name, at in ended.items() if at <= now - keep]:
+                    del opened[gone]
+                    del ended[gone]
+                assert runs.get(run_id) is opened.get(run_id)
+        now = trio.current_time()
+        for gone in [name for name, at in ended.items() if at <= now - keep]:
+            del opened[gone]
+            del ended[gone]
+        for number in range(6):
+            assert runs.get(f"run{number}") is opened.get(f"run{number}")
+
+    trio.run(scenario, clock=trio.testing.MockClock())
