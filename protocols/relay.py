@@ -92,7 +92,7 @@ import attrs
 from ._json import _may_hold_surrogates, dumps, json_kind, loads, loads_object_unchecked
 from .codec import from_json, to_json
 from .errors import Category, ProtocolError, ProviderError, SizeLimitError, ValidationError
-from .live import TERMINAL, RunEvent, event_to_json, event_to_sse
+from .live import TERMINAL, RunEvent, decimal_seq, event_to_json, event_to_sse
 from .messages import (
     Message,
     ProviderOptions,
@@ -1058,15 +1058,9 @@ def parse_start_index(value: str | None) -> int:
     """The ``startIndex`` (or ``after``) a polling client sent, as a seq: ``0`` for none.
     Raises :class:`~protocols.errors.ValidationError` for anything but a non-negative safe
     integer in decimal (002's rule: a client checks it before sending, a server again)."""
-    if value is None or value == "":
-        return 0
-    text = value.strip()
-    if not (text.isascii() and text.isdigit()) or len(text) > 16:
-        raise ValidationError("startIndex must be a non-negative safe integer")
-    number = int(text)
-    if number > MAX_SAFE_INTEGER:
-        raise ValidationError("startIndex must be a non-negative safe integer")
-    return number
+    return decimal_seq(
+        value, most=MAX_SAFE_INTEGER, refusal="startIndex must be a non-negative safe integer"
+    )
 
 
 #: Follow-up requests a :class:`RunContinuation` makes by default before it gives up.

@@ -96,6 +96,56 @@ class _HttpOut:
             self.done.set()
 
 
+async def _cancel_on_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
+    """Cancel ``scope`` once the client has disconnected."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()
+
+
+def _body(data: bytes) -> dict[str, Any]:
+    """A part of a streamed response's body (more follows)."""
+    return {"type": "http.response.body", "body": data, "more_body": True}
+
+
+#: The head of every Server-Sent Events answer (with the route's own headers after it).
+SSE_HEADERS: list[tuple[bytes, bytes]] = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-store"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-accel-buffering", b"no"),  # a proxy in front must not hold events back
+]
+
+
+async def _server_sent_events(
+    send: Send,
+    receive: Receive,
+    send_timeout: float,
+    headers: Sequence[tuple[bytes, bytes]],
+    pump: Callable[[_HttpOut], Awaitable[None]],
+) -> None:
+    """Answer 200 with Server-Sent Events: the head (:data:`SSE_HEADERS`, then ``headers``),
+    then what ``pump`` puts to the outbox, then the body's end -- also when ``pump`` stopped
+    because the client stopped reading (:class:`_Gone`), and never after the client left (the
+    pump is cancelled then)."""
+    out = _HttpOut(send, send_timeout)
+    start = {"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *headers]}
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
+        nursery.start_soon(out.sender)
+        try:
+            await out.put(start)
+            await pump(out)
+            with trio.CancelScope(shield=True):
+                await out.put({"type": "http.response.body", "body": b"", "more_body": False})
+        except _Gone:
+            pass  # the client stopped reading: cut
+        finally:
+            out.close()
+        await out.done.wait()
+        nursery.cancel_scope.cancel()
+
+
 def _headers(scope: Scope) -> dict[str, str]:
     headers: dict[str, str] = {}
     for name, value in scope.get("headers", ()):

@@ -70,7 +70,7 @@ from .._core._errors import raises_one_cause
 from .._sqlite import StoreError
 from ..durable import AgentRegistry, RunStore, answer_job, cancel_job, submit_job, watch_job
 from ._admission import _TokenState
-from ._asgi import Receive, Scope, Send, _bearer, _Gone, _HttpOut
+from ._asgi import Receive, Scope, Send, _bearer, _body, _Gone, _HttpOut, _server_sent_events
 
 if TYPE_CHECKING:
     from ._server import RelayServer
@@ -86,7 +86,6 @@ __all__ = ["JOBS_PATH", "RelayJobLimits", "RelayJobStatistics", "RelayJobs"]
 log = logging.getLogger("trio_agents.relay")
 
 _JSON_TYPE = b"application/json"
-_SSE_TYPE = b"text/event-stream; charset=utf-8"
 
 
 def _positive(kind: type | tuple[type, ...], rule: str) -> Callable[[Any, Any, Any], None]:
@@ -525,38 +524,19 @@ class RelayJobs:
 
     async def _stream(self, call: _Call, id: str, after: int) -> None:
         server = call.server
-        out = _HttpOut(call.send, server.limits.send_timeout)
-        start = {
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [
-                (b"content-type", _SSE_TYPE),
-                (b"cache-control", b"no-store"),
-                (b"x-content-type-options", b"nosniff"),
-                (b"x-accel-buffering", b"no"),
-            ],
-        }
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_until_disconnect, call.receive, nursery.cancel_scope)
-            nursery.start_soon(out.sender)
-            try:
-                await out.put(start)
-                with trio.CancelScope() as cut:
-                    # RelayServer.close() cuts it; the response still ends properly below.
-                    server._scopes.add(cut)
-                    if server._closing:
-                        cut.cancel()
-                    try:
-                        await self._pump(id, after, out)
-                    finally:
-                        server._scopes.discard(cut)
-                await out.put({"type": "http.response.body", "body": b"", "more_body": False})
-            except _Gone:
-                pass  # the client stopped reading: cut
-            finally:
-                out.close()
-            await out.done.wait()
-            nursery.cancel_scope.cancel()
+
+        async def pump(out: _HttpOut) -> None:
+            with trio.CancelScope() as cut:
+                # RelayServer.close() cuts it; the response still ends properly.
+                server._scopes.add(cut)
+                if server._closing:
+                    cut.cancel()
+                try:
+                    await self._pump(id, after, out)
+                finally:
+                    server._scopes.discard(cut)
+
+        await _server_sent_events(call.send, call.receive, server.limits.send_timeout, (), pump)
 
     async def _pump(self, id: str, after: int, out: _HttpOut) -> None:
         """Put the job's events after ``after`` to ``out`` up to its terminal one, with a
@@ -572,14 +552,14 @@ class RelayJobs:
                 if trio.current_time() >= last + keepalive:
                     last = trio.current_time()
                     try:
-                        await out.put(_chunk(SSE_KEEPALIVE))
+                        await out.put(_body(SSE_KEEPALIVE))
                     except _Gone:
                         scope.cancel()
                         return
 
         async def put(event: RunEvent) -> None:
             nonlocal last
-            await out.put(_chunk(event_to_sse(shown_event(event))))
+            await out.put(_body(event_to_sse(shown_event(event))))
             last = trio.current_time()
 
         async with trio.open_nursery() as nursery:
@@ -753,16 +733,6 @@ def _count_start(holder: _TokenState) -> None:
 
 def _dumped(value: Any) -> bytes:
     return dumpb(value)
-
-
-def _chunk(data: bytes) -> dict[str, Any]:
-    return {"type": "http.response.body", "body": data, "more_body": True}
-
-
-async def _until_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-    scope.cancel()
 
 
 async def _answer(

@@ -28,7 +28,6 @@ from protocols.errors import ValidationError
 from protocols.live import (
     SSE_KEEPALIVE,
     TERMINAL,
-    EventLog,
     RunEvent,
 )
 from protocols.messages import FinishReason, ProviderResult, ToolCall
@@ -54,7 +53,17 @@ from protocols.relay import (
 
 from .._live import LiveRun
 from ._admission import RelayLimits, _TokenState
-from ._asgi import Receive, Scope, Send, _Gone, _HttpOut, _plain
+from ._asgi import (
+    Receive,
+    Scope,
+    Send,
+    _body,
+    _cancel_on_disconnect,
+    _Gone,
+    _HttpOut,
+    _plain,
+    _server_sent_events,
+)
 
 if TYPE_CHECKING:
     from ._server import RelayServer
@@ -97,7 +106,7 @@ class _Run:
     ) -> None:
         self.run_id = run_id
         self.owner = owner
-        self.live = LiveRun(EventLog(run_id, capacity=limits.run_events))
+        self.live = LiveRun(run_id, capacity=limits.run_events)
         #: The starter's request id: what the frames to the attached client say.
         self.request_id = request_id
         self.cancel_on_disconnect = cancel_on_disconnect
@@ -129,7 +138,7 @@ class _Run:
     @property
     def ended(self) -> bool:
         """The terminal event is in the log."""
-        return self.live.ended
+        return self.live.ended is not None
 
     @property
     def last(self) -> int:
@@ -622,52 +631,28 @@ async def _sse(server: RelayServer, run: _Run, after: int, receive: Receive, sen
     """The run's events after ``after`` as Server-Sent Events (``id:`` the seq), through the
     terminal one; a keep-alive comment after ``keepalive`` seconds of silence."""
     limits = server.limits
-    out = _HttpOut(send, limits.send_timeout)
-    start = {
-        "type": "http.response.start",
-        "status": 200,
-        "headers": [
-            (b"content-type", b"text/event-stream; charset=utf-8"),
-            (b"cache-control", b"no-store"),
-            (b"x-content-type-options", b"nosniff"),
-            (b"x-accel-buffering", b"no"),  # a proxy in front must not hold events back
-            *_run_headers(run),
-            (TAIL_INDEX_HEADER.encode(), str(after).encode()),
-        ],
-    }
+
+    async def pump(out: _HttpOut) -> None:
+        last = after
+        while True:
+            with trio.move_on_after(limits.keepalive) as quiet:
+                events = await next_events(run, last)
+            if quiet.cancelled_caught:
+                await out.put(_body(SSE_KEEPALIVE))
+                continue
+            if not events:
+                return
+            await out.put(_body(run.sse(events)))
+            last = events[-1].seq
+            if events[-1].terminal:
+                return
+
+    headers = [*_run_headers(run), (TAIL_INDEX_HEADER.encode(), str(after).encode())]
     run.watchers += 1
     try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
-            nursery.start_soon(out.sender)
-            try:
-                await out.put(start)
-                while True:
-                    with trio.move_on_after(limits.keepalive) as quiet:
-                        events = await next_events(run, after)
-                    if quiet.cancelled_caught:
-                        await out.put(_body(SSE_KEEPALIVE))
-                        continue
-                    if not events:
-                        break
-                    await out.put(_body(run.sse(events)))
-                    after = events[-1].seq
-                    if events[-1].terminal:
-                        break
-                with trio.CancelScope(shield=True):
-                    await out.put({"type": "http.response.body", "body": b"", "more_body": False})
-            except _Gone:
-                pass  # the client stopped reading: cut
-            finally:
-                out.close()
-            await out.done.wait()
-            nursery.cancel_scope.cancel()
+        await _server_sent_events(send, receive, limits.send_timeout, headers, pump)
     finally:
         run.watchers -= 1
-
-
-def _body(data: bytes) -> dict[str, Any]:
-    return {"type": "http.response.body", "body": data, "more_body": True}
 
 
 async def _poll(
@@ -739,11 +724,3 @@ async def _poll(
             }
         )
         await send({"type": "http.response.body", "body": body, "more_body": False})
-
-
-async def _cancel_on_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            scope.cancel()
-            return

@@ -82,6 +82,7 @@ from ._asgi import (
     Scope,
     Send,
     _bearer,
+    _cancel_on_disconnect,
     _Gone,
     _headers,
     _HttpOut,
@@ -92,7 +93,7 @@ from ._asgi import (
 )
 from ._jobs import JOBS_PATH, RelayJobs
 from ._runs import RUNS_PREFIX, _Run, _Runs, http_runs
-from ._session import _cancel_on_disconnect, _coalesced, _Connection, _Failed, _stack
+from ._session import _coalesced, _Connection, _Failed, _stack
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider

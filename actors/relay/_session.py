@@ -407,11 +407,3 @@ def _coalesced(deltas: Sequence[Any]) -> list[tuple[str, str]]:
         else:
             out.append((delta.channel, [delta.text]))
     return [(channel, "".join(texts)) for channel, texts in out]
-
-
-async def _cancel_on_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            scope.cancel()
-            return
