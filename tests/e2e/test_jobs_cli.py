@@ -7,7 +7,6 @@ bounded.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import pathlib
@@ -19,92 +18,14 @@ import time
 import psycopg
 import pytest
 import trio
+from jobs_app import CUT, app, cli, has_open, start_worker, stop
 from postgres_server import drop_schemas, new_schema, postgres_url
 
 from actors.durable import SQLiteRunStore
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
-APP = '''
-from actors import tool
-from actors.durable import AgentRegistry
-from actors.testing import Reply, ScriptedProvider
-from protocols.authority import Authority, Rule
-from protocols.messages import ToolCall
-
-
-@tool
-async def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-@tool
-async def refund(cents: int) -> str:
-    """Refund."""
-    return f"refunded {cents}"
-
-
-def registry():
-    agents = AgentRegistry()
-    steps = []
-    for _ in range(20):
-        steps += [Reply(calls=[ToolCall("c1", "add", {"a": 19, "b": 23})]), Reply("It is 42.")]
-    agents.add("calculator", ScriptedProvider(*steps), tools=[add])
-    agents.add("cut", ScriptedProvider(Reply("Once upon a", finish="length")))
-    asks = Authority(rules=(Rule("ask", tools=("refund",), reason="needs a human"),))
-    agents.add(
-        "support",
-        ScriptedProvider(Reply(calls=[ToolCall("r1", "refund", {"cents": 5})]), Reply("Done.")),
-        tools=[refund],
-        authority=asks,
-    )
-    return agents
-'''
-
-
-def cli(folder: pathlib.Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "actors", *args],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def start_worker(
-    folder: pathlib.Path, *extra: str, store: str = "sqlite:///jobs.db"
-) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "actors",
-            "worker",
-            "--store",
-            store,
-            "--app",
-            "app:registry",
-            "--poll",
-            "0.05",
-            *extra,
-        ],
-        cwd=folder,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-
-
-def stop(worker: subprocess.Popen[str]) -> tuple[str, str]:
-    worker.send_signal(signal.SIGTERM)
-    out, err = worker.communicate(timeout=60)
-    assert worker.returncode == 0, err
-    return out, err
+APP = app(CUT)
 
 
 @pytest.fixture
@@ -430,15 +351,6 @@ def test_submit_says_when_no_worker_has_ever_run_on_the_store(folder: pathlib.Pa
     assert submit(folder)[1] == ""
     # Another store beside it is another story.
     assert "no worker has ever run on sqlite:///other.db" in submit(folder, "sqlite:///other.db")[1]
-
-
-def has_open(pid: int, name: str) -> bool:
-    """Whether process ``pid`` has a file called ``name`` open (Linux)."""
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        with contextlib.suppress(OSError):  # closed meanwhile
-            if os.readlink(f"/proc/{pid}/fd/{fd}").endswith(os.sep + name):
-                return True
-    return False
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="watches /proc")

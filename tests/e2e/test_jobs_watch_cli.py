@@ -7,101 +7,29 @@ bounded.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import pathlib
-import signal
 import subprocess
 import sys
 import time
 
 import pytest
+from jobs_app import CUT, app, cli, has_open, start, start_worker, stop
 
 from protocols.live import event_from_json
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
-APP = '''
-from actors import tool
-from actors.durable import AgentRegistry
-from actors.testing import Reply, ScriptedProvider
-from protocols.authority import Authority, Rule
-from protocols.messages import ToolCall
-
-
-@tool
-async def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-@tool
-async def refund(cents: int) -> str:
-    """Refund."""
-    return f"refunded {cents}"
-
-
-def registry():
-    agents = AgentRegistry()
-    steps = []
-    for _ in range(20):
-        steps += [
-            Reply(calls=[ToolCall("c1", "add", {"a": 19, "b": 23})]),
-            Reply("It is 42.\\nSure.", chunk=3, delay=0.02),
-        ]
-    agents.add("calculator", ScriptedProvider(*steps), tools=[add])
-    agents.add("cut", ScriptedProvider(Reply("Once upon a", finish="length")))
-    asks = Authority(rules=(Rule("ask", tools=("refund",), reason="needs a human"),))
-    agents.add(
-        "support",
-        ScriptedProvider(Reply(calls=[ToolCall("r1", "refund", {"cents": 5})]), Reply("Done.")),
-        tools=[refund],
-        authority=asks,
-    )
-    return agents
-'''
+APP = app(CUT, answer='Reply("It is 42.\\nSure.", chunk=3, delay=0.02)')
 
 STORE = "sqlite:///jobs.db"
-
-
-def cli(folder: pathlib.Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "actors", *args],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def submit(folder: pathlib.Path, agent: str, text: str) -> str:
     done = cli(folder, "jobs", "submit", "--store", STORE, "--agent", agent, text)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
-
-
-def start(folder: pathlib.Path, *args: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "actors", *args],
-        cwd=folder,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-
-
-def start_worker(folder: pathlib.Path) -> subprocess.Popen[str]:
-    return start(folder, "worker", "--store", STORE, "--app", "app:registry", "--poll", "0.05")
-
-
-def stop(worker: subprocess.Popen[str]) -> None:
-    worker.send_signal(signal.SIGTERM)
-    _, err = worker.communicate(timeout=60)
-    assert worker.returncode == 0, err
 
 
 def watch(folder: pathlib.Path, id: str, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -121,15 +49,6 @@ def untimed(lines: str) -> list[dict[str, object]]:
 def folder(tmp_path: pathlib.Path) -> pathlib.Path:
     (tmp_path / "app.py").write_text(APP, encoding="utf-8")
     return tmp_path
-
-
-def has_open(pid: int, name: str) -> bool:
-    """Whether process ``pid`` has a file called ``name`` open (Linux)."""
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        with contextlib.suppress(OSError):  # closed meanwhile
-            if os.readlink(f"/proc/{pid}/fd/{fd}").endswith(os.sep + name):
-                return True
-    return False
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="watches /proc")

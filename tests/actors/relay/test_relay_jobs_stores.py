@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
+from jobs_app import WRITER, app
 from postgres_server import drop_schemas, new_schema, postgres_url
 
 from actors import open_runtime
@@ -39,42 +40,7 @@ ALICE = "alice-secret-0123456789abcdef"
 BOB = "bob-secret-fedcba9876543210xx"
 ROTATED = "alice-rotated-secret-0123456789"
 
-APP = '''
-from actors import tool
-from actors.durable import AgentRegistry
-from actors.testing import Hang, Reply, ScriptedProvider
-from protocols.authority import Authority, Rule
-from protocols.messages import ToolCall
-
-
-@tool
-async def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-@tool
-async def refund(cents: int) -> str:
-    """Refund."""
-    return f"refunded {cents}"
-
-
-def registry():
-    agents = AgentRegistry()
-    steps = []
-    for _ in range(20):
-        steps += [Reply(calls=[ToolCall("c1", "add", {"a": 19, "b": 23})]), Reply("It is 42.")]
-    agents.add("calculator", ScriptedProvider(*steps), tools=[add])
-    agents.add("writer", ScriptedProvider(Hang("Once upon a time")))
-    asks = Authority(rules=(Rule("ask", tools=("refund",), reason="needs a human"),))
-    agents.add(
-        "support",
-        ScriptedProvider(Reply(calls=[ToolCall("r1", "refund", {"cents": 5})]), Reply("Done.")),
-        tools=[refund],
-        authority=asks,
-    )
-    return agents
-'''
+APP = app(WRITER)
 
 AGENTS = ("calculator", "writer", "support")
 FAST = RelayJobLimits(poll=0.05)  # SQLite tells no other process of a commit: look often
