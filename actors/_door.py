@@ -347,6 +347,73 @@ class RunSlot:
             self.pending = reason
 
 
+class End:
+    """The last item of a streamed run's queue: how its call ended."""
+
+    __slots__ = ("outcome",)
+
+    def __init__(self, result: outcome.Outcome[Any]) -> None:
+        self.outcome = result
+
+
+class StreamedRun:
+    """What a door's streamed run (``aio.Run``, ``sync.Run``) holds, whichever face it has:
+    the call that pumps its chunks into a queue (``put``), then an :class:`End`, and its
+    result or error once that came."""
+
+    def __init__(
+        self,
+        portal: Portal,
+        agent: Agent,
+        input: str | Message | Sequence[Message] | None,
+        options: dict[str, Any],
+    ) -> None:
+        self._portal = portal
+        self._agent = agent
+        self._input = input
+        self._options = options
+        self._slot = RunSlot()
+        self._call: Call | None = None
+        self._ended = False
+        self._result: AgentResult | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def result(self) -> AgentResult:
+        """The run's result, once the iteration has ended (or the error it raised)."""
+        if self._error is not None:
+            raise self._error
+        if self._result is None:
+            raise RuntimeError("the run has not finished: iterate it to the end first")
+        return self._result
+
+    def _start(self, put: Callable[[Any], None]) -> None:
+        """Start the run's call (once): its chunks, then its :class:`End`, go to ``put``."""
+        if self._call is not None:
+            raise RuntimeError("a run is iterated once")
+        slot = self._slot
+        agent, input, options = self._agent, self._input, self._options
+
+        def deliver(result: outcome.Outcome[Any]) -> None:
+            put(End(result))
+
+        self._call = self._portal.submit(lambda: pump(agent, input, options, put, slot), deliver)
+
+    def _finish(self, result: outcome.Outcome[Any]) -> None:
+        """The run's call ended with ``result``: keep it (raise its error)."""
+        self._ended = True
+        if isinstance(result, outcome.Error):
+            self._error = result.error
+            raise result.error
+        self._result = result.unwrap()
+
+    def abort(self, reason: str = "cancelled") -> None:
+        """Abort the run: it ends at once, partial, and the iteration ends with its result
+        (``stop="cancelled"``). From any thread."""
+        slot = self._slot
+        self._portal.soon(lambda: slot.abort(reason))
+
+
 async def pump(
     agent: Agent,
     input: str | Message | Sequence[Message] | None,

@@ -69,15 +69,6 @@ __all__ = ["Agent", "JobQueue", "Run", "Runtime", "RuntimeClosed"]
 T = TypeVar("T")
 
 
-class _End:
-    """The last item of a run's inbox: how its call ended."""
-
-    __slots__ = ("outcome",)
-
-    def __init__(self, result: outcome.Outcome[Any]) -> None:
-        self.outcome = result
-
-
 class _Inbox:
     """Items put from the runtime's thread, taken on the loop. Puts are batched: one wake-up
     of the loop carries every item put until it runs."""
@@ -333,7 +324,7 @@ class Agent:
         await self.aclose()
 
 
-class Run:
+class Run(_door.StreamedRun):
     """A streamed run, from asyncio: iterate it for its chunks (:class:`actors.Chunk`), then
     read :attr:`result`::
 
@@ -356,39 +347,13 @@ class Run:
         input: str | Message | Sequence[Message] | None,
         options: dict[str, Any],
     ) -> None:
-        self._portal = portal
-        self._agent = agent
-        self._input = input
-        self._options = options
+        super().__init__(portal, agent, input, options)
         self._inbox: _Inbox | None = None
-        self._slot = _door.RunSlot()
-        self._call: _door.Call | None = None
-        self._ended = False
-        self._result: AgentResult | None = None
-        self._error: BaseException | None = None
-
-    @property
-    def result(self) -> AgentResult:
-        """The run's result, once the iteration has ended (or the error it raised)."""
-        if self._error is not None:
-            raise self._error
-        if self._result is None:
-            raise RuntimeError("the run has not finished: iterate it to the end first")
-        return self._result
 
     def __aiter__(self) -> AsyncIterator[_agent.Chunk]:
-        if self._call is not None:
-            raise RuntimeError("a run is iterated once")
-        inbox = self._inbox = _Inbox(asyncio.get_running_loop())
-        slot = self._slot
-        agent, input, options = self._agent, self._input, self._options
-
-        def deliver(result: outcome.Outcome[Any]) -> None:
-            inbox.put(_End(result))
-
-        self._call = self._portal.submit(
-            lambda: _door.pump(agent, input, options, inbox.put, slot), deliver
-        )
+        inbox = _Inbox(asyncio.get_running_loop())
+        self._start(inbox.put)
+        self._inbox = inbox
         return self._chunks(inbox)
 
     async def _chunks(self, inbox: _Inbox) -> AsyncGenerator[_agent.Chunk, None]:
@@ -397,7 +362,7 @@ class Run:
         try:
             while True:
                 item = await inbox.get()
-                if isinstance(item, _End):
+                if isinstance(item, _door.End):
                     self._finish(item.outcome)
                     return
                 yield item
@@ -405,27 +370,14 @@ class Run:
             if not self._ended:
                 await self._cut()
 
-    def _finish(self, result: outcome.Outcome[Any]) -> None:
-        self._ended = True
-        if isinstance(result, outcome.Error):
-            self._error = result.error
-            raise result.error
-        self._result = result.unwrap()
-
     async def _cut(self) -> None:
         call, inbox = self._call, self._inbox
         self._ended = True
         if call is None or inbox is None:
             return
         call.cancel()
-        while not isinstance(await inbox.get_shielded(), _End):  # until it has committed
+        while not isinstance(await inbox.get_shielded(), _door.End):  # until it has committed
             pass
-
-    def abort(self, reason: str = "cancelled") -> None:
-        """Abort the run: it ends at once, partial, and the iteration ends with its result
-        (``stop="cancelled"``)."""
-        slot = self._slot
-        self._portal.soon(lambda: slot.abort(reason))
 
     async def aclose(self) -> None:
         """Leave the run (what leaving the ``async with`` block does): not started, it never

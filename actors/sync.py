@@ -66,15 +66,6 @@ T = TypeVar("T")
 _Item = TypeVar("_Item")
 
 
-class _End:
-    """The last item of a run's queue: how its call ended."""
-
-    __slots__ = ("outcome",)
-
-    def __init__(self, result: outcome.Outcome[Any]) -> None:
-        self.outcome = result
-
-
 class Runtime:
     """An actor runtime (:func:`~actors.open_runtime`) in a thread of its own, used from
     blocking code: ``with actors.sync.Runtime() as runtime: ...``.
@@ -282,7 +273,7 @@ class Agent:
         self.close()
 
 
-class Run:
+class Run(_door.StreamedRun):
     """A streamed run, from blocking code: iterate it for its chunks (:class:`actors.Chunk`),
     then read :attr:`result`::
 
@@ -303,39 +294,11 @@ class Run:
         input: str | Message | Sequence[Message] | None,
         options: dict[str, Any],
     ) -> None:
-        self._portal = portal
-        self._agent = agent
-        self._input = input
-        self._options = options
+        super().__init__(portal, agent, input, options)
         self._items: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._slot = _door.RunSlot()
-        self._call: _door.Call | None = None
-        self._ended = False
-        self._result: AgentResult | None = None
-        self._error: BaseException | None = None
-
-    @property
-    def result(self) -> AgentResult:
-        """The run's result, once the iteration has ended (or the error it raised)."""
-        if self._error is not None:
-            raise self._error
-        if self._result is None:
-            raise RuntimeError("the run has not finished: iterate it to the end first")
-        return self._result
 
     def __iter__(self) -> Iterator[_agent.Chunk]:
-        if self._call is not None:
-            raise RuntimeError("a run is iterated once")
-        items = self._items
-        slot = self._slot
-        agent, input, options = self._agent, self._input, self._options
-
-        def deliver(result: outcome.Outcome[Any]) -> None:
-            items.put(_End(result))
-
-        self._call = self._portal.submit(
-            lambda: _door.pump(agent, input, options, items.put, slot), deliver
-        )
+        self._start(self._items.put)
         return self._chunks()
 
     def _chunks(self) -> Generator[_agent.Chunk, None, None]:
@@ -344,7 +307,7 @@ class Run:
         try:
             while True:
                 item = _take(self._items)
-                if isinstance(item, _End):
+                if isinstance(item, _door.End):
                     self._finish(item.outcome)
                     return
                 yield item
@@ -352,27 +315,14 @@ class Run:
             if not self._ended:
                 self._cut()
 
-    def _finish(self, result: outcome.Outcome[Any]) -> None:
-        self._ended = True
-        if isinstance(result, outcome.Error):
-            self._error = result.error
-            raise result.error
-        self._result = result.unwrap()
-
     def _cut(self) -> None:
         call = self._call
         self._ended = True
         if call is None:
             return
         call.cancel()
-        while not isinstance(_take(self._items), _End):  # until the run has committed
+        while not isinstance(_take(self._items), _door.End):  # until the run has committed
             pass
-
-    def abort(self, reason: str = "cancelled") -> None:
-        """Abort the run: it ends at once, partial, and the iteration ends with its result
-        (``stop="cancelled"``). From any thread."""
-        slot = self._slot
-        self._portal.soon(lambda: slot.abort(reason))
 
     def close(self) -> None:
         """Leave the run (what leaving the ``with`` block does): not started, it never runs;
