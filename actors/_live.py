@@ -32,13 +32,9 @@ class LiveRun(EventLog):
     terminal event, ``None`` while the run goes on), and the followers waiting for its next
     event: an :meth:`~protocols.live.EventLog.add` wakes them."""
 
-    __slots__ = ("_lot", "_parked")
-
-    def __init__(self, run_id: str, *, capacity: int = DEFAULT_CAPACITY) -> None:
-        super().__init__(run_id, capacity=capacity)
-        # Made when a follower first waits (most runs are never followed live).
-        self._lot: trio.lowlevel.ParkingLot | None = None
-        self._parked = 0  # followers parked (or woken and not yet running again)
+    # Its followers' parking lot: made when one first waits (most runs are never followed
+    # live; a run's log is made with no more than the log's own fields).
+    __slots__ = ("_lot",)
 
     @property
     def log(self) -> EventLog:
@@ -47,16 +43,14 @@ class LiveRun(EventLog):
 
     async def _park(self) -> None:
         """Wait for the next :meth:`add`."""
-        lot = self._lot
+        lot: trio.lowlevel.ParkingLot | None = getattr(self, "_lot", None)
         if lot is None:
             lot = self._lot = trio.lowlevel.ParkingLot()
-        self._parked += 1
         self.wake = lot.unpark_all  # (while nobody waits, an add calls nothing)
         try:
             await lot.park()
         finally:
-            self._parked -= 1
-            if not self._parked:
+            if not lot:  # (nobody is parked now: an add need not wake anyone)
                 self.wake = None
 
     async def wait_after(self, seq: int) -> None:

@@ -558,13 +558,20 @@ class _Run:
         if live is not None:
             live.add("compaction", {"reason": reason, "replaced": replaced})
 
+    def started(self) -> None:
+        """The run begins: in its log (a handed-to run goes on in the log of the run that
+        handed to it: no second ``started`` there -- the ``handoff`` event says who answers),
+        and to its listeners."""
+        live = self.live
+        if live is not None and self.request.owns_log:
+            live.add("started", self.agent.name)  # (read back as {"agent": ...})
+        self.event("start")
+
     def event(self, kind: Any, **fields: Any) -> None:
         live = self.live
         if live is not None:
             logged = _LOGGED.get(kind)
-            # (A handed-to run goes on in the log of the run that handed to it: no second
-            # ``started`` there -- the ``handoff`` event says who answers.)
-            if logged is not None and (kind != "start" or self.request.owns_log):
+            if logged is not None:
                 live.add(logged[0], logged[1](self, fields))
         agent = self.agent
         forward = self.request.forward_event
@@ -965,6 +972,9 @@ class _Run:
         if not again:
             self.turns_made += 1
             self.agent._statistics["turns"] += 1
+            live = self.live
+            if live is not None:
+                live.add("turn", self.turns_made)  # (read back as {"turn": ...})
             self.event("turn")
         journal = self.journal
         if journal is not None and not again:
@@ -1130,19 +1140,14 @@ def _reason_data(run: _Run, fields: dict[str, Any]) -> dict[str, Any]:
     return {"reason": fields.get("reason") or (str(error) if error is not None else "")}
 
 
-def _turn_data(run: _Run, fields: dict[str, Any]) -> int:
-    return run.turns_made  # (kept alone: read back as {"turn": ...})
-
-
 def _call_id(fields: dict[str, Any]) -> str | None:
     call = fields.get("call")
     return call.id if call is not None else None
 
 
 #: The listener events a run's log also holds: their kind in the log, and their data there.
+#: (``started`` and ``turn``, the hot ones, are logged where they happen.)
 _LOGGED: dict[str, tuple[str, Callable[[_Run, dict[str, Any]], Any]]] = {
-    "start": ("started", lambda run, fields: run.agent.name),  # (alone: {"agent": ...})
-    "turn": ("turn", _turn_data),
     "retry": (
         "retry",
         lambda run, fields: {

@@ -1405,7 +1405,7 @@ class Agent:
             run.resumed(resume)  # what it spent before counts toward its limits
         if request.input:
             await run.add(*request.input)
-        run.event("start")
+        run.started()
         if token.cancelled or (meter is not None and meter.spent):
             stop = StopReason.CANCELLED if token.cancelled else StopReason.BUDGET
             if resume is not None and resume.decisions:

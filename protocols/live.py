@@ -191,10 +191,21 @@ class EventLog:
     :class:`RunEvent` when first read, and every later reader gets that same object -- a
     thousand followers of a run read each event for the price of one."""
 
-    __slots__ = ("_base", "_head", "_items", "_read", "capacity", "ended", "run_id", "wake")
+    __slots__ = (
+        "_base",
+        "_head",
+        "_items",
+        "_read",
+        "_room",
+        "capacity",
+        "ended",
+        "last",
+        "run_id",
+        "wake",
+    )
 
     def __init__(self, run_id: str, *, capacity: int = DEFAULT_CAPACITY) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+        if type(capacity) is not int or capacity < 1:
             raise ValidationError(f"an event log's capacity must be an int >= 1, not {capacity!r}")
         self.run_id = run_id
         self.capacity = capacity
@@ -212,11 +223,9 @@ class EventLog:
         self._read: dict[int, RunEvent] | None = None
         self._head = 0
         self._base = 0
-
-    @property
-    def last(self) -> int:
-        """The seq of the latest event (0: none yet)."""
-        return self._base + len(self._items) // 3
+        self._room = capacity  # events it takes before it drops one
+        #: The seq of the latest event (0: none yet).
+        self.last = 0
 
     @property
     def first(self) -> int:
@@ -239,18 +248,19 @@ class EventLog:
             time = _wall_clock()
         items = self._items
         items += (kind, data, time)
-        count = len(items) // 3
-        if count - self._head > self.capacity:
+        seq = self.last = self.last + 1
+        self._room -= 1
+        if self._room < 0:
             self._compact()
-            count = len(items) // 3
         if kind in TERMINAL:
             self.ended = time
         if self.wake is not None:
             self.wake()
-        return self._base + count
+        return seq
 
     def _compact(self) -> None:
         # Drop the oldest event; once half the capacity is dropped, let go of them.
+        self._room = 0
         self._head += 1
         if self._head <= self.capacity // 2:
             return
