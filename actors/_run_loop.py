@@ -565,14 +565,21 @@ class _Run:
         live = self.live
         if live is not None and self.request.owns_log:
             live.add("started", self.agent.name)  # (read back as {"agent": ...})
-        self.event("start")
+        self.notify("start")
 
     def event(self, kind: Any, **fields: Any) -> None:
+        """An event for the agent's listeners, which the run's log also holds if it is one of
+        :data:`_LOGGED` (the hot ones -- a turn, a usage, a tool's end -- go to :meth:`notify`:
+        their log events are added where they happen)."""
         live = self.live
         if live is not None:
             logged = _LOGGED.get(kind)
             if logged is not None:
                 live.add(logged[0], logged[1](self, fields))
+        self.notify(kind, **fields)
+
+    def notify(self, kind: Any, **fields: Any) -> None:
+        """An event for the agent's listeners only (built only if somebody listens)."""
         agent = self.agent
         forward = self.request.forward_event
         if agent._listeners or forward is not None:  # nobody listening: build no event
@@ -894,7 +901,7 @@ class _Run:
             if index in batch.denied and isinstance(tool_result, ToolFailure):
                 self.event("deny", call=call, result=tool_result, reason=tool_result.error)
             else:
-                self.event("tool", call=call, result=tool_result)
+                self.notify("tool", call=call, result=tool_result)
                 if index in batch.errors:
                     self.event(
                         "tool_error", call=call, result=tool_result, error=batch.errors[index]
@@ -975,7 +982,7 @@ class _Run:
             live = self.live
             if live is not None:
                 live.add("turn", self.turns_made)  # (read back as {"turn": ...})
-            self.event("turn")
+            self.notify("turn")
         journal = self.journal
         if journal is not None and not again:
             await journal.request(self.turns_made)
@@ -1042,12 +1049,13 @@ class _Run:
         if live is not None:
             finish = result.finish
             seq = live.add(
-                "usage", usage_parts(draw, estimated, finish.value if finish is not None else None)
+                "usage",
+                usage_parts(draw, estimated, finish),  # (a finish reason is a str)
             )
         request = self.request
         if request.forward is not None or request.send is not None:  # (else nobody reads it)
             self.emit(Chunk("usage", "", None, None, draw, estimated, self.run_id, (), seq))
-        self.event("usage", usage=draw, estimated=estimated, finish=result.finish)
+        self.notify("usage", usage=draw, estimated=estimated, finish=result.finish)
 
     async def commit_partial(self) -> None:
         """After a cancel or a failure: commit what the cut turn produced, with a result for

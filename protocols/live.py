@@ -195,8 +195,8 @@ class EventLog:
         "_base",
         "_head",
         "_items",
+        "_limit",
         "_read",
-        "_room",
         "capacity",
         "ended",
         "last",
@@ -223,7 +223,7 @@ class EventLog:
         self._read: dict[int, RunEvent] | None = None
         self._head = 0
         self._base = 0
-        self._room = capacity  # events it takes before it drops one
+        self._limit = capacity  # the last seq it keeps before it drops one: base + head + capacity
         #: The seq of the latest event (0: none yet).
         self.last = 0
 
@@ -249,8 +249,7 @@ class EventLog:
         items = self._items
         items += (kind, data, time)
         seq = self.last = self.last + 1
-        self._room -= 1
-        if self._room < 0:
+        if seq > self._limit:
             self._compact()
         if kind in TERMINAL:
             self.ended = time
@@ -260,7 +259,7 @@ class EventLog:
 
     def _compact(self) -> None:
         # Drop the oldest event; once half the capacity is dropped, let go of them.
-        self._room = 0
+        self._limit += 1
         self._head += 1
         if self._head <= self.capacity // 2:
             return
@@ -343,7 +342,12 @@ def _data(kind: str, data: Any) -> Mapping[str, Any]:
         usage = None
         if prompt is not None:
             usage = Usage(prompt, completion, total, cached=cached, reasoning=reasoning)
-        return {"usage": usage, "estimated": estimated, "finish": finish}
+        # (A finish reason may be kept as its enum member: it reads back as its value.)
+        return {
+            "usage": usage,
+            "estimated": estimated,
+            "finish": None if finish is None else str(finish),
+        }
     return data if data is not None else {}
 
 
