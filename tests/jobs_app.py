@@ -14,6 +14,9 @@ import pathlib
 import signal
 import subprocess
 import sys
+from functools import partial
+
+import trio
 
 _APP = '''
 from actors import tool
@@ -115,3 +118,18 @@ def has_open(pid: int, name: str) -> bool:
             if os.readlink(f"/proc/{pid}/fd/{fd}").endswith(os.sep + name):
                 return True
     return False
+
+
+async def opened(process: subprocess.Popen[str], name: str, *, within: float = 60) -> None:
+    """Wait (on trio's clock, polling /proc) until ``process`` has the file ``name`` open: a
+    command that has its store open is past its imports and at work. It must not exit first."""
+    with trio.fail_after(within):
+        while not has_open(process.pid, name):
+            assert process.poll() is None, process.communicate()
+            await trio.sleep(0.05)
+
+
+async def ended(process: subprocess.Popen[str], *, within: float = 60) -> tuple[str, str]:
+    """``process``'s output, once it has exited (waited for in a worker thread)."""
+    out, err = await trio.to_thread.run_sync(partial(process.communicate, timeout=within))
+    return out, err

@@ -13,12 +13,11 @@ import pathlib
 import signal
 import subprocess
 import sys
-import time
 
 import psycopg
 import pytest
 import trio
-from jobs_app import CUT, app, cli, has_open, start_worker, stop
+from jobs_app import CUT, app, cli, ended, opened, start_worker, stop
 from postgres_server import drop_schemas, new_schema, postgres_url
 
 from actors.durable import SQLiteRunStore
@@ -353,30 +352,30 @@ def test_submit_says_when_no_worker_has_ever_run_on_the_store(folder: pathlib.Pa
     assert "no worker has ever run on sqlite:///other.db" in submit(folder, "sqlite:///other.db")[1]
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="watches /proc")
-def test_ctrl_c_while_waiting_is_one_line_and_status_130(folder: pathlib.Path) -> None:
-    job, _ = submit(folder)
-    # (Python ignores SIGINT when started with it ignored, as a background job is: restore it.)
+def start_waiting(folder: pathlib.Path, job: str) -> subprocess.Popen[str]:
+    """``trio-agents jobs wait JOB``, started with SIGINT handled (Python ignores SIGINT when
+    started with it ignored, as a background job is: restore it)."""
     restore = (
         "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
         "sys.argv[0] = 'trio-agents'; runpy.run_module('actors', run_name='__main__')"
     )
-    waiting = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-c", restore, "jobs", "wait", "--store", "sqlite:///jobs.db", job],
         cwd=folder,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="watches /proc")
+async def test_ctrl_c_while_waiting_is_one_line_and_status_130(folder: pathlib.Path) -> None:
+    job, _ = submit(folder)
+    waiting = start_waiting(folder, job)
     try:
-        # Once it has the store open it is past its imports and waiting.
-        deadline = time.monotonic() + 60
-        while not has_open(waiting.pid, "jobs.db"):
-            assert waiting.poll() is None, waiting.communicate()
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        await opened(waiting, "jobs.db")  # past its imports and waiting
         waiting.send_signal(signal.SIGINT)
-        out, err = waiting.communicate(timeout=60)
+        out, err = await ended(waiting)
     finally:
         if waiting.poll() is None:
             waiting.kill()

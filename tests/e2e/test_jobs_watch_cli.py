@@ -12,10 +12,9 @@ import os
 import pathlib
 import subprocess
 import sys
-import time
 
 import pytest
-from jobs_app import CUT, app, cli, has_open, start, start_worker, stop
+from jobs_app import CUT, app, cli, ended, opened, start, start_worker, stop
 
 from protocols.live import event_from_json
 
@@ -52,7 +51,7 @@ def folder(tmp_path: pathlib.Path) -> pathlib.Path:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="watches /proc")
-def test_a_watcher_started_before_the_worker_follows_the_job_to_its_end(
+async def test_a_watcher_started_before_the_worker_follows_the_job_to_its_end(
     folder: pathlib.Path,
 ) -> None:
     id = submit(folder, "calculator", "What is 19 + 23?")
@@ -60,14 +59,9 @@ def test_a_watcher_started_before_the_worker_follows_the_job_to_its_end(
     watcher = start(folder, "jobs", "watch", "--store", STORE, id, "--poll", "0.05")
     worker = None
     try:
-        # Once it has the store open it is past its imports and following the job.
-        deadline = time.monotonic() + 60
-        while not has_open(watcher.pid, "jobs.db"):
-            assert watcher.poll() is None, watcher.communicate()
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        await opened(watcher, "jobs.db")  # past its imports and following the job
         worker = start_worker(folder)
-        out, err = watcher.communicate(timeout=60)
+        out, err = await ended(watcher)
     finally:
         if watcher.poll() is None:
             watcher.kill()
