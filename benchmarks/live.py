@@ -404,17 +404,25 @@ async def fanout_round(followers: int, deltas: int) -> float:
     return (max(ended) - start) / (total - published)
 
 
-async def bench_fanout(deltas: int, rounds: int) -> dict[str, float]:
-    """The median seconds per event with one follower and with :data:`FOLLOWERS`."""
-    await fanout_round(FOLLOWERS, min(deltas, 100))  # warm up
+async def one_against_many(
+    round: Callable[[int, int], Awaitable[float]], followers: int, deltas: int, rounds: int
+) -> dict[str, float]:
+    """The median seconds per event of ``round(followers, deltas)`` with one follower
+    (``one``) and with ``followers`` (``many``), the two alternating and their order swapping
+    every round, a collection before each."""
     samples: dict[str, list[float]] = {"one": [], "many": []}
     for number in range(rounds):
         order = ("one", "many") if number % 2 == 0 else ("many", "one")
         for name in order:
             gc.collect()
-            count = 1 if name == "one" else FOLLOWERS
-            samples[name].append(await fanout_round(count, deltas))
+            samples[name].append(await round(1 if name == "one" else followers, deltas))
     return {name: statistics.median(values) for name, values in samples.items()}
+
+
+async def bench_fanout(deltas: int, rounds: int) -> dict[str, float]:
+    """The median seconds per event with one follower and with :data:`FOLLOWERS`."""
+    await fanout_round(FOLLOWERS, min(deltas, 100))  # warm up
+    return await one_against_many(fanout_round, FOLLOWERS, deltas, rounds)
 
 
 # -- fan-out over the relay's SSE route ------------------------------------------------------------
@@ -522,14 +530,7 @@ class LineReader:
 async def bench_sse_fanout(followers: int, deltas: int, rounds: int) -> dict[str, float]:
     """The median seconds per event with one SSE follower and with ``followers``."""
     await sse_fanout_round(followers, min(deltas, 50))  # warm up
-    samples: dict[str, list[float]] = {"one": [], "many": []}
-    for number in range(rounds):
-        order = ("one", "many") if number % 2 == 0 else ("many", "one")
-        for name in order:
-            gc.collect()
-            count = 1 if name == "one" else followers
-            samples[name].append(await sse_fanout_round(count, deltas))
-    return {name: statistics.median(values) for name, values in samples.items()}
+    return await one_against_many(sse_fanout_round, followers, deltas, rounds)
 
 
 # -- the benchmark ---------------------------------------------------------------------------------
