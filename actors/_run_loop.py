@@ -613,6 +613,16 @@ class _Run:
         tools_off = choice == "none"
         if tools_off:
             definitions = ()  # no tools this run: none advertised, and none will run
+        client: frozenset[str] | None = None
+        if options.client_tools and not tools_off:
+            client = frozenset(tool.name for tool in options.client_tools)
+            own = {d.name for d in definitions or ()}
+            clash = sorted(client & own)
+            if clash:
+                raise ValidationError(
+                    f"client_tools {', '.join(map(repr, clash))}: the agent has a tool of that name"
+                )
+            definitions = (*(definitions or ()), *options.client_tools)
         definitions = definitions or None
         provider_options = _provider_options(
             agent,
@@ -705,6 +715,14 @@ class _Run:
                     f"the model called tools ({names}) although this run set tool_choice='none'",
                     code="tool_choice",
                 )
+            if client is not None and any(call.name in client for call in result.calls):
+                # A call of the caller's own tools: the agent's calls of the turn run, and the
+                # run stops for the caller's results (they are the next run's input).
+                ours = tuple(call for call in result.calls if call.name not in client)
+                if ours:
+                    await self.run_tools(ours, refused=result.denied)
+                self.open_calls = ()
+                return StopReason.CLIENT_TOOLS
             if self.turns_made >= limit:
                 await self.answer(result.calls, EXHAUSTED)
                 self.event("exhaust", reason=f"the turn limit of {limit} was reached")
@@ -1082,10 +1100,15 @@ class _Run:
                     self.open_calls = partial.calls
             if self.open_calls:
                 batch = self.batch
-                if batch is not None:
-                    settled = batch.settled()
-                else:
-                    settled = [_failed(call, NOT_EXECUTED) for call in self.open_calls]
+                settled = batch.settled() if batch is not None else []
+                # Every open call is answered, also one the batch running did not hold (a
+                # client tool's call, whose turn ran the agent's own calls alone).
+                answered = {tool_result.id for tool_result in settled}
+                settled += [
+                    _failed(call, NOT_EXECUTED)
+                    for call in self.open_calls
+                    if call.id not in answered
+                ]
                 for tool_result in settled:
                     self.show("tool_result", result=tool_result)
                 await self.record(settled)

@@ -65,6 +65,7 @@ from protocols.messages import (
     AgentResult,
     Message,
     StopReason,
+    ToolDefinition,
     new_id,
 )
 from protocols.settings import ModelSettings, SettingsLike, check_reasoning
@@ -184,7 +185,14 @@ class RunOptions:
     on by every run given it. ``settings``: the model's
     :class:`~protocols.settings.ModelSettings` (or a mapping of their fields), which override
     the agent's field by field -- each field this sets wins, each it leaves unset keeps the
-    agent's.
+    agent's. ``client_tools``: tools the caller runs itself (a frontend's, a remote client's),
+    as :class:`~protocols.messages.ToolDefinition` objects -- shown to the model beside the agent's
+    own (a name of the agent's own is refused); a turn that calls one ends the run, ``stop``
+    ``"client_tools"``, once the agent's own calls of that turn have run: the calls it left
+    open are :attr:`AgentResult.client_calls <protocols.messages.AgentResult.client_calls>`,
+    and the caller continues with their results as the next run's input. Such a run works on
+    a ``history=`` (the caller's: the open calls are answered there), never on the agent's
+    conversation.
     """
 
     limit: int | None = None
@@ -202,8 +210,10 @@ class RunOptions:
     deps: Any = None
     pace: Pace | None = None
     settings: ModelSettings | None = attrs.field(default=None, converter=_settings)
+    client_tools: tuple[ToolDefinition, ...] = attrs.field(default=(), converter=tuple)
 
     def __attrs_post_init__(self) -> None:
+        _check_client_tools(self.client_tools)
         if self.on_exhaust not in (None, "stop", "summarize"):
             raise ValidationError(
                 f"on_exhaust must be 'stop' or 'summarize', not {self.on_exhaust!r}"
@@ -698,6 +708,27 @@ def _raced(error: BaseException, scope: trio.CancelScope) -> BaseException | Non
     return error if isinstance(error, Exception) else None
 
 
+def _check_client_tools(tools: tuple[ToolDefinition, ...]) -> None:
+    names: set[str] = set()
+    for tool in tools:
+        if not isinstance(tool, ToolDefinition):
+            raise ValidationError(
+                f"client_tools must be ToolDefinitions, not {type(tool).__name__}"
+            )
+        if tool.name in names:
+            raise ValidationError(f"client_tools name {tool.name!r} twice")
+        names.add(tool.name)
+
+
+def _client_history(options: RunOptions, past: tuple[Message, ...] | None) -> None:
+    if options.client_tools and past is None:
+        raise ValidationError(
+            "a run with client_tools works on the caller's history: give history= (an empty "
+            "one to begin); the calls it leaves open are answered there, not in the agent's "
+            "conversation"
+        )
+
+
 def _history(
     history: Sequence[Message] | None, input: Sequence[Message]
 ) -> tuple[Message, ...] | None:
@@ -1117,6 +1148,7 @@ class Agent:
         run_options = RunOptions(**options)
         messages = _input_messages(input)
         past = _history(history, messages)
+        _client_history(run_options, past)
         send, receive = trio.open_memory_channel[Any](float("inf"))
         request = self._traced(_Request(self, messages, run_options, send, history=past))
         return AgentRun(self, request, receive, if_busy)
@@ -1149,7 +1181,9 @@ class Agent:
         at once."""
         messages = _input_messages(input)
         past = _history(history, messages)
-        request = self._traced(_Request(self, messages, RunOptions(**options), None, history=past))
+        run_options = RunOptions(**options)
+        _client_history(run_options, past)
+        request = self._traced(_Request(self, messages, run_options, None, history=past))
         return await self._wait(request, if_busy)
 
     async def _wait(self, request: _Request, if_busy: BusyPolicy = "queue") -> AgentResult:

@@ -113,6 +113,9 @@ class StopReason(enum.StrEnum):
     EXHAUSTED = "exhausted"
     MAX_TOKENS = "max_tokens"
     CONTENT_FILTER = "content_filter"
+    #: The model called a tool the caller runs itself (a run's ``client_tools``): the run
+    #: stopped for its result (see :attr:`AgentResult.client_calls`).
+    CLIENT_TOOLS = "client_tools"
 
 
 #: What each tool call of a reply the provider cut short is answered with, by the reply's
@@ -857,6 +860,19 @@ class AgentResult:
     )
     #: The finish reason of the run's last provider call (``None``: it made none).
     finish: FinishReason | None = attrs.field(default=None, converter=_to_optional_finish)
+
+    @property
+    def client_calls(self) -> tuple[ToolCall, ...]:
+        """The tool calls the run left open for its caller to run (``stop`` is
+        ``client_tools``): the calls of its last assistant message that no message of the run
+        answers. Empty for any other stop."""
+        if self.stop is not StopReason.CLIENT_TOOLS:
+            return ()
+        answered = {m.tool_call_id for m in self.messages if m.role == Role.TOOL}
+        for message in reversed(self.messages):
+            if message.role == Role.ASSISTANT:
+                return tuple(call for call in message.calls if call.id not in answered)
+        return ()
 
     def __attrs_post_init__(self) -> None:
         if self.partial != (self.stop is not StopReason.COMPLETE):

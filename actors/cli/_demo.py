@@ -293,6 +293,7 @@ _STYLES = {
     "exhausted": "red",
     "max_tokens": "red",
     "content_filter": "red",
+    "client_tools": "cyan",
     "error": "bold red",
 }
 

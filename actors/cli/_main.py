@@ -298,12 +298,13 @@ def build_parser() -> argparse.ArgumentParser:
         "store (trio-agents worker).",
     )
     durable.add_argument("--store", metavar="URL", help=_STORE_HELP)
-    durable.add_argument(
+    relay.add_argument(
         "--app",
         metavar="MODULE:ATTR",
-        help="the agents jobs may name: an AgentRegistry (or a function returning one, given "
-        "the runtime or nothing), as a worker's --app (default: one agent, 'assistant', on "
-        "the relay's model, with an add tool)",
+        help="the agents served -- run in memory for AG-UI, the AI SDK stream, the OpenAI "
+        "endpoint and A2A, and the agents jobs may name: an AgentRegistry (or a function "
+        "returning one, given the runtime or nothing), as a worker's --app (default: one "
+        "agent, 'assistant', on the relay's model, with an add tool)",
     )
     durable.add_argument(
         "--workers",

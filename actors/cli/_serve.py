@@ -17,10 +17,11 @@ import trio
 
 from protocols.relay import is_loopback, parse_origin, split_host
 
+from .._core._runtime import Runtime, open_runtime
 from ..durable import AgentRegistry, open_job_queue, open_run_store
 from ..durable._open import check_store_url
 from ..providers import OpenAIChat, StreamingProvider
-from ..relay import RelayJobs, RelayLimits, RelayServer, RelayToken, serve
+from ..relay import RelayAgents, RelayJobs, RelayLimits, RelayServer, RelayToken, serve
 from ..relay._serve import GRACE
 from ..testing import Simulator
 from ._demo import Endpoint
@@ -62,33 +63,41 @@ class Jobs:
         self.workers = workers
 
 
-@contextlib.asynccontextmanager
-async def _serving_jobs(
-    jobs: Jobs, upstream: StreamingProvider, grace: float
-) -> AsyncIterator[tuple[RelayJobs, str]]:
-    """The relay's jobs API over ``jobs``' store, with its workers running; and the line that
-    says so. Leaving stops the workers (running jobs get ``grace`` seconds, then are cut:
-    another worker continues them once their leases expire) and closes the store."""
-    from .._core._runtime import open_runtime  # noqa: PLC0415
-    from .._postgres import redacted  # noqa: PLC0415
+async def _agents(
+    app: str | None, target: Any, upstream: StreamingProvider, runtime: Runtime
+) -> AgentRegistry:
+    """The agents the relay serves: those of ``app`` (``MODULE:ATTR``, loaded as ``target``),
+    else :data:`DEFAULT_AGENT` on the relay's model."""
     from ._demo import SYSTEM, add  # noqa: PLC0415
     from ._jobs import _registry  # noqa: PLC0415
 
+    if app is not None:
+        return await _registry(app, target, runtime)
+    registry = AgentRegistry()
+    registry.add(DEFAULT_AGENT, upstream, system=SYSTEM, tools=[add], limit=6)
+    return registry
+
+
+@contextlib.asynccontextmanager
+async def _serving_jobs(
+    jobs: Jobs, agents: AgentRegistry, runtime: Runtime, grace: float
+) -> AsyncIterator[tuple[RelayJobs, str]]:
+    """The relay's jobs API over ``jobs``' store, with its workers running ``agents``; and the
+    line that says so. Leaving stops the workers (running jobs get ``grace`` seconds, then are
+    cut: another worker continues them once their leases expire) and closes the store."""
+    from .._postgres import redacted  # noqa: PLC0415
+
     store = await open_run_store(jobs.url)
     try:
-        async with open_runtime() as runtime, contextlib.AsyncExitStack() as stack:
+        async with contextlib.AsyncExitStack() as stack:
             registry: AgentRegistry | None
-            if jobs.app is not None:
-                registry = await _registry(jobs.app, jobs.target, runtime)
-            elif jobs.workers:
-                registry = AgentRegistry()
-                registry.add(DEFAULT_AGENT, upstream, system=SYSTEM, tools=[add], limit=6)
+            if jobs.app is not None or jobs.workers:
+                registry = agents
             else:
                 registry = None  # the workers elsewhere know the agents: any name is admitted
             if jobs.workers:
-                assert registry is not None
                 queue = await stack.enter_async_context(
-                    open_job_queue(store, registry, runtime, concurrency=jobs.workers)
+                    open_job_queue(store, agents, runtime, concurrency=jobs.workers)
                 )
 
                 async def drain() -> None:
@@ -97,13 +106,13 @@ async def _serving_jobs(
                         await queue.wait_idle()
 
                 stack.push_async_callback(drain)
-            agents = ", ".join(registry) if registry is not None else "any (not checked here)"
+            names = ", ".join(registry) if registry is not None else "any (not checked here)"
             workers = (
                 f"{jobs.workers} worker{'s' if jobs.workers != 1 else ''} here"
                 if jobs.workers
                 else "no workers here: run trio-agents worker on the store"
             )
-            line = f"durable jobs on {redacted(jobs.url)} (agents: {agents}; {workers})"
+            line = f"durable jobs on {redacted(jobs.url)} (agents: {names}; {workers})"
             yield RelayJobs(store, agents=registry), line
     finally:
         with trio.CancelScope(shield=True):
@@ -154,6 +163,7 @@ async def run(
     allowed_hosts: Sequence[str] | None = None,
     max_tokens: int | None = None,
     jobs: Jobs | None = None,
+    app: str | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled, or, with ``signals``, until SIGINT or SIGTERM: then open requests
@@ -161,7 +171,15 @@ async def run(
     seconds, and it returns. ``task_status`` gets the page's URL once it is up. ``max_tokens``:
     the relay's cap on a request's output tokens (see :class:`~actors.relay.RelayLimits`).
     ``jobs``: also serve durable jobs under ``/v1/jobs`` (see :class:`Jobs`); on the way out
-    its workers' running jobs get ``grace`` seconds to end."""
+    its workers' running jobs get ``grace`` seconds to end. ``app``: the agents served
+    (``MODULE:ATTR``, as a worker's ``--app``; default: :data:`DEFAULT_AGENT` on the relay's
+    model) -- run in memory for the protocols that name an agent, and by the jobs' workers."""
+    from ._jobs import load_app  # noqa: PLC0415
+
+    if jobs is not None and jobs.app is not None:
+        app, target = jobs.app, jobs.target
+    else:
+        target = None if app is None else load_app(app)
 
     async def signalled() -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
@@ -170,24 +188,29 @@ async def run(
 
     async with (
         _upstream(endpoint, interval) as (upstream, where),
+        open_runtime() as runtime,
         contextlib.AsyncExitStack() as stack,
     ):
+        registry = await _agents(app, target, upstream, runtime)
         served: RelayJobs | None = None
         said = None
         if jobs is not None:
-            served, said = await stack.enter_async_context(_serving_jobs(jobs, upstream, grace))
-        app = RelayServer(
+            served, said = await stack.enter_async_context(
+                _serving_jobs(jobs, registry, runtime, grace)
+            )
+        server = RelayServer(
             upstream,
             tokens=[RelayToken(token, name="serve")],
             origins=origins,
             allowed_hosts=allowed_hosts or (),
             limits=RelayLimits(max_frame=max_frame, max_tokens=max_tokens),
             jobs=served,
+            agents=RelayAgents(registry, runtime),
         )
         async with trio.open_nursery() as nursery:
             bound: list[str] = await nursery.start(
                 lambda task_status: serve(
-                    app,
+                    server,
                     host=host,
                     port=port,
                     max_frame=max_frame,
@@ -199,6 +222,7 @@ async def run(
             url = bound[0] + "/"
             print(f"relay for {where} at {url}", file=out)
             print(f"websocket: {bound[0].replace('http', 'ws', 1)}/v1/relay", file=out)
+            print(f"agents: {', '.join(registry)}", file=out)
             if said is not None:
                 print(f"{said}: {bound[0]}/v1/jobs", file=out)
             if max_tokens is not None:
@@ -257,14 +281,18 @@ def main(
     cannot be imported, raises :class:`~protocols.errors.ConfigError` before anything starts."""
     err = sys.stderr if err is None else err
     problem = _check(host, origins, allowed_hosts)
-    if problem is None and store is None and (app is not None or workers is not None):
-        problem = "--app and --workers serve durable jobs: they need --store URL"
+    if problem is None and store is None and workers is not None:
+        problem = "--workers run durable jobs: it needs --store URL"
     if problem is not None:
         print(f"trio-agents serve: {problem}", file=err)
         return 2
     jobs = None
     if store is not None:
         jobs = Jobs(store, app=app, workers=DEFAULT_WORKERS if workers is None else workers)
+    elif app is not None:
+        from ._jobs import load_app  # noqa: PLC0415
+
+        load_app(app)  # an app that cannot be had fails before serving
     chosen, shown = _token(token)
     try:
         RelayToken(chosen)
@@ -295,6 +323,7 @@ def main(
                 allowed_hosts=allowed_hosts,
                 max_tokens=max_tokens,
                 jobs=jobs,
+                app=app,
             )
         )
     except BaseException as error:

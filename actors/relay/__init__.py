@@ -6,6 +6,8 @@ websocket without ever seeing the credential.
 * :class:`RelayJobs` -- durable jobs served by the relay (``RelayServer(..., jobs=...)``):
   submitted, shown, cancelled, answered and followed over HTTP, run by the workers of a job
   queue on the same store.
+* :class:`RelayAgents` -- agents the relay runs itself, in memory (``RelayServer(...,
+  agents=...)``), for the protocols that name an agent.
 * :class:`RelayProvider` -- the client: a provider like any other, so an ``Agent`` runs over
   the relay unchanged (its tools run client-side).
 
@@ -22,12 +24,14 @@ from ._jobs import RelayJobLimits as RelayJobLimits
 from ._jobs import RelayJobs as RelayJobs
 from ._jobs import RelayJobStatistics as RelayJobStatistics
 from ._serve import serve as serve
+from ._served import RelayAgents as RelayAgents
 from ._server import RelayLimits as RelayLimits
 from ._server import RelayServer as RelayServer
 from ._server import RelayStatistics as RelayStatistics
 from ._server import RelayToken as RelayToken
 
 __all__ = [
+    "RelayAgents",
     "RelayApprover",
     "RelayJobLimits",
     "RelayJobStatistics",

@@ -93,6 +93,7 @@ from ._asgi import (
 )
 from ._jobs import JOBS_PATH, RelayJobs
 from ._runs import RUNS_PREFIX, _Run, _Runs, http_runs
+from ._served import RelayAgents
 from ._session import _coalesced, _Connection, _Failed, _stack
 
 if TYPE_CHECKING:
@@ -188,6 +189,7 @@ class RelayServer:
         page: bool = True,
         tracer_provider: TracerProvider | None = None,
         jobs: RelayJobs | None = None,
+        agents: RelayAgents | None = None,
     ) -> None:
         holders: list[tuple[bytes, _TokenState]] = []
         for item in tokens:
@@ -219,6 +221,8 @@ class RelayServer:
         #: Every request's run, while it runs and then as long as the limits keep it.
         self._runs = _Runs(limits)
         self.jobs = jobs  # the durable jobs API (actors/relay/_jobs.py), when given
+        #: The agents the relay runs itself, for the protocols that name one (``_served.py``).
+        self.agents = agents
         if jobs is not None:
             jobs._attach(self)
 

@@ -187,15 +187,12 @@ async def test_serve_with_no_workers_leaves_the_jobs_to_a_worker_process(
     assert events[-1]["data"]["result"]["content"] == "echoed"
 
 
-def test_the_jobs_options_need_a_store_and_a_bad_store_is_one_line(
+def test_workers_need_a_store_and_a_bad_store_is_one_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    for extra in (["--app", "app:registry"], ["--workers", "2"]):
-        assert cli_main(["serve", "--port", "0", "--token", TOKEN, *extra]) == 2
-        captured = capsys.readouterr()
-        assert captured.err == (
-            "trio-agents serve: --app and --workers serve durable jobs: they need --store URL\n"
-        )
+    assert cli_main(["serve", "--port", "0", "--token", TOKEN, "--workers", "2"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == "trio-agents serve: --workers run durable jobs: it needs --store URL\n"
     assert cli_main(["serve", "--port", "0", "--token", TOKEN, "--store", "mysql://x"]) == 1
     captured = capsys.readouterr()
     assert captured.err.startswith("trio-agents serve: unsupported store URL 'mysql'")
