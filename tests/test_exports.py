@@ -197,6 +197,7 @@ def test_subpackage_export_lists_are_pinned() -> None:
     import protocols.workspace
 
     assert sorted(actors.relay.__all__) == [
+        "RelayAgents",
         "RelayApprover",
         "RelayJobLimits",
         "RelayJobStatistics",

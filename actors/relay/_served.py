@@ -10,10 +10,11 @@ answers with that run's events in its protocol's encoding (:func:`answer_stream`
 
 from __future__ import annotations
 
+import collections
 import contextvars
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
@@ -26,6 +27,7 @@ from protocols.messages import (
     Message,
     ProviderOptions,
     ProviderResult,
+    Role,
     ToolDefinition,
 )
 from protocols.relay import ERROR_MESSAGES, HTTP_REQUEST_ID, RUN_ID_HEADER, loggable
@@ -85,6 +87,10 @@ REFUSAL_TEXT: Mapping[str, str] = {
     "rate_limited": "this token made too many requests in the last minute",
 }
 
+#: Turns that stopped for a client's tools that :class:`RelayAgents` keeps, to put them back
+#: whole when the client answers (the latest ones).
+STOPPED_KEPT = 1000
+
 #: Seconds an aborted agent run has to commit its partial and say it ended.
 ABORT_GRACE = 5.0
 
@@ -106,6 +112,42 @@ class RelayAgents:
             raise ConfigError(f"agents must be an AgentRegistry, not {type(registry).__name__}")
         self.registry = registry
         self.runtime = runtime
+        # The turns that stopped for a client's tools, by owner and open call ids: what the
+        # client may not have been shown of them (the agent's own calls and their results).
+        self._stopped: collections.OrderedDict[
+            tuple[_TokenState, tuple[str, ...]], tuple[Message, ...]
+        ] = collections.OrderedDict()
+
+    def _keep(self, owner: _TokenState, result: AgentResult) -> None:
+        """Remember the turn ``result`` stopped in for the client's tools (at most
+        :data:`STOPPED_KEPT` such turns, the latest)."""
+        calls = result.client_calls
+        if not calls:
+            return
+        messages = result.messages
+        start = max(i for i, m in enumerate(messages) if m.role == Role.ASSISTANT)
+        key = (owner, tuple(sorted(call.id for call in calls)))
+        self._stopped[key] = tuple(messages[start:])
+        self._stopped.move_to_end(key)
+        while len(self._stopped) > STOPPED_KEPT:
+            self._stopped.popitem(last=False)
+
+    def _restore(self, owner: _TokenState, messages: Sequence[Message]) -> tuple[Message, ...]:
+        """``messages`` with a turn that stopped for the client's tools whole again: a
+        client that was shown only its own calls (an OpenAI client) sends back an assistant
+        message with those alone; the agent's own calls of that turn, and their results, are
+        put back in, so that the model reads its turn as it was."""
+        out = list(messages)
+        for index in range(len(out) - 1, -1, -1):
+            message = out[index]
+            if message.role != Role.ASSISTANT or not message.calls:
+                continue
+            key = (owner, tuple(sorted(call.id for call in message.calls)))
+            kept = self._stopped.pop(key, None)
+            if kept is not None and kept[0].calls != message.calls:
+                out[index : index + 1] = kept
+            break  # (only the latest assistant message can be such a turn)
+        return tuple(out)
 
     def __contains__(self, name: object) -> bool:
         return name in self.registry
@@ -286,6 +328,7 @@ async def _agent_run(
     from ..agent import Agent  # noqa: PLC0415
 
     spec = agents.registry.get(name)
+    messages = agents._restore(holder, messages)
     history, input = _split(messages)
     result: AgentResult | None = None
     server._scopes.add(run.scope)
@@ -296,28 +339,38 @@ async def _agent_run(
         if settings is not None:
             options["settings"] = ModelSettings.of(options.get("settings")).merge(settings)
         agent: Agent | None = None
-        with run.scope:
-            agent = await Agent.start(
-                agents.runtime,
-                spec.provider,
-                system=spec.system,
-                tools=spec.tools,
-                authority=spec.authority,
-                **options,
-            )
-        if agent is not None:
-            try:
+        stream: AgentRun | None = None
+        terminal: RunEvent | None = None
+        try:
+            with run.scope:
+                agent = await Agent.start(
+                    agents.runtime,
+                    spec.provider,
+                    system=spec.system,
+                    tools=spec.tools,
+                    authority=spec.authority,
+                    name=name,
+                    **options,
+                )
                 stream = agent.stream(input, history=history, client_tools=tools)
-                terminal = await _copy(run, stream)
-                result = _result_of(terminal)
-                if terminal is not None and not run.ended and not run.too_large:
-                    if terminal.kind == "failed":
-                        error = terminal.data.get("error")
-                        said = error if isinstance(error, Mapping) else {}
-                        run.add("failed", {"error": _said(said.get("type"), said.get("code"))})
-                    elif terminal.kind != "cancelled" or run.cancelled or not server._closing:
-                        run.add(terminal.kind, terminal.data)
-            finally:
+                terminal = await _copy(run, stream.events())
+            if terminal is None and stream is not None:
+                # Cut: the agent's run is aborted, commits its partial, and ends saying so.
+                stream.abort()
+                with trio.CancelScope(shield=True), trio.move_on_after(ABORT_GRACE):
+                    terminal = await _copy(run, stream.events(after=run.last), log=False)
+            result = _result_of(terminal)
+            if result is not None:
+                agents._keep(holder, result)
+            if terminal is not None and not run.ended and not run.too_large:
+                if terminal.kind == "failed":
+                    error = terminal.data.get("error")
+                    said = error if isinstance(error, Mapping) else {}
+                    run.add("failed", {"error": _said(said.get("type"), said.get("code"))})
+                elif terminal.kind != "cancelled" or run.cancelled or not server._closing:
+                    run.add(terminal.kind, terminal.data)
+        finally:
+            if agent is not None:
                 with trio.CancelScope(shield=True):
                     await agent.aclose(cancel=True)
     except Exception as error:  # the run's failure, said in its log
@@ -339,22 +392,15 @@ async def _agent_run(
         run.done.set()
 
 
-async def _copy(run: _Run, stream: AgentRun) -> RunEvent | None:
-    """Copy the agent run's events into ``run``'s log, up to its terminal event, which is
-    returned (``None``: the agent's run did not say how it ended in time). A cut of
-    ``run``'s scope aborts the agent's run, which commits its partial and then ends."""
-    events = stream.events()
-    with run.scope:
-        async for event in events:
-            if event.kind in TERMINAL:
-                return event
-            if run.add(event.kind, event.data) is None:
-                break  # the log refused it: the run is being cut
-    stream.abort()
-    with trio.CancelScope(shield=True), trio.move_on_after(ABORT_GRACE):
-        async for event in events:
-            if event.kind in TERMINAL:
-                return event
+async def _copy(run: _Run, events: AsyncIterator[RunEvent], *, log: bool = True) -> RunEvent | None:
+    """Copy the agent run's ``events`` into ``run``'s log (with ``log``) up to the terminal
+    one, which is returned -- ``None`` when the log refused an event (the run is being cut:
+    nothing more of it is logged)."""
+    async for event in events:
+        if event.kind in TERMINAL:
+            return event
+        if log and run.add(event.kind, event.data) is None:
+            return None
     return None
 
 

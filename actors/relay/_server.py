@@ -91,6 +91,7 @@ from ._asgi import (
     _plain,
     _ws_deny,
 )
+from ._frontends import http_served, served
 from ._jobs import JOBS_PATH, RelayJobs
 from ._runs import RUNS_PREFIX, _Run, _Runs, http_runs
 from ._served import RelayAgents
@@ -409,6 +410,8 @@ class RelayServer:
             await _page(send, path, head=method == "HEAD")
         elif path == RELAY_PATH:
             await _plain(send, 426, extra=[(b"upgrade", b"websocket")])
+        elif served(path):
+            await http_served(self, scope, headers, receive, send)
         else:
             await _plain(send, 404)
 

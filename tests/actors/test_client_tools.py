@@ -58,9 +58,7 @@ async def test_a_call_of_a_client_tool_ends_the_run_after_the_agents_own_calls_r
         assert open_call_ids(list(first.messages)) == {"c2"}
         # The caller answers and goes on: the whole exchange is its history.
         answer = Message.tool("c2", "weather", "sunny")
-        second = await agent.generate(
-            [*first.messages, answer], history=[], client_tools=[WEATHER]
-        )
+        second = await agent.generate([*first.messages, answer], history=[], client_tools=[WEATHER])
         assert second.stop is StopReason.COMPLETE
         assert second.client_calls == ()
         assert second.content == "42, and sunny in Oslo."
@@ -91,9 +89,7 @@ async def test_tool_choice_none_shows_no_client_tool_either() -> None:
     provider = ScriptedProvider(Reply("No tools."))
     async with open_runtime() as runtime:
         agent = await Agent.start(runtime, provider, tools=[add])
-        result = await agent.generate(
-            "hi", history=[], client_tools=[WEATHER], tool_choice="none"
-        )
+        result = await agent.generate("hi", history=[], client_tools=[WEATHER], tool_choice="none")
         assert result.stop is StopReason.COMPLETE
         assert provider.calls[0].tools == ()
 

@@ -1,0 +1,139 @@
+"""Where the relay's served protocols are routed: the paths of AG-UI, the AI SDK's UI message
+stream, OpenAI's chat completions and A2A, with what every one of them shares -- CORS for a
+browser frontend on an allowed origin, and answers in JSON.
+
+* ``POST /v1/chat/completions``: OpenAI's chat completions (:mod:`._openai`);
+* ``POST /v1/agui`` and ``POST /v1/agui/{agent}``: AG-UI (:mod:`._agui`);
+* ``POST /v1/chat`` and ``POST /v1/chat/{agent}``, and ``GET`` of either's
+  ``/{chat id}/stream``: the AI SDK's UI message stream and its resume (:mod:`._ui_stream`);
+* ``/a2a/{agent}``: A2A's JSON-RPC, and its agent card (:mod:`._a2a`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from protocols._json import dumpb
+
+from ._asgi import Receive, Scope, Send, _Gone
+
+if TYPE_CHECKING:
+    from ._server import RelayServer
+
+
+@attrs.frozen
+class Call:
+    """One HTTP request to a served protocol: its ASGI scope, headers (lower-case names) and
+    channel."""
+
+    scope: Scope
+    headers: Mapping[str, str]
+    receive: Receive
+    send: Send
+
+
+#: A route: given the server, the request, and the path's parameters (its segments after the
+#: route's prefix).
+Route = Callable[["RelayServer", Call, Sequence[str]], Awaitable[None]]
+
+#: The path prefixes served here, each with the module that answers them.
+PREFIXES = ("/v1/chat", "/v1/agui", "/a2a/", "/.well-known/agent-card.json")
+
+#: How long a browser may keep a preflight's answer (seconds).
+_PREFLIGHT_AGE = b"600"
+
+
+def served(path: str) -> bool:
+    """Whether ``path`` is one of the served protocols'."""
+    return path.startswith(PREFIXES)
+
+
+def cors(
+    server: RelayServer, scope: Scope, headers: Mapping[str, str]
+) -> list[tuple[bytes, bytes]]:
+    """The CORS headers of an answer to a request from an allowed browser origin (none for a
+    request without ``Origin``: not a browser's; a refused origin never gets this far)."""
+    origin = headers.get("origin")
+    if origin is None or not server._origin_ok(scope, headers):
+        return []
+    return [
+        (b"access-control-allow-origin", origin.encode("latin-1")),
+        (b"access-control-expose-headers", b"x-relay-run-id, x-vercel-ai-ui-message-stream"),
+        (b"vary", b"origin"),
+    ]
+
+
+async def preflight(
+    server: RelayServer, scope: Scope, headers: Mapping[str, str], send: Send
+) -> None:
+    """Answer a CORS preflight: 204 allowing ``POST``/``GET`` with the bearer and JSON
+    headers for an allowed origin; 403 for any other."""
+    if headers.get("origin") is None or not server._origin_ok(scope, headers):
+        server._refuse("forbidden_origin")
+        await answer_json(send, 403, {"error": "this origin may not use the relay"})
+        return
+    extra = [
+        *cors(server, scope, headers),
+        (b"access-control-allow-methods", b"GET, POST, OPTIONS"),
+        (b"access-control-allow-headers", b"authorization, content-type, last-event-id"),
+        (b"access-control-max-age", _PREFLIGHT_AGE),
+    ]
+    await send({"type": "http.response.start", "status": 204, "headers": extra})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def answer_json(
+    send: Send,
+    status: int,
+    document: Any,
+    *,
+    extra: Sequence[tuple[bytes, bytes]] = (),
+) -> None:
+    """Answer ``status`` with ``document`` as JSON (a client that left is not an error)."""
+    body = dumpb(document) if not isinstance(document, bytes) else document
+    head = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"cache-control", b"no-store"),
+        (b"x-content-type-options", b"nosniff"),
+        *extra,
+    ]
+    with contextlib.suppress(OSError, _Gone):
+        await send({"type": "http.response.start", "status": status, "headers": head})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def http_served(
+    server: RelayServer, scope: Scope, headers: Mapping[str, str], receive: Receive, send: Send
+) -> None:
+    """Answer a request to one of the served protocols' paths (404 for a path none has; 405
+    with ``Allow`` for a method its route does not take)."""
+    path: str = scope.get("path", "")
+    method: str = scope.get("method", "GET")
+    if method == "OPTIONS":
+        await preflight(server, scope, headers, send)
+        return
+    parts = [part for part in path.split("/") if part]
+    route: Route | None = None
+    allowed = b"POST"
+    params: list[str] = []
+    if parts[:3] == ["v1", "chat", "completions"] and len(parts) == 3:
+        from ._openai import completions  # noqa: PLC0415
+
+        route = completions
+    if route is None:
+        await answer_json(send, 404, {"error": "not found"}, extra=cors(server, scope, headers))
+        return
+    if method.encode() not in allowed.split(b", "):
+        await answer_json(
+            send,
+            405,
+            {"error": "method not allowed"},
+            extra=[(b"allow", allowed), *cors(server, scope, headers)],
+        )
+        return
+    await route(server, Call(scope, headers, receive, send), params)
