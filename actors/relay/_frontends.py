@@ -125,6 +125,10 @@ async def http_served(
         from ._openai import completions  # noqa: PLC0415
 
         route = completions
+    elif parts[:2] == ["v1", "agui"] and len(parts) <= 3:
+        from ._agui import run  # noqa: PLC0415
+
+        route, params = run, parts[2:]
     if route is None:
         await answer_json(send, 404, {"error": "not found"}, extra=cors(server, scope, headers))
         return

@@ -246,6 +246,8 @@ def start_run(
     terminal event, its slot is freed and its cost charged. ``outlives``: the run goes on if
     the client leaves (else :func:`answer_stream` cancels it when its client goes)."""
     agents: RelayAgents | None = server.agents
+    if not messages:
+        raise invalid(server, "messages: a run needs at least one message")
     if agent is not None and (agents is None or agent not in agents):
         server._refuse("unknown_agent")
         raise Refusal("unknown_agent")
