@@ -105,7 +105,10 @@ class RelayLimits:
     * ``keepalive``: seconds an event stream (``GET /v1/runs/{id}/events``) stays silent
       before a keep-alive comment;
     * ``poll_wait``: the longest ``wait`` a polling request may ask for (a longer one is
-      shortened to it); ``poll_events``: the most events one polling answer holds.
+      shortened to it); ``poll_events``: the most events one polling answer holds;
+    * ``resume_grace``: seconds a run that outlives its client for the client to come back
+      to it (an AI SDK chat's: a reload resumes it) goes on with nobody following it; then
+      it is cancelled.
     """
 
     max_frame: int = DEFAULT_MAX_FRAME
@@ -125,6 +128,7 @@ class RelayLimits:
     keepalive: float = 15.0
     poll_wait: float = 30.0
     poll_events: int = 1_000
+    resume_grace: float = 60.0
 
     def __attrs_post_init__(self) -> None:
         if self.max_tokens is not None and (
@@ -156,6 +160,7 @@ class RelayLimits:
             "send_timeout",
             "keepalive",
             "poll_wait",
+            "resume_grace",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:

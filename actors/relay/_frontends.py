@@ -125,6 +125,14 @@ async def http_served(
         from ._openai import completions  # noqa: PLC0415
 
         route = completions
+    elif parts[:2] == ["v1", "chat"] and len(parts) <= 3:
+        from ._ui_stream import chat  # noqa: PLC0415
+
+        route, params = chat, parts[2:]
+    elif parts[:2] == ["v1", "chat"] and len(parts) in (4, 5) and parts[-1] == "stream":
+        from ._ui_stream import resume  # noqa: PLC0415
+
+        route, params, allowed = resume, parts[2:-1], b"GET"
     elif parts[:2] == ["v1", "agui"] and len(parts) <= 3:
         from ._agui import run  # noqa: PLC0415
 

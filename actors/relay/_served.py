@@ -469,11 +469,13 @@ async def answer_stream(
     *,
     after: int = 0,
     headers: Sequence[tuple[bytes, bytes]] = (),
+    grace: float | None = None,
 ) -> None:
     """Answer 200 with the run's events after ``after`` in ``encoding``, as they come, through
     the terminal one (a keep-alive comment after the relay's ``keepalive`` seconds of
     silence); a follower behind the log reads its ``gap`` as the encoding says. A client that
-    leaves (or stops reading) cancels a run that does not outlive it."""
+    leaves (or stops reading) cancels a run that does not outlive it; one that outlives it
+    is cancelled ``grace`` seconds after its last follower left, unless one came back."""
     limits = server.limits
 
     async def pump(out: _HttpOut) -> None:
@@ -507,6 +509,19 @@ async def answer_stream(
         run.watchers -= 1
         if run.cancel_on_disconnect and not run.ended:
             run.cancel()  # its client left before its end: the run goes with it
+        elif grace is not None and not run.ended and run.watchers == 0:
+            trio.lowlevel.spawn_system_task(
+                _orphaned, run, grace, name="relay run without followers"
+            )
+
+
+async def _orphaned(run: _Run, grace: float) -> None:
+    """Cancel ``run`` if nobody follows it ``grace`` seconds from now (or it ends first)."""
+    with trio.move_on_after(grace):
+        await run.done.wait()
+    if not run.ended and run.watchers == 0:
+        log.info("relay run %s had no follower for %s s: cancelled", run.run_id, grace)
+        run.cancel()
 
 
 async def wait_outcome(run: _Run, receive: Receive) -> bool:

@@ -13,13 +13,14 @@ Routes (all others: 404; a known path with the wrong method: 405 with ``Allow``)
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import contextvars
 import functools
 import hmac
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -224,6 +225,8 @@ class RelayServer:
         self.jobs = jobs  # the durable jobs API (actors/relay/_jobs.py), when given
         #: The agents the relay runs itself, for the protocols that name one (``_served.py``).
         self.agents = agents
+        #: AI SDK chats by owner, agent and chat id: their latest runs, to resume.
+        self._chats: collections.OrderedDict[Any, Any] = collections.OrderedDict()
         if jobs is not None:
             jobs._attach(self)
 
