@@ -41,7 +41,7 @@ class Call:
 Route = Callable[["RelayServer", Call, Sequence[str]], Awaitable[None]]
 
 #: The path prefixes served here, each with the module that answers them.
-PREFIXES = ("/v1/chat", "/v1/agui", "/a2a/", "/.well-known/agent-card.json")
+PREFIXES = ("/v1/chat", "/v1/agui", "/a2a/")
 
 #: How long a browser may keep a preflight's answer (seconds).
 _PREFLIGHT_AGE = b"600"
@@ -137,6 +137,10 @@ async def http_served(
         from ._agui import run  # noqa: PLC0415
 
         route, params = run, parts[2:]
+    elif parts[:1] == ["a2a"] and len(parts) >= 2:
+        from ._a2a import route as a2a  # noqa: PLC0415
+
+        route, params, allowed = a2a, parts, b"GET, POST"
     if route is None:
         await answer_json(send, 404, {"error": "not found"}, extra=cors(server, scope, headers))
         return

@@ -227,6 +227,8 @@ class RelayServer:
         self.agents = agents
         #: AI SDK chats by owner, agent and chat id: their latest runs, to resume.
         self._chats: collections.OrderedDict[Any, Any] = collections.OrderedDict()
+        #: A2A tasks and contexts (``_a2a.py``), once one is sent.
+        self._a2a: Any = None
         if jobs is not None:
             jobs._attach(self)
 

@@ -1,0 +1,368 @@
+"""A2A (Agent2Agent, protocol 1.0): each of the relay's agents as an A2A server, so that an agent
+of another framework (or the official ``a2a-sdk`` client) sends it tasks.
+
+* ``GET /a2a/{agent}/.well-known/agent-card.json``: the agent's card (its JSON-RPC endpoint is
+  ``/a2a/{agent}``);
+* ``POST /a2a/{agent}``: JSON-RPC -- ``SendMessage`` (the task, once it ended; or at once with
+  ``returnImmediately``), ``SendStreamingMessage`` (the task's events as Server-Sent Events),
+  ``GetTask``, ``CancelTask`` and ``SubscribeToTask`` (the task's events again: its state
+  now, then live to its end -- the live-run resume).
+
+An A2A task is a run of the agent, in memory: its lifecycle is the run's (``submitted``,
+``working``, ``completed``, ``canceled``, ``failed`` -- ``failed`` also for an answer cut
+short). A task outlives the connection that sent it (A2A clients come back to tasks); its
+messages' context (``contextId``) carries the conversation: a task sent in the context of
+earlier ones runs on their history. As on every route of the relay, the card and the methods
+need the relay token, and a token sees only its own tasks (another's is ``TaskNotFound``,
+exactly as one that never was). The codec is :mod:`protocols.serve.a2a`.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from protocols._json import JSON
+from protocols.live import RunEvent
+from protocols.messages import AgentResult, Message, Role, new_id
+from protocols.serve import a2a as wire
+
+from ._admission import _TokenState
+from ._asgi import _Gone
+from ._frontends import Call, answer_json, cors
+from ._runs import _Run
+from ._served import Refusal, answer_stream, read_request, start_run, wait_outcome
+
+if TYPE_CHECKING:
+    from ._server import RelayServer
+
+#: Tasks the relay remembers (the latest ones; an older one is ``TaskNotFound``).
+TASKS_KEPT = 10_000
+#: Contexts whose conversation the relay remembers (the latest ones).
+CONTEXTS_KEPT = 10_000
+#: Messages of one context's conversation kept (the latest ones).
+CONTEXT_MESSAGES = 1_000
+
+
+@attrs.define
+class _Task:
+    """An A2A task: its run and what its Task object is made of."""
+
+    id: str
+    context_id: str
+    agent: str
+    run: _Run
+    sent: wire.A2AMessage
+    #: Its result went into its context's conversation.
+    settled: bool = False
+
+    def encoder(self) -> wire.TaskEncoder:
+        return wire.TaskEncoder(self.id, self.context_id, history=[self.sent])
+
+    def caught_up(self) -> tuple[wire.TaskEncoder, int]:
+        """An encoder that has read the run's log as it stands (what it said is dropped),
+        and the seq it read to."""
+        encoder = self.encoder()
+        last = 0
+        for event in self.run.live.log.read(0, self.run.last + 1):
+            encoder.feed(event)
+            last = event.seq
+        return encoder, last
+
+
+class _State:
+    """The relay's A2A tasks and contexts, by owner."""
+
+    def __init__(self) -> None:
+        self.tasks: collections.OrderedDict[tuple[_TokenState, str], _Task] = (
+            collections.OrderedDict()
+        )
+        self.contexts: collections.OrderedDict[
+            tuple[_TokenState, str, str], tuple[Message, ...]
+        ] = collections.OrderedDict()
+
+    def history(self, owner: _TokenState, agent: str, context_id: str) -> tuple[Message, ...]:
+        return self.contexts.get((owner, agent, context_id), ())
+
+    def settle(self, owner: _TokenState, task: _Task) -> None:
+        """Add an ended task's exchange to its context's conversation (once)."""
+        if task.settled or not task.run.ended:
+            return
+        task.settled = True
+        result = task.run.outcome
+        if not isinstance(result, AgentResult):
+            return
+        key = (owner, task.agent, task.context_id)
+        before = self.contexts.pop(key, ())
+        # (the run's messages begin with its input: the message the task was sent)
+        self.contexts[key] = _whole((*before, *result.messages)[-CONTEXT_MESSAGES:])
+        while len(self.contexts) > CONTEXTS_KEPT:
+            self.contexts.popitem(last=False)
+
+
+def _whole(messages: tuple[Message, ...]) -> tuple[Message, ...]:
+    """``messages`` from the first user message on (a tail cut to its length may begin with a
+    tool's result, whose call it lost)."""
+    for index, message in enumerate(messages):
+        if message.role == Role.USER:
+            return messages[index:]
+    return ()
+
+
+def _state(server: RelayServer) -> _State:
+    state = server._a2a
+    if state is None:
+        state = server._a2a = _State()
+    assert isinstance(state, _State)
+    return state
+
+
+@attrs.frozen
+class _Rpc:
+    """One JSON-RPC request to agent ``agent``, from ``holder``, and how to answer it."""
+
+    server: RelayServer
+    call: Call
+    holder: _TokenState
+    agent: str
+    request: wire.A2ARequest
+    extra: list[tuple[bytes, bytes]]
+
+    def parts(
+        self,
+    ) -> tuple[RelayServer, Call, _TokenState, str, wire.A2ARequest, list[tuple[bytes, bytes]]]:
+        return self.server, self.call, self.holder, self.agent, self.request, self.extra
+
+    async def error(self, code: int, text: str) -> None:
+        """Answer a JSON-RPC error -- as one error event for a streaming method (the SDK's
+        client raises it), else as the response."""
+        body = wire.rpc_error(self.request.id, code, text)
+        if not self.request.streaming:
+            await answer_json(self.call.send, 200, body, extra=self.extra)
+            return
+        head = [
+            (b"content-type", b"text/event-stream"),
+            (b"cache-control", b"no-store"),
+            *self.extra,
+        ]
+        event = wire.sse_event(body, error=True)
+        with contextlib.suppress(OSError, _Gone):
+            await self.call.send({"type": "http.response.start", "status": 200, "headers": head})
+            await self.call.send({"type": "http.response.body", "body": event, "more_body": False})
+
+
+class _Stream:
+    """A task's stream events as Server-Sent Events (see
+    :class:`~actors.relay._served.Encoding`): JSON-RPC results of request ``rid``."""
+
+    def __init__(self, encoder: wire.TaskEncoder, rid: str | int | None, head: bytes) -> None:
+        self.encoder = encoder
+        self.rid = rid
+        self._head = head
+
+    def head(self) -> bytes:
+        return self._head
+
+    def feed(self, events: Sequence[RunEvent]) -> bytes:
+        encoder, rid = self.encoder, self.rid
+        return b"".join(
+            wire.sse_event(wire.rpc_result(rid, item))
+            for event in events
+            for item in encoder.feed(event)
+        )
+
+    def tail(self) -> bytes:
+        return b""
+
+
+def _sse(rid: str | int | None, items: Sequence[dict[str, JSON]]) -> bytes:
+    return b"".join(wire.sse_event(wire.rpc_result(rid, item)) for item in items)
+
+
+async def route(server: RelayServer, call: Call, params: Sequence[str]) -> None:
+    """``/a2a/{agent}`` and its card (see the module's docstring); anything else: 404."""
+    extra = cors(server, call.scope, call.headers)
+    method = call.scope.get("method", "GET")
+    agents = server.agents
+    if len(params) < 2 or params[0] != "a2a":
+        await answer_json(call.send, 404, {"error": "not found"}, extra=extra)
+        return
+    agent, rest = params[1], params[2:]
+    card = rest == [".well-known", "agent-card.json"]
+    if (rest and not card) or (card and method != "GET") or (not card and method != "POST"):
+        allow = b"GET" if card else b"POST"
+        status = 405 if (card or not rest) else 404
+        await answer_json(
+            call.send, status, {"error": "not found"}, extra=[(b"allow", allow), *extra]
+        )
+        return
+    if card:
+        await _card(server, call, agent, extra)
+        return
+    try:
+        holder, body = await read_request(server, call.scope, call.headers, call.receive)
+        if agents is None or agent not in agents:
+            server._refuse("unknown_agent")
+            raise Refusal("unknown_agent")
+    except Refusal as refusal:
+        await answer_json(call.send, refusal.status, {"error": refusal.message}, extra=extra)
+        return
+    except _Gone:
+        return
+    request = wire.decode_rpc(body, max_bytes=server.limits.max_frame)
+    if isinstance(request, wire.RpcError):
+        server._refuse("invalid")
+        await answer_json(call.send, 200, request.body, extra=extra)
+        return
+    await _METHODS[request.method](_Rpc(server, call, holder, agent, request, extra))
+
+
+async def _card(
+    server: RelayServer, call: Call, agent: str, extra: list[tuple[bytes, bytes]]
+) -> None:
+    """The agent's card -- for the relay's tokens alone, like everything it serves."""
+    holder = await server._http_token(call.scope, call.headers, call.send)
+    if holder is None:
+        return
+    agents = server.agents
+    if agents is None or agent not in agents:
+        server._refuse("unknown_agent")
+        await answer_json(call.send, 404, {"error": "no agent of that name"}, extra=extra)
+        return
+    spec = agents.registry.get(agent)
+    host = call.headers.get("host") or "127.0.0.1"
+    scheme = call.scope.get("scheme", "http")
+    url = f"{scheme}://{host}{call.scope.get('root_path', '')}/a2a/{agent}"
+    description = (spec.system or f"The agent {agent}").strip().splitlines()[0][:500]
+    await answer_json(call.send, 200, wire.agent_card(agent, description, url), extra=extra)
+
+
+async def _send(rpc: _Rpc) -> None:
+    """``SendMessage`` / ``SendStreamingMessage``: a new task on the agent (a message naming
+    a task goes on with it only while it waits for input, which no in-memory task does)."""
+    server, call, holder, agent, request, extra = rpc.parts()
+    state = _state(server)
+    message = request.message
+    assert message is not None
+    rid = request.id
+    if request.task_id is not None:
+        known = state.tasks.get((holder, request.task_id))
+        code, text = (
+            (wire.RpcCode.TASK_NOT_FOUND, "no task has this id")
+            if known is None
+            else (wire.RpcCode.UNSUPPORTED_OPERATION, "the task has ended: send a new one")
+        )
+        await rpc.error(code, text)
+        return
+    context_id = request.context_id or new_id()
+    messages = [*state.history(holder, agent, context_id), *wire.message_to_messages(message)]
+    try:
+        run = start_run(server, holder, messages=messages, agent=agent, outlives=True)
+    except Refusal as refusal:
+        await answer_json(call.send, refusal.status, {"error": refusal.message}, extra=extra)
+        return
+    task = _Task(new_id(), context_id, agent, run, message)
+    key = (holder, task.id)
+    state.tasks[key] = task
+    while len(state.tasks) > TASKS_KEPT:
+        state.tasks.popitem(last=False)
+    if request.streaming:
+        encoder = task.encoder()
+        try:
+            await answer_stream(
+                server, run, _Stream(encoder, rid, _sse(rid, encoder.resume())), call.receive,
+                call.send, headers=extra,
+            )  # fmt: skip
+        finally:
+            state.settle(holder, task)
+        return
+    if request.blocking and await wait_outcome(run, call.receive):
+        state.settle(holder, task)
+    elif request.blocking:
+        return  # its client left (the task goes on)
+    encoder, _ = task.caught_up()
+    answer = wire.rpc_result(rid, {"task": encoder.task(history_length=request.history_length)})
+    await answer_json(call.send, 200, answer, extra=extra)
+
+
+async def _get(rpc: _Rpc) -> None:
+    """``GetTask``: the task as it stands."""
+    server, call, holder, _agent, request, extra = rpc.parts()
+    task = await _found(rpc)
+    if task is None:
+        return
+    _state(server).settle(holder, task)
+    encoder, _ = task.caught_up()
+    result: Any = encoder.task(history_length=request.history_length)
+    await answer_json(call.send, 200, wire.rpc_result(request.id, result), extra=extra)
+
+
+async def _cancel(rpc: _Rpc) -> None:
+    """``CancelTask``: the task is cancelled (its partial answer kept) and shown once it has
+    ended; a task that had ended already is ``TaskNotCancelable``."""
+    server, call, holder, _agent, request, extra = rpc.parts()
+    task = await _found(rpc)
+    if task is None:
+        return
+    if task.run.ended:
+        code, text = wire.RpcCode.TASK_NOT_CANCELABLE, "the task has ended"
+        await rpc.error(code, text)
+        return
+    task.run.cancel()
+    if not await wait_outcome(task.run, call.receive):
+        return
+    _state(server).settle(holder, task)
+    encoder, _ = task.caught_up()
+    result: Any = encoder.task(history_length=request.history_length)
+    await answer_json(call.send, 200, wire.rpc_result(request.id, result), extra=extra)
+
+
+async def _subscribe(rpc: _Rpc) -> None:
+    """``SubscribeToTask``: the Task as it stands, then its events live to its end (a task
+    that has ended is ``UnsupportedOperation``, as A2A says)."""
+    server, call, holder, _agent, request, extra = rpc.parts()
+    task = await _found(rpc)
+    if task is None:
+        return
+    if task.run.ended:
+        code, text = wire.RpcCode.UNSUPPORTED_OPERATION, "the task has ended: GetTask shows it"
+        await rpc.error(code, text)
+        return
+    if task.run.watchers >= server.limits.max_watchers:
+        server._refuse("too_many_watchers")
+        await answer_json(call.send, 429, {"error": "too many watchers of this task"}, extra=extra)
+        return
+    encoder, last = task.caught_up()
+    head = _sse(request.id, encoder.resume())
+    try:
+        await answer_stream(
+            server, task.run, _Stream(encoder, request.id, head), call.receive, call.send,
+            after=last, headers=extra,
+        )  # fmt: skip
+    finally:
+        _state(server).settle(holder, task)
+
+
+async def _found(rpc: _Rpc) -> _Task | None:
+    """The task the request names, if ``holder`` owns it on this agent; else answered
+    ``TaskNotFound`` (the same answer for another token's task as for none)."""
+    server, holder, request = rpc.server, rpc.holder, rpc.request
+    task = _state(server).tasks.get((holder, request.task_id or ""))
+    found = task is not None and server._runs.find(task.run.run_id, holder) is not None
+    if task is None or not found or task.agent != rpc.agent:
+        await rpc.error(wire.RpcCode.TASK_NOT_FOUND, "no task has this id")
+        return None
+    return task
+
+
+_METHODS = {
+    "SendMessage": _send,
+    "SendStreamingMessage": _send,
+    "GetTask": _get,
+    "CancelTask": _cancel,
+    "SubscribeToTask": _subscribe,
+}
