@@ -10,7 +10,9 @@ of another framework (or the official ``a2a-sdk`` client) sends it tasks.
 
 An A2A task is a run of the agent, in memory: its lifecycle is the run's (``submitted``,
 ``working``, ``completed``, ``canceled``, ``failed`` -- ``failed`` also for an answer cut
-short). A task outlives the connection that sent it (A2A clients come back to tasks); its
+short) -- or, on a relay that serves durable jobs of that agent, a durable job, whose
+lifecycle it follows, ``input-required`` included (:mod:`._a2a_jobs`). A task outlives the
+connection that sent it (A2A clients come back to tasks); its
 messages' context (``contextId``) carries the conversation: a task sent in the context of
 earlier ones runs on their history. As on every route of the relay, the card and the methods
 need the relay token, and a token sees only its own tasks (another's is ``TaskNotFound``,
@@ -27,10 +29,12 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from protocols._json import JSON
+from protocols.jobs import JobRecord
 from protocols.live import RunEvent
 from protocols.messages import AgentResult, Message, Role, new_id
 from protocols.serve import a2a as wire
 
+from . import _a2a_jobs
 from ._admission import _TokenState
 from ._asgi import _Gone
 from ._frontends import Call, answer_json, cors
@@ -85,8 +89,45 @@ class _State:
             tuple[_TokenState, str, str], tuple[Message, ...]
         ] = collections.OrderedDict()
 
+        #: Durable tasks' contexts and the messages that started them, by owner and job id.
+        self.jobs: collections.OrderedDict[
+            tuple[_TokenState, str], tuple[str, wire.A2AMessage, bool]
+        ] = collections.OrderedDict()
+
     def history(self, owner: _TokenState, agent: str, context_id: str) -> tuple[Message, ...]:
         return self.contexts.get((owner, agent, context_id), ())
+
+    def remember_job(
+        self, owner: _TokenState, job_id: str, context_id: str, sent: wire.A2AMessage
+    ) -> None:
+        """A durable task was sent: its context and its message (the latest ones kept)."""
+        self.jobs[(owner, job_id)] = (context_id, sent, False)
+        while len(self.jobs) > TASKS_KEPT:
+            self.jobs.popitem(last=False)
+
+    def job_context(self, owner: _TokenState, job_id: str) -> tuple[str, wire.A2AMessage | None]:
+        """A durable task's context (its own id, when this process did not see it sent) and
+        the message it was sent."""
+        known = self.jobs.get((owner, job_id))
+        return (job_id, None) if known is None else (known[0], known[1])
+
+    def settle_job(self, owner: _TokenState, agent: str, record: JobRecord) -> None:
+        """Add an ended durable task's exchange to its context's conversation (once)."""
+        known = self.jobs.get((owner, record.id))
+        if known is None or known[2] or not record.terminal or record.result is None:
+            return
+        self.jobs[(owner, record.id)] = (known[0], known[1], True)
+        self._add(owner, agent, known[0], record.result.messages)
+
+    def _add(
+        self, owner: _TokenState, agent: str, context_id: str, messages: Sequence[Message]
+    ) -> None:
+        key = (owner, agent, context_id)
+        before = self.contexts.pop(key, ())
+        # (a run's messages begin with its input: the message the task was sent)
+        self.contexts[key] = _whole((*before, *messages)[-CONTEXT_MESSAGES:])
+        while len(self.contexts) > CONTEXTS_KEPT:
+            self.contexts.popitem(last=False)
 
     def settle(self, owner: _TokenState, task: _Task) -> None:
         """Add an ended task's exchange to its context's conversation (once)."""
@@ -94,14 +135,8 @@ class _State:
             return
         task.settled = True
         result = task.run.outcome
-        if not isinstance(result, AgentResult):
-            return
-        key = (owner, task.agent, task.context_id)
-        before = self.contexts.pop(key, ())
-        # (the run's messages begin with its input: the message the task was sent)
-        self.contexts[key] = _whole((*before, *result.messages)[-CONTEXT_MESSAGES:])
-        while len(self.contexts) > CONTEXTS_KEPT:
-            self.contexts.popitem(last=False)
+        if isinstance(result, AgentResult):
+            self._add(owner, task.agent, task.context_id, result.messages)
 
 
 def _whole(messages: tuple[Message, ...]) -> tuple[Message, ...]:
@@ -131,6 +166,15 @@ class _Rpc:
     agent: str
     request: wire.A2ARequest
     extra: list[tuple[bytes, bytes]]
+
+    def server_state(self) -> _State:
+        """The relay's A2A tasks and contexts."""
+        return _state(self.server)
+
+    async def answer(self, result: JSON) -> None:
+        """Answer the request with ``result``."""
+        body = wire.rpc_result(self.request.id, result)
+        await answer_json(self.call.send, 200, body, extra=self.extra)
 
     def parts(
         self,
@@ -205,7 +249,8 @@ async def route(server: RelayServer, call: Call, params: Sequence[str]) -> None:
         return
     try:
         holder, body = await read_request(server, call.scope, call.headers, call.receive)
-        if agents is None or agent not in agents:
+        durable = _a2a_jobs.serves(server.jobs, agent)
+        if not durable and (agents is None or agent not in agents):
             server._refuse("unknown_agent")
             raise Refusal("unknown_agent")
     except Refusal as refusal:
@@ -218,7 +263,12 @@ async def route(server: RelayServer, call: Call, params: Sequence[str]) -> None:
         server._refuse("invalid")
         await answer_json(call.send, 200, request.body, extra=extra)
         return
-    await _METHODS[request.method](_Rpc(server, call, holder, agent, request, extra))
+    rpc = _Rpc(server, call, holder, agent, request, extra)
+    if durable:
+        assert server.jobs is not None
+        await _DURABLE[request.method](rpc, server.jobs)
+        return
+    await _METHODS[request.method](rpc)
 
 
 async def _card(
@@ -229,15 +279,17 @@ async def _card(
     if holder is None:
         return
     agents = server.agents
-    if agents is None or agent not in agents:
+    known = agents is not None and agent in agents
+    if not known and not _a2a_jobs.serves(server.jobs, agent):
         server._refuse("unknown_agent")
         await answer_json(call.send, 404, {"error": "no agent of that name"}, extra=extra)
         return
-    spec = agents.registry.get(agent)
+    spec = agents.registry.get(agent) if agents is not None and known else None
     host = call.headers.get("host") or "127.0.0.1"
     scheme = call.scope.get("scheme", "http")
     url = f"{scheme}://{host}{call.scope.get('root_path', '')}/a2a/{agent}"
-    description = (spec.system or f"The agent {agent}").strip().splitlines()[0][:500]
+    system = spec.system if spec is not None else None
+    description = (system or f"The agent {agent}").strip().splitlines()[0][:500]
     await answer_json(call.send, 200, wire.agent_card(agent, description, url), extra=extra)
 
 
@@ -358,6 +410,14 @@ async def _found(rpc: _Rpc) -> _Task | None:
         return None
     return task
 
+
+_DURABLE = {
+    "SendMessage": _a2a_jobs.send,
+    "SendStreamingMessage": _a2a_jobs.send,
+    "GetTask": _a2a_jobs.get,
+    "CancelTask": _a2a_jobs.cancel,
+    "SubscribeToTask": _a2a_jobs.subscribe,
+}
 
 _METHODS = {
     "SendMessage": _send,

@@ -24,9 +24,10 @@ import trio
 from test_relay import OTHER, TOKEN, Upstream, running, server
 
 from actors import open_runtime, tool
-from actors.durable import AgentRegistry
-from actors.relay import RelayAgents, RelayServer
+from actors.durable import AgentRegistry, MemoryRunStore, open_job_queue
+from actors.relay import RelayAgents, RelayJobs, RelayServer
 from actors.testing import Hang, Reply, ScriptedProvider
+from protocols.authority import Authority, Rule
 from protocols.messages import Role, ToolCall
 
 CLIENT = pathlib.Path(__file__).parents[2] / "fixtures" / "a2a_sdk_client.py"
@@ -36,6 +37,12 @@ CLIENT = pathlib.Path(__file__).parents[2] / "fixtures" / "a2a_sdk_client.py"
 async def add(a: int, b: int) -> int:
     """Add two integers."""
     return a + b
+
+
+@tool
+async def refund(cents: int) -> str:
+    """Refund the customer."""
+    return f"refunded {cents}"
 
 
 @asynccontextmanager
@@ -288,3 +295,64 @@ async def test_a_relay_killed_mid_task_is_a_clear_error_for_the_sdk(
     (error,) = of(got, "error")
     assert error["type"]  # the SDK raised, saying the connection broke: no hang, no answer
     assert not of(got, "answer")
+
+
+@asynccontextmanager
+async def durable_relay(registry: AgentRegistry) -> AsyncIterator[tuple[str, MemoryRunStore]]:
+    """A relay whose agents' A2A tasks are durable jobs, with a job queue working them."""
+    store = MemoryRunStore()
+    async with (
+        open_runtime() as runtime,
+        open_job_queue(store, registry, runtime, concurrency=4, poll=0.05),
+    ):
+        app = server(
+            Upstream(),
+            agents=RelayAgents(registry, runtime),
+            jobs=RelayJobs(store, agents=registry),
+        )
+        async with running(app) as url:
+            yield url, store
+
+
+async def test_a_durable_task_is_a_job_and_asks_for_input_as_the_job_does() -> None:
+    registry, _ = calculator()
+    asks = Authority(rules=(Rule("ask", tools=("refund",), reason="needs a human"),))
+    registry.add(
+        "support",
+        ScriptedProvider(Reply(calls=[ToolCall("r1", "refund", {"cents": 5})]), Reply("Done.")),
+        tools=[refund],
+        authority=asks,
+    )
+    async with durable_relay(registry) as (url, store):
+        streamed = await sdk(url + "/a2a/calc", "stream", "What is 19 + 23?")
+        approved = await sdk(url + "/a2a/support", "approve", "Refund me.")
+        jobs = await store.list()
+    assert not of(streamed, "error"), streamed
+    assert of(streamed, "answer") == ["It is 42."]
+    (task,) = of(streamed, "task")
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    # The tasks are the store's jobs: same ids, same ends.
+    by_id = {record.id: record for record in jobs}
+    assert by_id[task["id"]].status.value == "completed"
+    assert not of(approved, "error"), approved
+    (asked,) = of(approved, "asked")
+    assert [call["call_id"] for call in asked] == ["r1"]
+    assert "TASK_STATE_INPUT_REQUIRED" in states(approved)
+    assert states(approved)[-1] == "TASK_STATE_COMPLETED"
+    assert of(approved, "answer") == ["Done."]
+    (done,) = of(approved, "task")
+    assert by_id[done["id"]].status.value == "completed"
+    assert by_id[done["id"]].answers[0].allow
+
+
+async def test_a_durable_task_is_cancelled_through_its_job() -> None:
+    registry = AgentRegistry()
+    registry.add("slow", ScriptedProvider(Hang("partial answer")))
+    async with durable_relay(registry) as (url, store):
+        lines = await sdk(url + "/a2a/slow", "cancel")
+        (record,) = await store.list()
+    assert not of(lines, "error"), lines
+    cancelled, got = of(lines, "task")
+    assert cancelled["status"]["state"] == "TASK_STATE_CANCELED"
+    assert got["status"]["state"] == "TASK_STATE_CANCELED"
+    assert record.status.value == "cancelled"
