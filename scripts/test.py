@@ -8,7 +8,7 @@ itself, in order:
 2. The relay's browser page is tested in headless Chromium at ``/usr/bin/chromium`` with
    ``/usr/bin/chromedriver``. When they are missing and apt-get can run without a question (as
    root, or through ``sudo -n``), it installs Debian's ``chromium`` and ``chromium-driver``.
-   Otherwise it says exactly what to install and goes on: the three browser tests then FAIL,
+   Otherwise it says exactly what to install and goes on: the browser tests then FAIL,
    each naming what is missing, and the command says so again at the end and exits non-zero.
    They are never skipped: a run without the browser is not a passing run, but the rest of the
    suite still runs and reports.
@@ -83,7 +83,8 @@ def apt_commands(prefix: Sequence[str]) -> list[list[str]]:
 def instructions(missing: Sequence[str]) -> str:
     """What to install by hand, naming what is missing."""
     return (
-        f"{' and '.join(missing)} not found, so the 3 browser tests of the relay page will fail. "
+        f"{' and '.join(missing)} not found, so the browser tests (the relay's page, the AI SDK "
+        "page) will fail. "
         f"Install them: on Debian or Ubuntu, `sudo apt-get install {' '.join(PACKAGES)}`; "
         f"elsewhere, a Chromium and its chromedriver at {' and '.join(BROWSER)}."
     )

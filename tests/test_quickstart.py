@@ -135,7 +135,9 @@ def test_set_up_script_says_what_to_install_and_the_run_fails_without_the_browse
     monkeypatch.setenv("TRIO_AGENTS_TEST_DRY_RUN", "1")
     assert script.main(["-q"]) == 0
     err = capsys.readouterr().err
-    advice = f"{absent} not found, so the 3 browser tests of the relay page will fail"
+    advice = (
+        f"{absent} not found, so the browser tests (the relay's page, the AI SDK page) will fail"
+    )
     assert err.count(advice) == 2
     assert "apt-get install chromium chromium-driver" in err
     assert err.index("-m pytest -q") < err.rindex(advice)

@@ -75,8 +75,10 @@ async def completions(server: RelayServer, call: Call, params: Sequence[str]) ->
         try:
             request = wire.decode_request(body)
         except AgentsError as error:
+            # (a request over the codec's counts is malformed too: 400, naming the limit)
             refusal = invalid(server, error.message)
-            await _refuse(send, refusal, extra, code=error.code)
+            code = "json" if error.code == "json" else "invalid"
+            await _refuse(send, refusal, extra, code=code)
             return
         run = start_run(
             server,

@@ -218,8 +218,9 @@ async def read_request(
 
 
 def invalid(server: RelayServer, message: str) -> Refusal:
-    """The refusal of a malformed request, saying what is wrong (``message``: our own words
-    about the client's request, which may name a field but quotes none of its values)."""
+    """The refusal of a malformed request, saying what is wrong (``message``: the codec's
+    words about the client's request, naming the field; it may quote a short value of the
+    request back to its own client, never anything of the relay's or the upstream's)."""
     server._refuse("invalid")
     return Refusal("invalid", message)
 
@@ -502,10 +503,15 @@ async def answer_stream(
             await out.put(_body(tail))
 
     heads = [(RUN_ID_HEADER.encode(), run.run_id.encode()), *headers]
-    run.watchers += 1
-    try:
-        await _server_sent_events(send, receive, limits.send_timeout, heads, pump)
-    finally:
+    left = False
+
+    def leave() -> None:
+        # Once, as soon as the client is gone or cut (not once the last write gives up: a
+        # client that stopped reading leaves a write pending for a long while).
+        nonlocal left
+        if left:
+            return
+        left = True
         run.watchers -= 1
         if run.cancel_on_disconnect and not run.ended:
             run.cancel()  # its client left before its end: the run goes with it
@@ -513,6 +519,19 @@ async def answer_stream(
             trio.lowlevel.spawn_system_task(
                 _orphaned, run, grace, name="relay run without followers"
             )
+
+    async def follow(out: _HttpOut) -> None:
+        try:
+            await pump(out)
+        except _Gone:
+            leave()  # the client stopped reading: cut
+            raise
+
+    run.watchers += 1
+    try:
+        await _server_sent_events(send, receive, limits.send_timeout, heads, follow)
+    finally:
+        leave()
 
 
 async def _orphaned(run: _Run, grace: float) -> None:

@@ -190,6 +190,10 @@ def decode_chat_request(
         _tool(item, f"tools[{index}]")
         for index, item in enumerate(_list(data.get("tools", []), "tools", max_tools))
     )
+    names = [tool.name for tool in tools]
+    for index, name in enumerate(names):
+        if name in names[:index]:
+            raise _refuse(f"tools[{index}]", "names a tool an earlier one names already")
     return ChatRequest(
         chat_id=chat_id,
         messages=tuple(reader.out),
