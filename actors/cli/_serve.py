@@ -222,7 +222,12 @@ async def run(
             url = bound[0] + "/"
             print(f"relay for {where} at {url}", file=out)
             print(f"websocket: {bound[0].replace('http', 'ws', 1)}/v1/relay", file=out)
-            print(f"agents: {', '.join(registry)}", file=out)
+            print(
+                f"agents: {', '.join(registry)} -- OpenAI at {bound[0]}/v1 (model agent:NAME), "
+                f"AG-UI at {bound[0]}/v1/agui/NAME, AI SDK at {bound[0]}/v1/chat/NAME, "
+                f"A2A at {bound[0]}/a2a/NAME",
+                file=out,
+            )
             if said is not None:
                 print(f"{said}: {bound[0]}/v1/jobs", file=out)
             if max_tokens is not None:
