@@ -210,10 +210,13 @@ class RunOptions:
     deps: Any = None
     pace: Pace | None = None
     settings: ModelSettings | None = attrs.field(default=None, converter=_settings)
-    client_tools: tuple[ToolDefinition, ...] = attrs.field(default=(), converter=tuple)
+    client_tools: tuple[ToolDefinition, ...] = ()
 
     def __attrs_post_init__(self) -> None:
-        _check_client_tools(self.client_tools)
+        if self.client_tools:  # (a run without them pays nothing for them)
+            tools = tuple(self.client_tools)
+            _check_client_tools(tools)
+            object.__setattr__(self, "client_tools", tools)
         if self.on_exhaust not in (None, "stop", "summarize"):
             raise ValidationError(
                 f"on_exhaust must be 'stop' or 'summarize', not {self.on_exhaust!r}"
