@@ -38,6 +38,9 @@ from ._run_context import BudgetView as BudgetView
 from ._run_context import RunContext as RunContext
 from ._run_context import RunStep as RunStep
 from ._version import __version__ as __version__
+from .a2a import A2AAgent as A2AAgent
+from .a2a import A2AError as A2AError
+from .a2a import A2ATool as A2ATool
 from .agent import Agent as Agent
 from .agent import AgentBusy as AgentBusy
 from .agent import AgentEvent as AgentEvent
@@ -68,6 +71,9 @@ from .workspace import FileSystemWorkspace as FileSystemWorkspace
 from .workspace import workspace_tools as workspace_tools
 
 __all__ = [
+    "A2AAgent",
+    "A2AError",
+    "A2ATool",
     "Abort",
     "Actor",
     "ActorExit",

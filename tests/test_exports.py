@@ -63,6 +63,9 @@ PROTOCOLS_API = [
 ]
 
 ACTORS_API = [
+    "A2AAgent",
+    "A2AError",
+    "A2ATool",
     "AgentBusy",
     "AgentEvent",
     "Chunk",

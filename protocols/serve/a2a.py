@@ -12,7 +12,8 @@ interface: methods ``SendMessage``, ``SendStreamingMessage``, ``GetTask``, ``Can
 * :func:`agent_card` is an agent's card, served at :data:`CARD_PATH`.
 * :class:`TaskEncoder` turns a run's :class:`~protocols.live.RunEvent`\\ s into a task's stream
   events and its Task; :func:`state_of` maps job statuses and run endings to :class:`TaskState`.
-* :func:`read_stream_event` and :class:`TaskView` read a remote A2A server's stream.
+* The client's side -- reading a remote server's stream, writing a client's requests -- is
+  :mod:`protocols.serve.a2a_client`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import binascii
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any, Final, Literal
 
 import attrs
 
@@ -35,10 +36,8 @@ from ..relay_jobs import shown_event
 
 __all__ = [
     "CARD_PATH", "DEFAULT_MAX_BYTES", "DEFAULT_MAX_PARTS", "METHODS", "A2AMessage", "A2APart",
-    "A2ARequest", "Reply", "RpcCode", "RpcError", "StateChange", "StreamItem", "TaskEncoder",
-    "TaskSnapshot", "TaskState", "TaskView", "TextDelta", "agent_card", "approvals_of",
-    "decode_rpc", "message_to_messages", "read_stream_event", "rpc_error", "rpc_result",
-    "sse_event", "state_of",
+    "A2ARequest", "RpcCode", "RpcError", "TaskEncoder", "TaskState", "agent_card", "approvals_of",
+    "decode_rpc", "message_to_messages", "rpc_error", "rpc_result", "sse_event", "state_of",
 ]  # fmt: skip
 
 #: Where an agent's card is served, under the base URL its clients are given.
@@ -653,151 +652,3 @@ _NOTES: Final[Mapping[str, tuple[str, ...]]] = {
     "subagent_started": ("call_id", "agent", "run_id"), "handoff": ("call_id", "agent"),
     "subagent_finished": ("call_id", "run_id", "status"),
 }  # fmt: skip
-
-
-# ---------------------------------------------------------------------------------------------
-# A remote server's stream
-
-
-@attrs.frozen
-class TextDelta:
-    """An artifact chunk: ``text`` appended to artifact ``artifact_id`` -- or replacing its
-    text, when not ``append``; ``data``: its data parts."""
-
-    artifact_id: str
-    text: str
-    append: bool
-    last_chunk: bool
-    data: tuple[JSON, ...] = ()
-
-    @property
-    def final(self) -> bool:
-        """Never: a chunk does not end a stream."""
-        return False
-
-
-@attrs.frozen
-class StateChange:
-    """The task is now in ``state``; ``text`` and ``data`` are its status message's; ``final``:
-    nothing more comes in this stream (the state is terminal or interrupted)."""
-
-    state: TaskState
-    text: str
-    data: tuple[JSON, ...]
-    final: bool
-
-
-@attrs.frozen
-class TaskSnapshot:
-    """The whole task: its ids, ``state``, status message ``text``, ``artifacts`` (``(id,
-    text)`` each); ``final`` when its state is terminal (a stream that opens with a task
-    waiting for input goes on)."""
-
-    task_id: str
-    context_id: str
-    state: TaskState
-    text: str
-    artifacts: tuple[tuple[str, str], ...]
-    final: bool
-
-
-@attrs.frozen
-class Reply:
-    """A message the agent answered with instead of a task: always final."""
-
-    text: str
-    data: tuple[JSON, ...]
-    final: bool = True
-
-
-StreamItem: TypeAlias = TextDelta | StateChange | TaskSnapshot | Reply
-
-
-def _refuse(what: str) -> ProtocolError:
-    return ProtocolError(f"an A2A stream event {what}", code="decode")
-
-
-def _texts(parts: Any) -> tuple[str, tuple[JSON, ...]]:
-    if not isinstance(parts, list) or not all(isinstance(part, dict) for part in parts):
-        raise _refuse("has parts that are not a list of objects")
-    texts = [part["text"] for part in parts if isinstance(part.get("text"), str)]
-    return "".join(texts), tuple(part["data"] for part in parts if "data" in part)
-
-
-_STATE_VALUES: Final = frozenset(state.value for state in TaskState)
-
-
-def _status(status: Any) -> tuple[TaskState, str, tuple[JSON, ...]]:
-    state = status.get("state") if isinstance(status, dict) else None
-    if not isinstance(state, str) or state not in _STATE_VALUES:
-        raise _refuse("has no status with a known state")
-    message = status.get("message")
-    text, data = _texts(message.get("parts", [])) if isinstance(message, dict) else ("", ())
-    return TaskState(state), text, data
-
-
-def read_stream_event(data: Mapping[str, Any]) -> StreamItem:
-    """What one event of an A2A server's stream (a stream response's ``result``) says: a
-    :class:`TextDelta` (an artifact update), a :class:`StateChange` (a status update), a
-    :class:`TaskSnapshot` (a task) or a :class:`Reply` (a message). Text parts are joined as
-    they are, data parts kept, file parts left out, unknown fields ignored. Raises
-    :class:`~protocols.errors.ProtocolError` (``code="decode"``) for anything else."""
-    wraps = ("task", "message", "statusUpdate", "artifactUpdate")
-    keys = [key for key in wraps if key in data] if isinstance(data, Mapping) else []
-    body = data[keys[0]] if len(keys) == 1 else None
-    if not isinstance(body, dict):
-        raise _refuse("is not one of a task, a message, a status and an artifact update")
-    if keys[0] == "artifactUpdate":
-        artifact = body.get("artifact")
-        if not isinstance(artifact, dict) or not isinstance(artifact.get("artifactId"), str):
-            raise _refuse("has no artifact")
-        text, parts = _texts(artifact.get("parts"))
-        append, last = body.get("append") is True, body.get("lastChunk") is True
-        return TextDelta(artifact["artifactId"], text, append, last, parts)
-    if keys[0] == "message":
-        return Reply(*_texts(body.get("parts")))
-    state, text, parts = _status(body.get("status"))
-    if keys[0] == "statusUpdate":
-        return StateChange(state, text, parts, state.terminal or state.interrupted)
-    artifacts = body.get("artifacts", [])
-    if not isinstance(artifacts, list) or not all(isinstance(a, dict) for a in artifacts):
-        raise _refuse("has artifacts that are not a list of objects")
-    pairs = tuple((str(a.get("artifactId", "")), _texts(a.get("parts", []))[0]) for a in artifacts)
-    task_id, context_id = body.get("id"), body.get("contextId", "")
-    if not isinstance(task_id, str) or not isinstance(context_id, str):
-        raise _refuse("is a task without an id")
-    return TaskSnapshot(task_id, context_id, state, text, pairs, state.terminal)
-
-
-class TaskView:
-    """A remote task as its stream shows it: :meth:`apply` each item read."""
-
-    def __init__(self) -> None:
-        self.task_id: str | None = None
-        self.state = TaskState.UNSPECIFIED
-        #: The latest status message's text.
-        self.message = ""
-        #: The stream has had its final event.
-        self.final = False
-        #: Each artifact's text, by id, in the order they came.
-        self.artifacts: dict[str, str] = {}
-
-    def apply(self, item: StreamItem) -> None:
-        """Take ``item`` in: a chunk appends to its artifact's text (or replaces it), a state
-        change and a snapshot set the state, a reply is the answer."""
-        if isinstance(item, TextDelta):
-            before = self.artifacts.get(item.artifact_id, "") if item.append else ""
-            self.artifacts[item.artifact_id] = before + item.text
-            return
-        self.final = item.final
-        if isinstance(item, Reply):
-            self.artifacts, self.state, self.message = {"": item.text}, TaskState.COMPLETED, ""
-            return
-        self.state, self.message = item.state, item.text
-        if isinstance(item, TaskSnapshot):
-            self.task_id, self.artifacts = item.task_id, dict(item.artifacts)
-
-    @property
-    def text(self) -> str:
-        """The answer so far: the artifacts' texts, in order, joined by a blank line."""
-        return "\n\n".join(self.artifacts.values())

@@ -24,24 +24,26 @@ from protocols.serve.a2a import (
     A2AMessage,
     A2APart,
     A2ARequest,
-    Reply,
     RpcCode,
     RpcError,
-    StateChange,
     TaskEncoder,
-    TaskSnapshot,
     TaskState,
-    TaskView,
-    TextDelta,
     agent_card,
     approvals_of,
     decode_rpc,
     message_to_messages,
-    read_stream_event,
     rpc_error,
     rpc_result,
     sse_event,
     state_of,
+)
+from protocols.serve.a2a_client import (
+    Reply,
+    StateChange,
+    TaskSnapshot,
+    TaskView,
+    TextDelta,
+    read_stream_event,
 )
 
 PNG = base64.b64encode(b"\x89PNG\r\n").decode()
