@@ -43,7 +43,18 @@ PROMISED_RATIOS = {
         "concurrent_time_vs_raw_httpx",
         "deltas_per_s_vs_openai_sdk",
     },
-    "relay.py": {"relay_throughput_vs_direct", "relay_p99_added_over_target"},
+    "relay.py": {
+        "relay_throughput_vs_direct",
+        "relay_p99_added_over_target",
+        # Each served protocol's cost per event against the native SSE (issue 26: <= 1.2).
+        "agui_per_event_vs_native",
+        "ui_stream_per_event_vs_native",
+        "openai_chat_per_event_vs_native",
+        "a2a_per_event_vs_native",
+        "route_agui_per_event_vs_native",
+        "route_ui_stream_per_event_vs_native",
+        "route_openai_chat_per_event_vs_native",
+    },
     # (queue_jobs_per_s_vs_pgqueuer only where PgQueuer can run, as durable.py's DBOS ratio.)
     "scaleout.py": {"jobs_per_s_4_workers_vs_1", "pickup_p99_over_target"},
     "sse_decode.py": {"events_per_s_vs_httpx_sse", "mib8_over_mib4_time"},

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,9 @@ from ._served import Refusal, answer_stream, read_request, start_run, wait_outco
 
 if TYPE_CHECKING:
     from ._server import RelayServer
+
+#: A string as JSON text (its quotes included; non-ASCII kept as it is).
+_string = json.encoder.encode_basestring
 
 #: Tasks the relay remembers (the latest ones; an older one is ``TaskNotFound``).
 TASKS_KEPT = 10_000
@@ -201,23 +205,35 @@ class _Rpc:
 
 class _Stream:
     """A task's stream events as Server-Sent Events (see
-    :class:`~actors.relay._served.Encoding`): JSON-RPC results of request ``rid``."""
+    :class:`~actors.relay._served.Encoding`): JSON-RPC results of request ``rid``. A delta
+    that only appends to the answer is framed as the one before it (one per delta: the hot
+    path), its text alone encoded."""
 
     def __init__(self, encoder: wire.TaskEncoder, rid: str | int | None, head: bytes) -> None:
         self.encoder = encoder
         self.rid = rid
         self._head = head
+        framed = wire.sse_event(wire.rpc_result(rid, encoder.appended("\x00")))
+        before, _, after = framed.partition(b"\\u0000")
+        self._around = (before[:-1], after[1:])  # (the quotes go with the text)
 
     def head(self) -> bytes:
         return self._head
 
     def feed(self, events: Sequence[RunEvent]) -> bytes:
         encoder, rid = self.encoder, self.rid
-        return b"".join(
-            wire.sse_event(wire.rpc_result(rid, item))
-            for event in events
-            for item in encoder.feed(event)
-        )
+        before, after = self._around
+        out: list[bytes] = []
+        for event in events:
+            text = encoder.append_text(event)
+            if text is not None:
+                try:
+                    out.append(before + _string(text).encode("utf-8") + after)
+                except UnicodeEncodeError:  # a lone surrogate: the codec repairs it
+                    out.append(wire.sse_event(wire.rpc_result(rid, encoder.appended(text))))
+                continue
+            out += [wire.sse_event(wire.rpc_result(rid, item)) for item in encoder.feed(event)]
+        return b"".join(out)
 
     def tail(self) -> bytes:
         return b""

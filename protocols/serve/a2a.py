@@ -26,7 +26,7 @@ from typing import Any, Final, Literal
 
 import attrs
 
-from .._json import JSON, dumpb, dumps, loads
+from .._json import JSON, dumpb, dumpb_own, dumps, loads
 from ..codec import to_json
 from ..errors import Category, ProtocolError, ValidationError
 from ..jobs import ApprovalAnswer
@@ -321,7 +321,7 @@ def _part(value: Any, path: str) -> A2APart:
 
 def rpc_result(id: str | int | None, result: JSON) -> bytes:
     """A JSON-RPC success response: compact strict JSON (no newline in it)."""
-    return dumpb({"jsonrpc": "2.0", "id": id, "result": result})
+    return dumpb_own({"jsonrpc": "2.0", "id": id, "result": result})
 
 
 def rpc_error(id: str | int | None, code: int, message: str) -> bytes:
@@ -484,7 +484,7 @@ class TaskEncoder:
         #: This stream has had its final event.
         self.ended = False
         self._opened = False
-        self._text = ""  # the artifact's text as a client assembled it
+        self._pieces: list[str] = []  # the artifact's text as a client assembled it, in pieces
         self._artifact = False  # the artifact exists
         self._fresh = True  # the next delta starts the artifact anew (a new turn)
         self._stale = False  # deltas are held back (some were lost)
@@ -559,7 +559,7 @@ class TaskEncoder:
         out: dict[str, JSON] = {"id": self.task_id, "contextId": self.context_id}
         out["status"] = dict(self._status)
         if self._artifact:
-            out["artifacts"] = [self._artifact_json(self._text)]
+            out["artifacts"] = [self._artifact_json(self._answer())]
         history = self._history[-history_length:] if history_length else self._history
         if history and history_length != 0:
             out["history"] = list(history)
@@ -569,14 +569,48 @@ class TaskEncoder:
         append = self._artifact and not self._fresh
         if self._stale or (append and not text):
             return []
-        self._text = self._text + text if append else text
+        if not append:
+            self._pieces.clear()
+        self._pieces.append(text)
         self._artifact, self._fresh = True, False
         return [self._chunk(text, append=append, last=False)]
 
+    def _answer(self) -> str:
+        pieces = self._pieces
+        if len(pieces) > 1:
+            pieces[:] = ["".join(pieces)]
+        return pieces[0] if pieces else ""
+
+    def append_text(self, event: RunEvent) -> str | None:
+        """The text of ``event`` when all :meth:`feed` would make of it is one chunk appended
+        to the answer (:meth:`appended` of that text) -- taken as :meth:`feed` takes it, so a
+        route may frame it as it framed the chunk before (the hot path: one per delta);
+        ``None`` when it is not such an event (then :meth:`feed` it)."""
+        if (
+            event.kind != "content"
+            or self.ended
+            or self.state is not TaskState.WORKING
+            or not self._artifact
+            or self._fresh
+            or self._stale
+        ):
+            return None
+        text = event.data.get("text")
+        if not isinstance(text, str) or not text:
+            return None
+        self._pieces.append(text)
+        return text
+
+    def appended(self, text: str) -> dict[str, JSON]:
+        """The stream event that appends ``text`` to the answer (what :meth:`append_text`
+        stands for)."""
+        return self._chunk(text, append=True, last=False)
+
     def _settle(self, content: str | None) -> list[dict[str, JSON]]:
-        if content is None or (content == self._text and (self._artifact or not content)):
+        if content is None or (content == self._answer() and (self._artifact or not content)):
             return []
-        self._text, self._artifact = content, True
+        self._pieces[:] = [content]
+        self._artifact = True
         return [self._chunk(content, append=False, last=True)]
 
     def _update(

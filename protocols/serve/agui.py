@@ -17,7 +17,7 @@ from typing import Any, Final, Literal
 
 import attrs
 
-from .._json import JSON, check_json, dumps, loads
+from .._json import JSON, check_json, dumpb_own, dumps, loads
 from ..codec import from_json
 from ..errors import AgentsError, Category, ProtocolError, SizeLimitError
 from ..jobs import ApprovalAnswer
@@ -695,7 +695,7 @@ def _milliseconds(time: float) -> int | None:
 
 
 def encode_sse(events: Iterable[Mapping[str, Any]]) -> bytes:
-    """``events`` as Server-Sent Events the AG-UI client reads: each one ``data: {json}``
-    (compact strict JSON on one line) and a blank line. Raises
-    :class:`~protocols.errors.ValidationError` for an event that is not strict JSON."""
-    return "".join(f"data: {dumps(event)}\n\n" for event in events).encode()
+    """``events`` (an :class:`AguiEncoder`'s) as Server-Sent Events the AG-UI client reads:
+    each one ``data: {json}`` (compact strict JSON on one line) and a blank line. Raises
+    :class:`~protocols.errors.ValidationError` for an event that is not JSON."""
+    return b"".join(b"data: " + dumpb_own(event) + b"\n\n" for event in events)

@@ -27,7 +27,7 @@ from typing import Any, Final, NamedTuple
 
 import attrs
 
-from .._json import dumpb, dumps, json_kind, loads
+from .._json import dumpb, dumpb_own, dumps, json_kind, loads
 from ..codec import from_json
 from ..errors import Category, ProtocolError, SizeLimitError, ValidationError, excerpt
 from ..live import RunEvent
@@ -603,7 +603,7 @@ def answer(
 def encode_sse(chunks: Iterable[Mapping[str, Any]]) -> bytes:
     """``chunks`` (chunks or an error) as Server-Sent Events: ``data: <compact JSON>`` and a
     blank line each (JSON text holds no raw line break)."""
-    return b"".join(b"data: " + dumpb(chunk) + b"\n\n" for chunk in chunks)
+    return b"".join(b"data: " + dumpb_own(chunk) + b"\n\n" for chunk in chunks)
 
 
 class ChunkEncoder:

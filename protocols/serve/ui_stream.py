@@ -19,7 +19,7 @@ from typing import Any, Final
 
 import attrs
 
-from .._json import JSON, dumpb, loads
+from .._json import JSON, dumpb, dumpb_own, loads
 from ..codec import from_json
 from ..errors import Category, ProtocolError, SizeLimitError, ValidationError
 from ..jobs import ApprovalAnswer
@@ -413,7 +413,7 @@ _STOPPED: Final[Mapping[StopReason, str]] = {
 def encode_sse(chunks: Iterable[Mapping[str, JSON]]) -> bytes:
     """``chunks`` as Server-Sent Events, ``data: {json}\\n\\n`` each (compact strict JSON on one
     line, as the client's parser reads them); :data:`DONE` is not added."""
-    return b"".join(b"data: " + dumpb(chunk) + b"\n\n" for chunk in chunks)
+    return b"".join(b"data: " + dumpb_own(chunk) + b"\n\n" for chunk in chunks)
 
 
 class UIStreamEncoder:

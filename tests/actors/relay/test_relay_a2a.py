@@ -21,14 +21,19 @@ from typing import Any
 
 import httpx
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_relay import OTHER, TOKEN, Upstream, running, server
 
 from actors import open_runtime, tool
 from actors.durable import AgentRegistry, MemoryRunStore, open_job_queue
 from actors.relay import RelayAgents, RelayJobs, RelayServer
+from actors.relay._a2a import _Stream
 from actors.testing import Hang, Reply, ScriptedProvider
 from protocols.authority import Authority, Rule
+from protocols.live import RunEvent
 from protocols.messages import Role, ToolCall
+from protocols.serve import a2a as a2a_wire
 
 CLIENT = pathlib.Path(__file__).parents[2] / "fixtures" / "a2a_sdk_client.py"
 
@@ -356,3 +361,32 @@ async def test_a_durable_task_is_cancelled_through_its_job() -> None:
     assert cancelled["status"]["state"] == "TASK_STATE_CANCELED"
     assert got["status"]["state"] == "TASK_STATE_CANCELED"
     assert record.status.value == "cancelled"
+
+
+TEXTS = st.text(alphabet=st.characters(codec=None, blacklist_categories=()), max_size=8)
+EVENTS = st.lists(
+    st.one_of(
+        st.tuples(st.just("content"), st.fixed_dictionaries({"text": TEXTS})),
+        st.tuples(st.just("turn"), st.fixed_dictionaries({"turn": st.integers(1, 3)})),
+        st.tuples(st.just("gap"), st.fixed_dictionaries({"first": st.just(1)})),
+        st.tuples(st.just("rewind"), st.fixed_dictionaries({"to": st.just(0)})),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(EVENTS)
+def test_the_streams_fast_framing_of_a_delta_is_the_codecs_bytes(
+    items: list[tuple[str, dict[str, Any]]],
+) -> None:
+    """The route frames an appending delta itself (its text alone encoded): byte for byte what
+    the codec's own framing gives, lone surrogates and control characters included."""
+    events = [RunEvent("run", seq, kind, 0.0, data) for seq, (kind, data) in enumerate(items, 1)]
+    fast = _Stream(a2a_wire.TaskEncoder("t", "c"), 7, b"")
+    slow = a2a_wire.TaskEncoder("t", "c")
+    expected = b"".join(
+        a2a_wire.sse_event(a2a_wire.rpc_result(7, item)) for e in events for item in slow.feed(e)
+    )
+    assert fast.feed(events) == expected
+    assert fast.encoder.task() == slow.task()
