@@ -67,6 +67,7 @@ from ._run_loop import AgentEvent, Chunk
 from .tools import _raised
 
 if TYPE_CHECKING:
+    from ._a2a_provider import A2AProvider
     from ._live import LiveRun
     from ._run_loop import _Run
 
@@ -312,6 +313,15 @@ class A2AAgent:
             self.endpoint = card.url
         self.card = card
         return card
+
+    def as_provider(self) -> A2AProvider:
+        """This remote agent as a model: each call a task of it, sent the conversation so far,
+        its answer streamed (see :mod:`actors._a2a_provider`). An agent on it --
+        ``await Agent.start(runtime, remote.as_provider(), name=...)`` -- is the remote agent
+        in this runtime: a :func:`~actors.handoff` target, or anything that takes an agent."""
+        from ._a2a_provider import A2AProvider  # noqa: PLC0415
+
+        return A2AProvider(self)
 
     def as_tool(self, name: str | None = None, description: str | None = None) -> A2ATool:
         """A tool whose call is a task of this remote agent, as :meth:`Agent.as_tool

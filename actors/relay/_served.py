@@ -29,6 +29,7 @@ from protocols.messages import (
     ProviderResult,
     Role,
     ToolDefinition,
+    new_id,
 )
 from protocols.relay import ERROR_MESSAGES, HTTP_REQUEST_ID, RUN_ID_HEADER, loggable
 from protocols.settings import ModelSettings
@@ -352,7 +353,9 @@ async def _agent_run(
                     system=spec.system,
                     tools=spec.tools,
                     authority=spec.authority,
-                    name=name,
+                    # Its own actor's name: the agent's, and a suffix of its own (the runs
+                    # of one agent go on at once, each on a fresh agent of the spec).
+                    name=f"{name}-{new_id()[:8]}",
                     **options,
                 )
                 stream = agent.stream(input, history=history, client_tools=tools)

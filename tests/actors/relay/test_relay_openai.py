@@ -271,7 +271,7 @@ async def test_an_agent_run_cut_by_its_client_is_cancelled() -> None:
     last = lines[-1].replace(" ", "")
     assert '"kind":"cancelled"' in last
     assert '"stop":"cancelled"' in last  # the agent's own partial result: it committed
-    assert '"agent":"slow"' in last
+    assert '"agent":"slow-' in last  # (the agent's name, and its run's own suffix)
 
 
 async def test_the_relays_limits_apply() -> None:
@@ -321,3 +321,25 @@ async def test_trio_agents_chat_is_a_relay_client_through_the_endpoint() -> None
     assert "-> add(a=19, b=23)\n<- add: 42\n" in out
     assert "The answer is 42." in out
     assert TOKEN not in out
+
+
+async def test_runs_of_one_agent_go_on_at_once() -> None:
+    """Each request runs a fresh agent of the spec: a second run of the same agent while the
+    first streams is not refused (nor queued behind it)."""
+    registry = AgentRegistry()
+    registry.add("busy", ScriptedProvider(Hang("first, still going"), Reply("second")))
+    async with (
+        relay_with_agents(Upstream(), registry) as url,
+        httpx.AsyncClient(base_url=url, timeout=30) as raw,
+    ):
+        headers = {"authorization": f"Bearer {TOKEN}"}
+        body = {"model": "agent:busy", "messages": [{"role": "user", "content": "go"}]}
+        async with raw.stream(
+            "POST", "/v1/chat/completions", json={**body, "stream": True}, headers=headers
+        ) as first:
+            async for line in first.aiter_lines():
+                if "first, still going" in line:
+                    break
+            second = await raw.post("/v1/chat/completions", json=body, headers=headers)
+    assert second.status_code == 200, second.text
+    assert second.json()["choices"][0]["message"]["content"] == "second"
