@@ -18,7 +18,7 @@ import math
 import secrets
 import time
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
@@ -462,6 +462,33 @@ async def next_events(run: _Run, after: int) -> list[RunEvent]:
             return events
 
 
+async def pump_events(
+    run: _Run,
+    after: int,
+    out: _HttpOut,
+    keepalive: float,
+    encode: Callable[[Sequence[RunEvent]], bytes],
+) -> None:
+    """Put the run's events after ``after`` to ``out`` as they come, each batch as ``encode``
+    writes it, through the terminal event; a keep-alive comment after ``keepalive`` seconds
+    of silence."""
+    last = after
+    while True:
+        with trio.move_on_after(keepalive) as quiet:
+            events = await next_events(run, last)
+        if quiet.cancelled_caught:
+            await out.put(_body(SSE_KEEPALIVE))
+            continue
+        if not events:
+            return
+        data = encode(events)
+        if data:
+            await out.put(_body(data))
+        last = events[-1].seq
+        if events[-1].terminal:
+            return
+
+
 def frames(events: Sequence[RunEvent], request_id: str) -> list[ServerFrame]:
     """The version 3 frames a websocket follower gets for ``events``: consecutive deltas of
     one channel travel as one frame (whose seq is its last piece's), as the upstream's
@@ -633,19 +660,7 @@ async def _sse(server: RelayServer, run: _Run, after: int, receive: Receive, sen
     limits = server.limits
 
     async def pump(out: _HttpOut) -> None:
-        last = after
-        while True:
-            with trio.move_on_after(limits.keepalive) as quiet:
-                events = await next_events(run, last)
-            if quiet.cancelled_caught:
-                await out.put(_body(SSE_KEEPALIVE))
-                continue
-            if not events:
-                return
-            await out.put(_body(run.sse(events)))
-            last = events[-1].seq
-            if events[-1].terminal:
-                return
+        await pump_events(run, after, out, limits.keepalive, run.sse)
 
     headers = [*_run_headers(run), (TAIL_INDEX_HEADER.encode(), str(after).encode())]
     run.watchers += 1

@@ -21,7 +21,7 @@ import trio
 
 from protocols.errors import AgentsError, ConfigError
 from protocols.history import estimate_messages
-from protocols.live import SSE_KEEPALIVE, TERMINAL, RunEvent
+from protocols.live import TERMINAL, RunEvent
 from protocols.messages import (
     AgentResult,
     Message,
@@ -47,7 +47,7 @@ from ._asgi import (
     _HttpOut,
     _server_sent_events,
 )
-from ._runs import _Run, next_events
+from ._runs import _Run, pump_events
 from ._session import _Failed, _stack
 
 if TYPE_CHECKING:
@@ -486,21 +486,7 @@ async def answer_stream(
         head = encoding.head()
         if head:
             await out.put(_body(head))
-        last = after
-        while True:
-            with trio.move_on_after(limits.keepalive) as quiet:
-                events = await next_events(run, last)
-            if quiet.cancelled_caught:
-                await out.put(_body(SSE_KEEPALIVE))
-                continue
-            if not events:
-                break
-            data = encoding.feed(events)
-            if data:
-                await out.put(_body(data))
-            last = events[-1].seq
-            if events[-1].terminal:
-                break
+        await pump_events(run, after, out, limits.keepalive, encoding.feed)
         tail = encoding.tail()
         if tail:
             await out.put(_body(tail))
