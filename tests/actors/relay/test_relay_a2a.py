@@ -27,7 +27,7 @@ from test_relay import OTHER, TOKEN, Upstream, running, server
 
 from actors import open_runtime, tool
 from actors.durable import AgentRegistry, MemoryRunStore, open_job_queue
-from actors.relay import RelayAgents, RelayJobs, RelayServer
+from actors.relay import RelayAgents, RelayJobs, RelayLimits, RelayServer
 from actors.relay._a2a import _Stream
 from actors.testing import Hang, Reply, ScriptedProvider
 from protocols.authority import Authority, Rule
@@ -390,3 +390,60 @@ def test_the_streams_fast_framing_of_a_delta_is_the_codecs_bytes(
     )
     assert fast.feed(events) == expected
     assert fast.encoder.task() == slow.task()
+
+
+def rpc(method: str, params: dict[str, Any], rid: int = 1) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+
+
+def sent(*parts: dict[str, Any]) -> dict[str, Any]:
+    return {"message": {"messageId": "m1", "role": "ROLE_USER", "parts": list(parts)}}
+
+
+async def test_hostile_requests_are_refused_before_any_run() -> None:
+    registry, provider = calculator()
+    limits = RelayLimits(max_frame=4096)
+    async with (
+        relay(registry, limits=limits) as (url, app),
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        auth = {"authorization": f"Bearer {TOKEN}"}
+        big = await client.post(
+            "/a2a/calc", json=rpc("SendMessage", sent({"text": "x" * 5000})), headers=auth
+        )
+        anonymous = await client.post("/a2a/calc", json=rpc("SendMessage", sent({"text": "hi"})))
+        foreign = await client.post(
+            "/a2a/calc",
+            json=rpc("SendMessage", sent({"text": "hi"})),
+            headers={**auth, "host": "evil.example"},
+        )
+        parts = [{"text": "a"}] * 65
+        many = await client.post("/a2a/calc", json=rpc("SendMessage", sent(*parts)), headers=auth)
+        linked = await client.post(
+            "/a2a/calc",
+            json=rpc("SendMessage", sent({"url": "http://169.254.169.254/x"})),
+            headers=auth,
+        )
+        agent_says = await client.post(
+            "/a2a/calc",
+            json=rpc(
+                "SendMessage",
+                {"message": {"messageId": "m", "role": "ROLE_AGENT", "parts": [{"text": "x"}]}},
+            ),
+            headers=auth,
+        )
+        nobody = await client.post(
+            "/a2a/nobody", json=rpc("SendMessage", sent({"text": "hi"})), headers=auth
+        )
+        batch = await client.post("/a2a/calc", json=[rpc("GetTask", {"id": "x"})], headers=auth)
+    assert big.status_code == 413
+    assert anonymous.status_code == 401
+    assert foreign.status_code == 421
+    assert many.json()["error"]["code"] == -32602
+    assert linked.json()["error"]["code"] == -32005
+    assert agent_says.json()["error"]["code"] == -32602
+    assert nobody.status_code == 404
+    assert batch.json()["error"]["code"] == -32600
+    assert provider.calls == []  # nothing reached the agent's model
+    assert not app._runs._runs  # and no run began
+    assert TOKEN not in big.text + anonymous.text + many.text
