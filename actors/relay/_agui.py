@@ -18,7 +18,7 @@ from protocols.serve import agui as wire
 
 from ._asgi import _Gone
 from ._frontends import Call, answer_json, cors
-from ._served import Refusal, answer_stream, invalid, read_request, start_run
+from ._served import Refusal, _known, answer_stream, invalid, read_request, start_run
 
 if TYPE_CHECKING:
     from ._server import RelayServer
@@ -49,6 +49,7 @@ async def run(server: RelayServer, call: Call, params: Sequence[str]) -> None:
     extra = cors(server, call.scope, call.headers)
     try:
         holder, body = await read_request(server, call.scope, call.headers, call.receive)
+        _known(server, params[0] if params else None)
         try:
             given = wire.decode_run_input(body, max_bytes=server.limits.max_frame)
         except AgentsError as error:

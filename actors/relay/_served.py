@@ -17,6 +17,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+import attrs
 import trio
 
 from protocols.errors import AgentsError, ConfigError
@@ -226,6 +227,14 @@ def invalid(server: RelayServer, message: str) -> Refusal:
     return Refusal("invalid", message)
 
 
+def _known(server: RelayServer, agent: str | None) -> None:
+    """Refuse (``unknown_agent``) an ``agent`` the relay does not serve (``None``: its model)."""
+    agents = server.agents
+    if agent is not None and (agents is None or agent not in agents):
+        server._refuse("unknown_agent")
+        raise Refusal("unknown_agent")
+
+
 def start_run(
     server: RelayServer,
     holder: _TokenState,
@@ -250,9 +259,7 @@ def start_run(
     agents: RelayAgents | None = server.agents
     if not messages:
         raise invalid(server, "messages: a run needs at least one message")
-    if agent is not None and (agents is None or agent not in agents):
-        server._refuse("unknown_agent")
-        raise Refusal("unknown_agent")
+    _known(server, agent)
     if agent is not None and tools:
         assert agents is not None
         own = {tool.definition.name for tool in agents.registry.get(agent).tools}
@@ -343,6 +350,7 @@ async def _agent_run(
         if settings is not None:
             options["settings"] = ModelSettings.of(options.get("settings")).merge(settings)
         agent: Agent | None = None
+        actor = f"{name}-{new_id()[:8]}"
         stream: AgentRun | None = None
         terminal: RunEvent | None = None
         try:
@@ -354,17 +362,19 @@ async def _agent_run(
                     tools=spec.tools,
                     authority=spec.authority,
                     # Its own actor's name: the agent's, and a suffix of its own (the runs
-                    # of one agent go on at once, each on a fresh agent of the spec).
-                    name=f"{name}-{new_id()[:8]}",
+                    # of one agent go on at once, each on a fresh agent of the spec). The
+                    # run's events and result say the agent's name alone.
+                    name=actor,
                     **options,
                 )
                 stream = agent.stream(input, history=history, client_tools=tools)
-                terminal = await _copy(run, stream.events())
+                terminal = await _copy(run, stream.events(), names=(actor, name))
             if terminal is None and stream is not None:
                 # Cut: the agent's run is aborted, commits its partial, and ends saying so.
                 stream.abort()
                 with trio.CancelScope(shield=True), trio.move_on_after(ABORT_GRACE):
                     terminal = await _copy(run, stream.events(after=run.last), log=False)
+            terminal = _renamed(terminal, (actor, name)) if terminal is not None else None
             result = _result_of(terminal)
             if result is not None:
                 agents._keep(holder, result)
@@ -398,16 +408,36 @@ async def _agent_run(
         run.done.set()
 
 
-async def _copy(run: _Run, events: AsyncIterator[RunEvent], *, log: bool = True) -> RunEvent | None:
+async def _copy(
+    run: _Run,
+    events: AsyncIterator[RunEvent],
+    *,
+    log: bool = True,
+    names: tuple[str, str] | None = None,
+) -> RunEvent | None:
     """Copy the agent run's ``events`` into ``run``'s log (with ``log``) up to the terminal
     one, which is returned -- ``None`` when the log refused an event (the run is being cut:
-    nothing more of it is logged)."""
+    nothing more of it is logged). ``names``: (its actor's name, the name to show instead)."""
     async for event in events:
         if event.kind in TERMINAL:
             return event
-        if log and run.add(event.kind, event.data) is None:
+        shown = _renamed(event, names) if names is not None and event.kind == "started" else event
+        if log and run.add(shown.kind, shown.data) is None:
             return None
     return None
+
+
+def _renamed(event: RunEvent, names: tuple[str, str]) -> RunEvent:
+    """``event`` saying the agent's name where it says its actor's (``names``: the actor's,
+    the agent's): a ``started`` event's, a result's."""
+    actor, name = names
+    data = event.data
+    if data.get("agent") == actor:
+        return attrs.evolve(event, data={**data, "agent": name})
+    result = data.get("result")
+    if isinstance(result, AgentResult) and result.agent == actor:
+        return attrs.evolve(event, data={**data, "result": attrs.evolve(result, agent=name)})
+    return event
 
 
 def _result_of(terminal: RunEvent | None) -> AgentResult | None:

@@ -26,7 +26,7 @@ from ._admission import _TokenState
 from ._asgi import _Gone, _plain
 from ._frontends import Call, cors
 from ._runs import _Run
-from ._served import Refusal, answer_stream, invalid, read_request, start_run
+from ._served import Refusal, _known, answer_stream, invalid, read_request, start_run
 
 if TYPE_CHECKING:
     from ._server import RelayServer
@@ -96,6 +96,7 @@ async def chat(server: RelayServer, call: Call, params: Sequence[str]) -> None:
     agent = params[0] if params else None
     try:
         holder, body = await read_request(server, call.scope, call.headers, call.receive)
+        _known(server, agent)
         try:
             request = wire.decode_chat_request(body, max_bytes=server.limits.max_frame)
         except AgentsError as error:
