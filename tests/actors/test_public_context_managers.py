@@ -294,6 +294,34 @@ async def _memory_runs(env: Env) -> Any:
     return MemoryRunStore()
 
 
+@contextlib.asynccontextmanager
+async def _relay_of(agent: str, runtime: actors.Runtime) -> AsyncIterator[str]:
+    """A relay serving ``agent`` (on a scripted model), on a free port: its address."""
+    from actors.relay import RelayAgents, RelayServer, serve
+    from actors.testing import ScriptedProvider
+
+    registry = AgentRegistry()
+    registry.add(agent, ScriptedProvider())
+    app = RelayServer(ScriptedProvider(), tokens=[TOKEN], agents=RelayAgents(registry, runtime))
+    async with trio.open_nursery() as nursery:
+        (address,) = await nursery.start(
+            lambda task_status: serve(app, port=0, task_status=task_status)
+        )
+        yield address
+        nursery.cancel_scope.cancel()
+
+
+async def _a2a_agent(env: Env) -> Built:
+    address = await env.enter(_relay_of("helper", await env.runtime()))
+
+    async def fail(remote: actors.A2AAgent) -> None:
+        remote.url += "/nothing-here"  # (its card is not there)
+        await remote.fetch_card()
+
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    return actors.A2AAgent(address + "/a2a/helper", headers=auth), fail
+
+
 async def _sqlite_runs(env: Env) -> Any:
     return await SQLiteRunStore.open(env.folder / "runs.db")
 
@@ -305,6 +333,7 @@ TABLE = [
     Entry("FaultProviderServer", _fault_server, ProviderError),
     Entry("RelayProvider", _relay_provider, ProviderError),
     Entry("MCPConnection", _mcp_connection, ConfigError),
+    Entry("A2AAgent", _a2a_agent, actors.A2AError),
     Entry("Agent", _agent, ProviderError),
     Entry("AgentRun", _agent_run, ProviderError),
     Entry("ProviderStream", _provider_stream, ProviderError),
