@@ -1211,10 +1211,15 @@ async def _paused_past_its_lease(
     a_took = {line["job"]: line for line in paused.log("acquire")}
     b_took = {line["job"]: line for line in taker.log("acquire")}
     a_until = [line["until"] for line in paused.log("write") if line["ok"] and line["until"]]
+    # A's writes answered once it was continued -- also one it had begun before the pause
+    # and that the store decided after it (it was in flight across the pause) -- but for one
+    # the store had committed before the pause (answered late: A was stopped before it logged).
     late = [
         line
         for line in paused.log()
-        if line["kind"] in ("append", "write") and line["begun"] >= continued_at
+        if line["kind"] in ("append", "write")
+        and line["t"] >= continued_at
+        and not (line["ok"] and line["begun"] < stopped_at)
     ]
     for record in records:
         where = f"{tag}: job {record.key}"
