@@ -60,7 +60,8 @@ class NodeRun:
         ]
 
     def __repr__(self) -> str:
-        return f"<NodeRun status={self.status} stdout={self.stdout[-3000:]!r} stderr={self.stderr[-2000:]!r}>"
+        out, err = self.stdout[-3000:], self.stderr[-2000:]
+        return f"<NodeRun status={self.status} stdout={out!r} stderr={err!r}>"
 
 
 async def run_node(script: str, *args: str, within: float = 60) -> NodeRun:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -54,16 +55,19 @@ TASKS_KEPT = 10_000
 CONTEXTS_KEPT = 10_000
 #: Messages of one context's conversation kept (the latest ones).
 CONTEXT_MESSAGES = 1_000
+#: Characters of the contexts' conversations kept altogether (then the oldest contexts go).
+CONTEXT_CHARS = 64_000_000
 
 
 @attrs.define
 class _Task:
-    """An A2A task: its run and what its Task object is made of."""
+    """An A2A task: its run (held weakly: a run the relay no longer keeps is gone for its task
+    too) and what its Task object is made of."""
 
     id: str
     context_id: str
     agent: str
-    run: _Run
+    held: weakref.ref[_Run]
     sent: wire.A2AMessage
     #: Its result went into its context's conversation.
     settled: bool = False
@@ -71,12 +75,12 @@ class _Task:
     def encoder(self) -> wire.TaskEncoder:
         return wire.TaskEncoder(self.id, self.context_id, history=[self.sent])
 
-    def caught_up(self) -> tuple[wire.TaskEncoder, int]:
-        """An encoder that has read the run's log as it stands (what it said is dropped),
-        and the seq it read to."""
+    def caught_up(self, run: _Run) -> tuple[wire.TaskEncoder, int]:
+        """An encoder that has read the task's ``run``'s log as it stands (what it said is
+        dropped), and the seq it read to."""
         encoder = self.encoder()
         last = 0
-        for event in self.run.live.log.read(0, self.run.last + 1):
+        for event in run.live.log.read(0, run.last + 1):
             encoder.feed(event)
             last = event.seq
         return encoder, last
@@ -93,6 +97,8 @@ class _State:
             tuple[_TokenState, str, str], tuple[Message, ...]
         ] = collections.OrderedDict()
 
+        #: Characters the contexts' conversations hold (:func:`_chars`).
+        self.chars = 0
         #: Durable tasks' contexts and the messages that started them, by owner and job id.
         self.jobs: collections.OrderedDict[
             tuple[_TokenState, str], tuple[str, wire.A2AMessage, bool]
@@ -128,19 +134,28 @@ class _State:
     ) -> None:
         key = (owner, agent, context_id)
         before = self.contexts.pop(key, ())
+        self.chars -= _chars(before)
         # (a run's messages begin with its input: the message the task was sent)
-        self.contexts[key] = _whole((*before, *messages)[-CONTEXT_MESSAGES:])
-        while len(self.contexts) > CONTEXTS_KEPT:
-            self.contexts.popitem(last=False)
+        kept = self.contexts[key] = _whole((*before, *messages)[-CONTEXT_MESSAGES:])
+        self.chars += _chars(kept)
+        while len(self.contexts) > CONTEXTS_KEPT or self.chars > CONTEXT_CHARS:
+            _, dropped = self.contexts.popitem(last=False)
+            self.chars -= _chars(dropped)
 
     def settle(self, owner: _TokenState, task: _Task) -> None:
         """Add an ended task's exchange to its context's conversation (once)."""
-        if task.settled or not task.run.ended:
+        run = task.held()
+        if task.settled or run is None or not run.ended:
             return
         task.settled = True
-        result = task.run.outcome
+        result = run.outcome
         if isinstance(result, AgentResult):
             self._add(owner, task.agent, task.context_id, result.messages)
+
+
+def _chars(messages: Sequence[Message]) -> int:
+    """About how much a conversation holds: its messages' texts, and a little per message."""
+    return sum(64 + len(m.content) + len(m.thinking) for m in messages)
 
 
 def _whole(messages: tuple[Message, ...]) -> tuple[Message, ...]:
@@ -333,7 +348,7 @@ async def _send(rpc: _Rpc) -> None:
     except Refusal as refusal:
         await answer_json(call.send, refusal.status, {"error": refusal.message}, extra=extra)
         return
-    task = _Task(new_id(), context_id, agent, run, message)
+    task = _Task(new_id(), context_id, agent, weakref.ref(run), message)
     key = (holder, task.id)
     state.tasks[key] = task
     while len(state.tasks) > TASKS_KEPT:
@@ -352,7 +367,7 @@ async def _send(rpc: _Rpc) -> None:
         state.settle(holder, task)
     elif request.blocking:
         return  # its client left (the task goes on)
-    encoder, _ = task.caught_up()
+    encoder, _ = task.caught_up(run)
     answer = wire.rpc_result(rid, {"task": encoder.task(history_length=request.history_length)})
     await answer_json(call.send, 200, answer, extra=extra)
 
@@ -360,11 +375,12 @@ async def _send(rpc: _Rpc) -> None:
 async def _get(rpc: _Rpc) -> None:
     """``GetTask``: the task as it stands."""
     server, call, holder, _agent, request, extra = rpc.parts()
-    task = await _found(rpc)
-    if task is None:
+    found = await _found(rpc)
+    if found is None:
         return
+    task, run = found
     _state(server).settle(holder, task)
-    encoder, _ = task.caught_up()
+    encoder, _ = task.caught_up(run)
     result: Any = encoder.task(history_length=request.history_length)
     await answer_json(call.send, 200, wire.rpc_result(request.id, result), extra=extra)
 
@@ -373,18 +389,19 @@ async def _cancel(rpc: _Rpc) -> None:
     """``CancelTask``: the task is cancelled (its partial answer kept) and shown once it has
     ended; a task that had ended already is ``TaskNotCancelable``."""
     server, call, holder, _agent, request, extra = rpc.parts()
-    task = await _found(rpc)
-    if task is None:
+    found = await _found(rpc)
+    if found is None:
         return
-    if task.run.ended:
+    task, run = found
+    if run.ended:
         code, text = wire.RpcCode.TASK_NOT_CANCELABLE, "the task has ended"
         await rpc.error(code, text)
         return
-    task.run.cancel()
-    if not await wait_outcome(task.run, call.receive):
+    run.cancel()
+    if not await wait_outcome(run, call.receive):
         return
     _state(server).settle(holder, task)
-    encoder, _ = task.caught_up()
+    encoder, _ = task.caught_up(run)
     result: Any = encoder.task(history_length=request.history_length)
     await answer_json(call.send, 200, wire.rpc_result(request.id, result), extra=extra)
 
@@ -393,38 +410,45 @@ async def _subscribe(rpc: _Rpc) -> None:
     """``SubscribeToTask``: the Task as it stands, then its events live to its end (a task
     that has ended is ``UnsupportedOperation``, as A2A says)."""
     server, call, holder, _agent, request, extra = rpc.parts()
-    task = await _found(rpc)
-    if task is None:
+    found = await _found(rpc)
+    if found is None:
         return
-    if task.run.ended:
+    task, run = found
+    if run.ended:
         code, text = wire.RpcCode.UNSUPPORTED_OPERATION, "the task has ended: GetTask shows it"
         await rpc.error(code, text)
         return
-    if task.run.watchers >= server.limits.max_watchers:
+    if run.watchers >= server.limits.max_watchers:
         server._refuse("too_many_watchers")
         await answer_json(call.send, 429, {"error": "too many watchers of this task"}, extra=extra)
         return
-    encoder, last = task.caught_up()
+    encoder, last = task.caught_up(run)
     head = _sse(request.id, encoder.resume())
     try:
         await answer_stream(
-            server, task.run, _Stream(encoder, request.id, head), call.receive, call.send,
+            server, run, _Stream(encoder, request.id, head), call.receive, call.send,
             after=last, headers=extra,
         )  # fmt: skip
     finally:
         _state(server).settle(holder, task)
 
 
-async def _found(rpc: _Rpc) -> _Task | None:
-    """The task the request names, if ``holder`` owns it on this agent; else answered
-    ``TaskNotFound`` (the same answer for another token's task as for none)."""
+async def _found(rpc: _Rpc) -> tuple[_Task, _Run] | None:
+    """The task the request names and its run, if ``holder`` owns it on this agent and the
+    relay keeps its run; else answered ``TaskNotFound`` (the same answer for another token's
+    task as for none)."""
     server, holder, request = rpc.server, rpc.holder, rpc.request
     task = _state(server).tasks.get((holder, request.task_id or ""))
-    found = task is not None and server._runs.find(task.run.run_id, holder) is not None
-    if task is None or not found or task.agent != rpc.agent:
+    run = task.held() if task is not None else None
+    if (
+        task is None
+        or run is None
+        or task.agent != rpc.agent
+        or server._runs.find(run.run_id, holder) is None
+    ):
         await rpc.error(wire.RpcCode.TASK_NOT_FOUND, "no task has this id")
         return None
-    return task
+    return task, run
 
 
 _DURABLE = {

@@ -12,6 +12,7 @@ must find its answer still going: a run nobody follows is cancelled after the re
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -40,15 +41,21 @@ CHATS_KEPT = 10_000
 
 @attrs.define
 class _Chat:
-    """A chat's latest run, and how its stream is made (again, for a resume)."""
+    """A chat's latest run (held weakly: a run the relay no longer keeps is gone for its chat
+    too), and how its stream is made (again, for a resume)."""
 
-    run: _Run
+    held: weakref.ref[_Run]
     message_id: str
     executes_tools: bool
     prior: tuple[str, ...]
     client_tools: frozenset[str]
     #: A stream gave its client the run's end: nothing is left to resume.
     delivered: bool = False
+
+    @property
+    def run(self) -> _Run | None:
+        """The chat's run, while the relay keeps it."""
+        return self.held()
 
     def encoder(self) -> wire.UIStreamEncoder:
         return wire.UIStreamEncoder(
@@ -117,7 +124,7 @@ async def chat(server: RelayServer, call: Call, params: Sequence[str]) -> None:
     except _Gone:
         return
     state = _Chat(
-        run,
+        weakref.ref(run),
         request.continues or new_id(),
         executes_tools=agent is not None,
         prior=request.continued_calls,
@@ -129,7 +136,7 @@ async def chat(server: RelayServer, call: Call, params: Sequence[str]) -> None:
     chats[key] = state
     while len(chats) > CHATS_KEPT:
         chats.popitem(last=False)
-    await _answer(server, call, state)
+    await _answer(server, call, state, run)
 
 
 async def resume(server: RelayServer, call: Call, params: Sequence[str]) -> None:
@@ -147,22 +154,23 @@ async def resume(server: RelayServer, call: Call, params: Sequence[str]) -> None
         return
     extra = cors(server, call.scope, call.headers)
     state = server._chats.get(_key(holder, agent, chat_id))
-    gone = state is None or server._runs.find(state.run.run_id, holder) is None
-    if state is None or gone or state.delivered:
+    run = state.run if state is not None else None
+    kept = run is not None and server._runs.find(run.run_id, holder) is not None
+    if state is None or run is None or not kept or state.delivered:
         await _plain(call.send, 204, extra=extra)
         return
-    if state.run.watchers >= server.limits.max_watchers:
+    if run.watchers >= server.limits.max_watchers:
         server._refuse("too_many_watchers")
         await _plain(call.send, 429, extra=extra)
         return
-    await _answer(server, call, state)
+    await _answer(server, call, state, run)
 
 
-async def _answer(server: RelayServer, call: Call, state: _Chat) -> None:
+async def _answer(server: RelayServer, call: Call, state: _Chat, run: _Run) -> None:
     headers = [STREAM_HEADER, *cors(server, call.scope, call.headers)]
     await answer_stream(
         server,
-        state.run,
+        run,
         _Stream(state),
         call.receive,
         call.send,

@@ -10,17 +10,20 @@ process (the real clock: nothing here sleeps).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import pathlib
 import subprocess
 import sys
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 import trio
+import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_relay import OTHER, TOKEN, Upstream, running, server
@@ -447,3 +450,33 @@ async def test_hostile_requests_are_refused_before_any_run() -> None:
     assert provider.calls == []  # nothing reached the agent's model
     assert not app._runs._runs  # and no run began
     assert TOKEN not in big.text + anonymous.text + many.text
+
+
+async def test_a_task_lives_as_long_as_the_relay_keeps_its_run(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    """The relay's A2A tasks hold their runs weakly: once the relay no longer keeps a run
+    (``run_keep`` after its end), its task is gone too -- ``TaskNotFound``, and nothing of it
+    held in memory."""
+    mock_clock.autojump_threshold = 0.05  # (real sockets: a jump once all is still a moment)
+    registry, _ = calculator()
+    async with (
+        relay(registry, limits=RelayLimits(run_keep=60)) as (url, app),
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        auth = {"authorization": f"Bearer {TOKEN}"}
+        done = await client.post(
+            "/a2a/calc", json=rpc("SendMessage", sent({"text": "19 + 23?"})), headers=auth
+        )
+        task_id = done.json()["result"]["task"]["id"]
+        shown = await client.post("/a2a/calc", json=rpc("GetTask", {"id": task_id}), headers=auth)
+        assert shown.json()["result"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        (run,) = app._runs._runs.values()
+        held = weakref.ref(run)
+        del run
+        await trio.sleep(61)
+        app.statistics()  # (the relay lets go of the runs it keeps no longer)
+        gc.collect()
+        gone = await client.post("/a2a/calc", json=rpc("GetTask", {"id": task_id}), headers=auth)
+    assert held() is None
+    assert gone.json()["error"]["code"] == -32001
