@@ -102,6 +102,7 @@ import json
 import re
 import statistics
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, cast
 
@@ -507,7 +508,7 @@ def encodings(run: _Run) -> dict[str, Callable[[], Encoding]]:
     the relay's model answers them (its calls are the client's to run)."""
     created = int(time.time())
     chat = UIChat(
-        run,
+        weakref.ref(run),
         CLIENT_ID,
         executes_tools=False,
         prior=(),
