@@ -90,8 +90,9 @@ REFUSAL_TEXT: Mapping[str, str] = {
 }
 
 #: Turns that stopped for a client's tools that :class:`RelayAgents` keeps, to put them back
-#: whole when the client answers (the latest ones).
+#: whole when the client answers (the latest ones), and the characters they may hold.
 STOPPED_KEPT = 1000
+STOPPED_CHARS = 16_000_000
 
 #: Seconds an aborted agent run has to commit its partial and say it ended.
 ABORT_GRACE = 5.0
@@ -119,20 +120,31 @@ class RelayAgents:
         self._stopped: collections.OrderedDict[
             tuple[_TokenState, tuple[str, ...]], tuple[Message, ...]
         ] = collections.OrderedDict()
+        self._stopped_chars = 0
 
     def _keep(self, owner: _TokenState, result: AgentResult) -> None:
         """Remember the turn ``result`` stopped in for the client's tools (at most
-        :data:`STOPPED_KEPT` such turns, the latest)."""
+        :data:`STOPPED_KEPT` such turns holding :data:`STOPPED_CHARS` characters, the
+        latest)."""
         calls = result.client_calls
         if not calls:
             return
         messages = result.messages
         start = max(i for i, m in enumerate(messages) if m.role == Role.ASSISTANT)
         key = (owner, tuple(sorted(call.id for call in calls)))
-        self._stopped[key] = tuple(messages[start:])
-        self._stopped.move_to_end(key)
-        while len(self._stopped) > STOPPED_KEPT:
-            self._stopped.popitem(last=False)
+        self._drop(key)
+        turn = self._stopped[key] = tuple(messages[start:])
+        self._stopped_chars += _chars(turn)
+        while self._stopped and (
+            len(self._stopped) > STOPPED_KEPT or self._stopped_chars > STOPPED_CHARS
+        ):
+            self._drop(next(iter(self._stopped)))
+
+    def _drop(self, key: tuple[_TokenState, tuple[str, ...]]) -> tuple[Message, ...] | None:
+        turn = self._stopped.pop(key, None)
+        if turn is not None:
+            self._stopped_chars -= _chars(turn)
+        return turn
 
     def _restore(self, owner: _TokenState, messages: Sequence[Message]) -> tuple[Message, ...]:
         """``messages`` with a turn that stopped for the client's tools whole again: a
@@ -145,7 +157,7 @@ class RelayAgents:
             if message.role != Role.ASSISTANT or not message.calls:
                 continue
             key = (owner, tuple(sorted(call.id for call in message.calls)))
-            kept = self._stopped.pop(key, None)
+            kept = self._drop(key)
             if kept is not None and kept[0].calls != message.calls:
                 out[index : index + 1] = kept
             break  # (only the latest assistant message can be such a turn)
@@ -160,6 +172,14 @@ class RelayAgents:
 
     def __repr__(self) -> str:
         return f"<RelayAgents {', '.join(self.registry) or 'none'}>"
+
+
+def _chars(messages: Sequence[Message]) -> int:
+    """About how much ``messages`` hold: their texts and calls, and a little per message."""
+    return sum(
+        64 + len(m.content) + len(m.thinking) + sum(len(str(c.arguments)) for c in m.calls)
+        for m in messages
+    )
 
 
 class Refusal(Exception):

@@ -343,3 +343,25 @@ async def test_runs_of_one_agent_go_on_at_once() -> None:
             second = await raw.post("/v1/chat/completions", json=body, headers=headers)
     assert second.status_code == 200, second.text
     assert second.json()["choices"][0]["message"]["content"] == "second"
+
+
+def test_turns_kept_for_the_clients_answers_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the relay keeps to put a turn back whole is bounded by count and by characters:
+    the latest turns stay, the oldest go."""
+    from actors.relay import _served
+    from actors.relay._admission import _TokenState
+    from protocols.messages import AgentResult, Message, StopReason
+
+    monkeypatch.setattr(_served, "STOPPED_CHARS", 10_000)
+    agents = RelayAgents(AgentRegistry(), runtime=None)  # type: ignore[arg-type]
+    owner = _TokenState(RelayToken(TOKEN))
+    for n in range(100):
+        call = ToolCall(f"w{n}", "weather", {"city": "x" * 500})
+        turn = (Message.assistant("", calls=[call]),)
+        result = AgentResult(messages=turn, stop=StopReason.CLIENT_TOOLS)
+        agents._keep(owner, result)
+        assert agents._stopped_chars <= 10_000
+    assert agents._stopped_chars == sum(_served._chars(t) for t in agents._stopped.values())
+    kept = [key[1][0] for key in agents._stopped]
+    assert kept[-1] == "w99"  # the latest stays
+    assert "w0" not in kept  # the oldest went
