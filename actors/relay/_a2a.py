@@ -26,7 +26,7 @@ import contextlib
 import json
 import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -374,36 +374,32 @@ async def _send(rpc: _Rpc) -> None:
 
 async def _get(rpc: _Rpc) -> None:
     """``GetTask``: the task as it stands."""
-    server, call, holder, _agent, request, extra = rpc.parts()
     found = await _found(rpc)
-    if found is None:
-        return
-    task, run = found
-    _state(server).settle(holder, task)
-    encoder, _ = task.caught_up(run)
-    result: Any = encoder.task(history_length=request.history_length)
-    await answer_json(call.send, 200, wire.rpc_result(request.id, result), extra=extra)
+    if found is not None:
+        await _shown(rpc, *found)
 
 
 async def _cancel(rpc: _Rpc) -> None:
     """``CancelTask``: the task is cancelled (its partial answer kept) and shown once it has
     ended; a task that had ended already is ``TaskNotCancelable``."""
-    server, call, holder, _agent, request, extra = rpc.parts()
     found = await _found(rpc)
     if found is None:
         return
-    task, run = found
+    run = found[1]
     if run.ended:
-        code, text = wire.RpcCode.TASK_NOT_CANCELABLE, "the task has ended"
-        await rpc.error(code, text)
+        await rpc.error(wire.RpcCode.TASK_NOT_CANCELABLE, "the task has ended")
         return
     run.cancel()
-    if not await wait_outcome(run, call.receive):
-        return
-    _state(server).settle(holder, task)
+    if await wait_outcome(run, rpc.call.receive):
+        await _shown(rpc, *found)
+
+
+async def _shown(rpc: _Rpc, task: _Task, run: _Run) -> None:
+    """Answer with the Task as its run's log shows it now (an ended task's exchange goes
+    into its context first)."""
+    _state(rpc.server).settle(rpc.holder, task)
     encoder, _ = task.caught_up(run)
-    result: Any = encoder.task(history_length=request.history_length)
-    await answer_json(call.send, 200, wire.rpc_result(request.id, result), extra=extra)
+    await rpc.answer(encoder.task(history_length=rpc.request.history_length))
 
 
 async def _subscribe(rpc: _Rpc) -> None:

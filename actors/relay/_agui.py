@@ -13,32 +13,21 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from protocols.errors import AgentsError
-from protocols.live import RunEvent
 from protocols.serve import agui as wire
 
 from ._asgi import _Gone
 from ._frontends import Call, answer_json, cors
-from ._served import Refusal, _known, answer_stream, invalid, read_request, start_run
+from ._served import EventSource, Refusal, _known, answer_stream, invalid, read_request, start_run
 
 if TYPE_CHECKING:
     from ._server import RelayServer
 
 
-class _Events:
-    """AG-UI's events of a run (see :class:`~actors.relay._served.Encoding`)."""
+class _Events(EventSource):
+    """AG-UI's events of a run."""
 
     def __init__(self, encoder: wire.AguiEncoder) -> None:
-        self.encoder = encoder
-
-    def head(self) -> bytes:
-        return wire.encode_sse(self.encoder.start())
-
-    def feed(self, events: Sequence[RunEvent]) -> bytes:
-        encoder = self.encoder
-        return wire.encode_sse(item for event in events for item in encoder.feed(event))
-
-    def tail(self) -> bytes:
-        return b""
+        super().__init__(encoder.start, encoder.feed, wire.encode_sse)
 
 
 async def run(server: RelayServer, call: Call, params: Sequence[str]) -> None:

@@ -12,40 +12,31 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from protocols.errors import AgentsError
-from protocols.live import RunEvent
 from protocols.serve import openai_chat as wire
 
 from ._asgi import Send, _Gone
 from ._frontends import Call, answer_json, cors
-from ._served import Refusal, answer_stream, invalid, read_request, start_run, terminal_of
+from ._served import (
+    EventSource,
+    Refusal,
+    answer_stream,
+    invalid,
+    read_request,
+    start_run,
+    terminal_of,
+)
 from ._served import wait_outcome as _wait
 
 if TYPE_CHECKING:
     from ._server import RelayServer
 
 
-class _Chunks:
-    """The encoding of a streamed completion (see :class:`~actors.relay._served.Encoding`)."""
+class _Chunks(EventSource):
+    """The chunks of a streamed completion, ``[DONE]`` last (the encoder gives nothing after
+    its final chunk or error)."""
 
     def __init__(self, encoder: wire.ChunkEncoder) -> None:
-        self.encoder = encoder
-
-    def head(self) -> bytes:
-        return b""
-
-    def feed(self, events: Sequence[RunEvent]) -> bytes:
-        encoder = self.encoder
-        out: list[bytes] = []
-        for event in events:
-            if encoder.done:
-                break
-            chunks = encoder.feed(event)
-            if chunks:
-                out.append(wire.encode_sse(chunks))
-        return b"".join(out)
-
-    def tail(self) -> bytes:
-        return wire.DONE
+        super().__init__(list, encoder.feed, wire.encode_sse, wire.DONE)
 
 
 async def _refuse(

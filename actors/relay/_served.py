@@ -14,7 +14,7 @@ import collections
 import contextvars
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -216,6 +216,20 @@ async def read_request(
     if holder is None:
         server._refuse("unauthorized")
         raise Refusal("unauthorized")
+    return holder, await read_body(server, headers, receive, limit=limit)
+
+
+async def read_body(
+    server: RelayServer,
+    headers: Mapping[str, str],
+    receive: Receive,
+    *,
+    limit: int | None = None,
+) -> bytes:
+    """A request's whole body -- or :class:`Refusal` for one over ``limit`` bytes (default:
+    the relay's ``max_frame``; by its ``Content-Length`` before reading, else as it comes) or
+    one that takes over ``handshake_timeout`` seconds to arrive (counted in the relay's
+    statistics); :class:`_Gone` when the client left first."""
     most = server.limits.max_frame if limit is None else limit
     length = headers.get("content-length")
     if length is not None and (not length.isdigit() or int(length) > most):
@@ -236,7 +250,7 @@ async def read_request(
     if waited.cancelled_caught:
         server._refuse("timeout")
         raise Refusal("timeout")
-    return holder, bytes(body)
+    return bytes(body)
 
 
 def invalid(server: RelayServer, message: str) -> Refusal:
@@ -512,6 +526,31 @@ class Encoding(Protocol):
 
     def tail(self) -> bytes:
         """What the body ends with, after the terminal event."""
+
+
+class EventSource:
+    """The :class:`Encoding` of a protocol whose encoder gives a run event's protocol events
+    (``feed``) and the ones a body begins with (``start``), ``write`` putting them as bytes;
+    ``end``: what the body ends with."""
+
+    def __init__(
+        self,
+        start: Callable[[], Iterable[Any]],
+        feed: Callable[[RunEvent], Iterable[Any]],
+        write: Callable[[Iterable[Any]], bytes],
+        end: bytes = b"",
+    ) -> None:
+        self._start, self._feed, self._write, self._end = start, feed, write, end
+
+    def head(self) -> bytes:
+        return self._write(self._start())
+
+    def feed(self, events: Sequence[RunEvent]) -> bytes:
+        feed = self._feed
+        return self._write(item for event in events for item in feed(event))
+
+    def tail(self) -> bytes:
+        return self._end
 
 
 async def answer_stream(

@@ -95,7 +95,7 @@ from ._asgi import (
 from ._frontends import http_served, served
 from ._jobs import JOBS_PATH, RelayJobs
 from ._runs import RUNS_PREFIX, _Run, _Runs, http_runs
-from ._served import RelayAgents
+from ._served import Refusal, RelayAgents, read_body
 from ._session import _coalesced, _Connection, _Failed, _stack
 
 if TYPE_CHECKING:
@@ -429,27 +429,12 @@ class RelayServer:
         holder = await self._http_token(scope, headers, send)
         if holder is None:
             return
-        length = headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > limits.max_frame):
-            self._refuse("too_large")
-            await _plain(send, 413)
+        try:
+            body = await read_body(self, headers, receive)
+        except Refusal as refusal:
+            await _plain(send, refusal.status)
             return
-        body = bytearray()
-        with trio.move_on_after(limits.handshake_timeout) as waited:
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    return
-                body += message.get("body", b"")
-                if len(body) > limits.max_frame:
-                    self._refuse("too_large")
-                    await _plain(send, 413)
-                    return
-                if not message.get("more_body", False):
-                    break
-        if waited.cancelled_caught:
-            self._refuse("timeout")
-            await _plain(send, 408)
+        except _Gone:
             return
         try:
             request = decode_http_request(bytes(body))

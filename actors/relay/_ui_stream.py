@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 import attrs
 
 from protocols.errors import AgentsError
-from protocols.live import RunEvent
 from protocols.messages import new_id
 from protocols.serve import ui_stream as wire
 
@@ -27,7 +26,7 @@ from ._admission import _TokenState
 from ._asgi import _Gone, _plain
 from ._frontends import Call, cors
 from ._runs import _Run
-from ._served import Refusal, _known, answer_stream, invalid, read_request, start_run
+from ._served import EventSource, Refusal, _known, answer_stream, invalid, read_request, start_run
 
 if TYPE_CHECKING:
     from ._server import RelayServer
@@ -66,23 +65,17 @@ class _Chat:
         )
 
 
-class _Stream:
-    """A chat's UI message stream (see :class:`~actors.relay._served.Encoding`)."""
+class _Stream(EventSource):
+    """A chat's UI message stream; its end is its chat's answer given whole."""
 
     def __init__(self, chat: _Chat) -> None:
         self.chat = chat
-        self.encoder = chat.encoder()
-
-    def head(self) -> bytes:
-        return wire.encode_sse(self.encoder.start())
-
-    def feed(self, events: Sequence[RunEvent]) -> bytes:
-        encoder = self.encoder
-        return wire.encode_sse(chunk for event in events for chunk in encoder.feed(event))
+        encoder = chat.encoder()
+        super().__init__(encoder.start, encoder.feed, wire.encode_sse, wire.DONE)
 
     def tail(self) -> bytes:
         self.chat.delivered = True
-        return wire.DONE
+        return super().tail()
 
 
 def _key(holder: _TokenState, agent: str | None, chat_id: str) -> tuple[object, ...]:
