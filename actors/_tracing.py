@@ -308,6 +308,8 @@ def _usage(attributes: dict[str, Any], usage: Usage | None) -> None:
     attributes["gen_ai.usage.output_tokens"] = usage.completion
     if usage.cached is not None:
         attributes["gen_ai.usage.cache_read.input_tokens"] = usage.cached
+    if usage.cache_write is not None:
+        attributes["gen_ai.usage.cache_creation.input_tokens"] = usage.cache_write
 
 
 def _response(attributes: dict[str, Any], result: ProviderResult) -> None:

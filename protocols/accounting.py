@@ -120,10 +120,12 @@ class Usage:
     """Token usage of one or more provider calls.
 
     ``total`` defaults to ``prompt + completion`` and may not be smaller; ``cached`` is the part of
-    ``prompt`` served from a prompt cache (``None`` when not reported) and may not exceed it;
-    ``reasoning`` is the part of ``completion`` a reasoning model spent thinking (``None`` when
-    not reported) and may not exceed it. ``a + b`` sums every field (``cached`` and
-    ``reasoning`` each stay ``None`` only when both are ``None``).
+    ``prompt`` read from a prompt cache (``None`` when not reported) and ``cache_write`` the part
+    written to one (``None`` when not reported; vendors that bill cache writes, as Anthropic
+    does, report it): together they may not exceed ``prompt``. ``reasoning`` is the part of
+    ``completion`` a reasoning model spent thinking (``None`` when not reported) and may not
+    exceed it. ``a + b`` sums every field (``cached``, ``cache_write`` and ``reasoning`` each
+    stay ``None`` only when both are ``None``).
     """
 
     prompt: int = attrs.field(default=0, validator=_count)
@@ -133,6 +135,7 @@ class Usage:
     )
     cached: int | None = attrs.field(default=None)
     reasoning: int | None = attrs.field(default=None)
+    cache_write: int | None = attrs.field(default=None, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         if self.total < self.prompt + self.completion:
@@ -145,6 +148,13 @@ class Usage:
             if self.cached > self.prompt:
                 raise ValidationError(
                     f"Usage.cached ({self.cached}) exceeds Usage.prompt ({self.prompt})"
+                )
+        if self.cache_write is not None:
+            _count(self, attrs.fields(Usage).cache_write, self.cache_write)
+            if self.cache_write + (self.cached or 0) > self.prompt:
+                raise ValidationError(
+                    f"Usage.cached + Usage.cache_write ({self.cached or 0} + {self.cache_write}) "
+                    f"exceeds Usage.prompt ({self.prompt})"
                 )
         if self.reasoning is not None:
             _count(self, attrs.fields(Usage).reasoning, self.reasoning)
@@ -163,6 +173,9 @@ class Usage:
         reasoning = None
         if self.reasoning is not None or other.reasoning is not None:
             reasoning = (self.reasoning or 0) + (other.reasoning or 0)
+        cache_write = None
+        if self.cache_write is not None or other.cache_write is not None:
+            cache_write = (self.cache_write or 0) + (other.cache_write or 0)
         # The sum of two valid usages is valid (every bound holds part by part): made without
         # the validators, as a run adds a usage per provider call.
         total = _new(Usage)
@@ -171,6 +184,7 @@ class Usage:
         _set(total, "total", self.total + other.total)
         _set(total, "cached", cached)
         _set(total, "reasoning", reasoning)
+        _set(total, "cache_write", cache_write)
         return total
 
     @classmethod
@@ -182,20 +196,23 @@ class Usage:
         total: object = None,
         cached: object = None,
         reasoning: object = None,
+        cache_write: object = None,
     ) -> Usage:
         """Build a valid :class:`Usage` from whatever numbers a provider reported.
 
         Guarantees: never raises. Each count goes through
         :func:`sanitize_count`; a missing or too-small ``total`` becomes
         ``prompt + completion``; ``cached`` and ``reasoning`` stay ``None`` when not reported
-        and are clamped to ``prompt`` and ``completion`` otherwise.
+        and are clamped to ``prompt`` and ``completion`` otherwise; ``cache_write`` likewise stays
+        ``None`` when not reported and is clamped to what ``prompt`` leaves beside ``cached``.
         """
         p = sanitize_count(prompt)
         c = sanitize_count(completion)
         t = max(sanitize_count(total), p + c)
         k = None if cached is None else min(sanitize_count(cached), p)
         r = None if reasoning is None else min(sanitize_count(reasoning), c)
-        return cls(prompt=p, completion=c, total=t, cached=k, reasoning=r)
+        w = None if cache_write is None else min(sanitize_count(cache_write), p - (k or 0))
+        return cls(prompt=p, completion=c, total=t, cached=k, reasoning=r, cache_write=w)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -310,6 +327,7 @@ class BudgetMeter:
             total=own.total + total,
             cached=own.cached,
             reasoning=own.reasoning,
+            cache_write=own.cache_write,
         )
 
     def _count(self) -> int:

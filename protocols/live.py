@@ -57,6 +57,7 @@ from .messages import (
     ToolResult,
     Usage,
 )
+from .questions import Question
 
 __all__ = [
     "DEFAULT_CAPACITY",
@@ -91,6 +92,7 @@ EventKind = Literal[
     "progress",
     "usage",
     "retry",
+    "fallback",
     "guard",
     "fault",
     "message",
@@ -129,11 +131,17 @@ class RunEvent:
     * ``usage``: ``usage`` (a :class:`~protocols.messages.Usage`, ``None`` when not reported),
       ``estimated``, ``finish`` (the call's finish reason);
     * ``retry``: ``attempt``, ``delay``, ``reason`` (a provider call tried again);
+    * ``fallback``: ``provider``, ``next``, ``reason``, ``rewind`` (a fallback provider's call
+      left member ``provider`` for ``next``, and why; ``rewind``: ``provider`` had streamed,
+      and a ``rewind`` event right before this one voids what it showed);
     * ``guard`` / ``fault``: ``reason``; ``message``: ``message`` (a message the run added that
       is neither an answer nor a result);
     * ``approval_requested``: ``call_id``, ``tool``, ``reason`` (``None``: none given), and
-      in a relay run ``call`` (the :class:`~protocols.messages.ToolCall` as JSON);
-      ``approval_answered``: ``call_id``, ``allow``, ``reason``;
+      in a relay run ``call`` (the :class:`~protocols.messages.ToolCall` as JSON), and for a
+      question a tool asks the human ``question`` (the
+      :class:`~protocols.questions.Question` as JSON; ``reason`` is its prompt);
+      ``approval_answered``: ``call_id``, ``allow``, ``reason``, and for an answered question
+      ``answer`` (the answer, as checked);
     * ``subagent_started``: ``call_id``, ``agent``, ``run_id`` (the child run's id: follow it
       too); ``subagent_finished``: ``call_id``, ``run_id``, ``status``; ``handoff``:
       ``call_id``, ``agent``;
@@ -151,7 +159,7 @@ class RunEvent:
       (the :class:`~protocols.messages.ProviderResult`, or the partial one, as JSON);
       ``failed``: ``error`` (``type``, ``code``, ``message``; a relay run's also
       ``retryable``); ``awaiting_input``: ``calls`` (the approvals asked: ``call_id``,
-      ``tool``, ``reason`` each).
+      ``tool``, ``reason`` each, and ``question`` for a question).
     """
 
     run_id: str
@@ -321,13 +329,14 @@ def usage_parts(
     passes over plain tuples). It reads back as ``{"usage": ..., "estimated": ...,
     "finish": ...}``, ``usage`` an equal :class:`~protocols.messages.Usage`."""
     if usage is None:
-        return (None, None, None, None, None, estimated, finish)
+        return (None, None, None, None, None, None, estimated, finish)
     return (
         usage.prompt,
         usage.completion,
         usage.total,
         usage.cached,
         usage.reasoning,
+        usage.cache_write,
         estimated,
         finish,
     )
@@ -338,10 +347,17 @@ def _data(kind: str, data: Any) -> Mapping[str, Any]:
     if name is not None and not isinstance(data, Mapping):
         return {name: data}  # kept alone; the event shows it whole
     if kind == "usage" and type(data) is tuple:
-        prompt, completion, total, cached, reasoning, estimated, finish = data
+        prompt, completion, total, cached, reasoning, cache_write, estimated, finish = data
         usage = None
         if prompt is not None:
-            usage = Usage(prompt, completion, total, cached=cached, reasoning=reasoning)
+            usage = Usage(
+                prompt,
+                completion,
+                total,
+                cached=cached,
+                reasoning=reasoning,
+                cache_write=cache_write,
+            )
         # (A finish reason may be kept as its enum member: it reads back as its value.)
         return {
             "usage": usage,
@@ -425,19 +441,18 @@ class JournalEvents:
                 asking = self._calls.get(call_id)
                 tool = asking.name if asking is not None else ""
                 reason = entry.reasons.get(call_id, "")
-                asked.append({"call_id": call_id, "tool": tool, "reason": reason})
-                yield self._event(
-                    "approval_requested", time, call_id=call_id, tool=tool, reason=reason
-                )
+                item: dict[str, Any] = {"call_id": call_id, "tool": tool, "reason": reason}
+                question = entry.questions.get(call_id)
+                if question is not None:
+                    item["question"] = to_json(question)
+                asked.append(item)
+                yield self._event("approval_requested", time, **item)
             yield self._event("awaiting_input", time, calls=asked)
         elif isinstance(entry, AnswerEntry):
-            yield self._event(
-                "approval_answered",
-                time,
-                call_id=entry.call_id,
-                allow=entry.allow,
-                reason=entry.reason,
-            )
+            answered: dict[str, Any] = {"allow": entry.allow, "reason": entry.reason}
+            if entry.value is not None:
+                answered["answer"] = entry.value
+            yield self._event("approval_answered", time, call_id=entry.call_id, **answered)
         elif isinstance(entry, TerminalEntry):
             if entry.result is not None:
                 yield self._event(terminal_for(entry.result), time, result=entry.result)
@@ -604,6 +619,17 @@ def _list(item: _Check, limit: int) -> _Check:
     return check
 
 
+def _answer(value: Any, path: str) -> Any:
+    """A question's answer: text, a list of options, or a finite number."""
+    if isinstance(value, str):
+        return _TEXT(value, path)
+    if isinstance(value, list):
+        return _list(_TEXT, MAX_ASKED)(value, path)
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return value
+    raise _refuse(path, "must be text, a list of text or a finite number")
+
+
 _ID = _text(MAX_ID_CHARS)
 _MAYBE_ID = _text(MAX_ID_CHARS, optional=True)
 _TEXT = _text()
@@ -626,6 +652,7 @@ _DATA: Final[dict[str, dict[str, _Check]]] = {
         "finish": _MAYBE_ID,
     },
     "retry": {"attempt": _int(0), "delay": _seconds, "reason": _TEXT},
+    "fallback": {"provider": _ID, "next": _ID, "reason": _TEXT, "rewind": _flag},
     "guard": {"reason": _TEXT},
     "fault": {"reason": _TEXT},
     "message": {"message": _object(Message)},
@@ -644,7 +671,13 @@ _DATA: Final[dict[str, dict[str, _Check]]] = {
         "error": _fields({"type": _ID, "code": _MAYBE_ID, "message": _TEXT}),
     },
     "awaiting_input": {
-        "calls": _list(_fields({"call_id": _ID, "tool": _ID, "reason": _TEXT}), MAX_ASKED),
+        "calls": _list(
+            _fields(
+                {"call_id": _ID, "tool": _ID, "reason": _TEXT},
+                optional={"question": _as_json(Question)},
+            ),
+            MAX_ASKED,
+        ),
     },
 }
 #: A relay run (a provider call the relay made a run of) ends with the provider's
@@ -658,8 +691,10 @@ _VARIANTS: Final[dict[str, _Check]] = {
         "response", _fields({"response": _as_json(ProviderResult)}), _fields(_DATA["cancelled"])
     ),
     "approval_requested": _fields(
-        _DATA["approval_requested"], optional={"call": _as_json(ToolCall)}
+        _DATA["approval_requested"],
+        optional={"call": _as_json(ToolCall), "question": _as_json(Question)},
     ),
+    "approval_answered": _fields(_DATA["approval_answered"], optional={"answer": _answer}),
     "failed": _fields(
         {
             "error": _fields(

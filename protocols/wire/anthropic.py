@@ -406,8 +406,9 @@ class _UsageCounts:
 
     Anthropic's ``input_tokens`` counts only the uncached part of the prompt; our
     :attr:`Usage.prompt` is the whole prompt, so it is ``input_tokens + cache_read_input_tokens +
-    cache_creation_input_tokens``, and :attr:`Usage.cached` is ``cache_read_input_tokens``
-    (``None`` while Anthropic has not reported it). Until some count has been reported, the
+    cache_creation_input_tokens``, :attr:`Usage.cached` is ``cache_read_input_tokens`` and
+    :attr:`Usage.cache_write` is ``cache_creation_input_tokens`` (each ``None`` while Anthropic
+    has not reported it). Until some count has been reported, the
     usage is unknown (``None``), never zeros.
     """
 
@@ -443,6 +444,7 @@ class _UsageCounts:
             prompt=prompt,
             completion=self.output,
             cached=None if self.cache_read is None else cache_read,
+            cache_write=self.cache_creation,
         )
 
 
@@ -491,7 +493,8 @@ class AnthropicReader:
     Usage is reported whole each time it changes: ``prompt = input_tokens +
     cache_read_input_tokens + cache_creation_input_tokens`` (Anthropic's ``input_tokens`` leaves
     out cached and cache-writing tokens; our ``prompt`` is the whole prompt), ``completion =
-    output_tokens`` (cumulative), ``cached = cache_read_input_tokens``.
+    output_tokens`` (cumulative), ``cached = cache_read_input_tokens``, ``cache_write =
+    cache_creation_input_tokens``.
 
     Raises :class:`~protocols.errors.ProtocolError` when the data is not a JSON object or a known
     field has the wrong shape.

@@ -166,7 +166,7 @@ async def test_a_run_makes_invoke_agent_with_chat_and_execute_tool_children(
     autojump_clock: Any, spans: Spans
 ) -> None:
     provider = GPT(
-        Reply(calls=[call("c1", "add", a=19, b=23)], usage=Usage(10, 8, cached=4)),
+        Reply(calls=[call("c1", "add", a=19, b=23)], usage=Usage(10, 8, cached=4, cache_write=3)),
         Reply("The answer is 42.", usage=Usage(20, 5)),
     )
     async with open_runtime() as runtime:
@@ -200,6 +200,7 @@ async def test_a_run_makes_invoke_agent_with_chat_and_execute_tool_children(
         "gen_ai.usage.input_tokens": 30,
         "gen_ai.usage.output_tokens": 13,
         "gen_ai.usage.cache_read.input_tokens": 4,
+        "gen_ai.usage.cache_creation.input_tokens": 3,
     }
     first, second = sorted(chats, key=lambda span: span.start_time or 0)
     assert dict(first.attributes or {}) == {
@@ -211,9 +212,11 @@ async def test_a_run_makes_invoke_agent_with_chat_and_execute_tool_children(
         "gen_ai.usage.input_tokens": 10,
         "gen_ai.usage.output_tokens": 8,
         "gen_ai.usage.cache_read.input_tokens": 4,
+        "gen_ai.usage.cache_creation.input_tokens": 3,
     }
     assert (second.attributes or {})["gen_ai.response.finish_reasons"] == ("stop",)
     assert "gen_ai.usage.cache_read.input_tokens" not in (second.attributes or {})
+    assert "gen_ai.usage.cache_creation.input_tokens" not in (second.attributes or {})
     assert dict(tool_span.attributes or {}) == {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": "add",

@@ -337,12 +337,14 @@ def test_a_meter_is_estimated_exactly_when_it_or_a_meter_drawing_on_it_guessed(
 def usages(draw: st.DrawFn) -> Usage:
     prompt = draw(st.integers(0, 10**12))
     completion = draw(st.integers(0, 10**12))
+    cached = draw(st.none() | st.integers(0, prompt))
     return Usage(
         prompt=prompt,
         completion=completion,
         total=prompt + completion + draw(st.integers(0, 10**6)),
-        cached=draw(st.none() | st.integers(0, prompt)),
+        cached=cached,
         reasoning=draw(st.none() | st.integers(0, completion)),
+        cache_write=draw(st.none() | st.integers(0, prompt - (cached or 0))),
     )
 
 
@@ -351,6 +353,7 @@ def test_the_sum_of_two_usages_is_the_usage_of_their_summed_parts(a: Usage, b: U
     total = a + b
     either = a.cached is not None or b.cached is not None
     thought = a.reasoning is not None or b.reasoning is not None
+    written = a.cache_write is not None or b.cache_write is not None
     # What the validating constructor makes of the parts' sums: equal, field by field.
     assert total == Usage(
         prompt=a.prompt + b.prompt,
@@ -358,6 +361,28 @@ def test_the_sum_of_two_usages_is_the_usage_of_their_summed_parts(a: Usage, b: U
         total=a.total + b.total,
         cached=(a.cached or 0) + (b.cached or 0) if either else None,
         reasoning=(a.reasoning or 0) + (b.reasoning or 0) if thought else None,
+        cache_write=(a.cache_write or 0) + (b.cache_write or 0) if written else None,
     )
     assert type(total) is Usage
     assert hash(total) == hash(Usage(**attrs.asdict(total)))
+
+
+def test_cache_reads_and_writes_together_may_not_exceed_the_prompt() -> None:
+    assert Usage(prompt=10, cached=4, cache_write=6).cache_write == 6
+    with pytest.raises(ValidationError, match="cache_write"):
+        Usage(prompt=10, cached=4, cache_write=7)
+    with pytest.raises(ValidationError, match="cache_write"):
+        Usage(prompt=10, cache_write=-1)
+
+
+@given(
+    st.integers(-5, 10**6) | st.none(),
+    st.integers(-5, 10**6) | st.none(),
+    st.integers(-5, 10**6) | st.none(),
+)
+def test_sanitize_keeps_cache_writes_within_the_prompt(
+    prompt: int | None, cached: int | None, written: int | None
+) -> None:
+    usage = Usage.sanitize(prompt=prompt, cached=cached, cache_write=written)
+    assert (usage.cache_write is None) == (written is None)
+    assert (usage.cached or 0) + (usage.cache_write or 0) <= usage.prompt

@@ -472,7 +472,7 @@ def test_message_start_reports_usage_with_cache_arithmetic() -> None:
     increment = reader.read(start_event(input_tokens=7, read=100, creation=20, output=1))
     # Anthropic's input_tokens excludes cache reads and writes; our prompt is the whole prompt.
     assert increment == Increment(
-        usage=Usage(prompt=127, completion=1, cached=100), response_id="msg_01"
+        usage=Usage(prompt=127, completion=1, cached=100, cache_write=20), response_id="msg_01"
     )
 
 
@@ -485,12 +485,12 @@ def test_message_delta_merges_cumulative_output_tokens() -> None:
     reader = AnthropicReader()
     reader.read(start_event(input_tokens=7, read=3, creation=0, output=1))
     first = reader.read(event("message_delta", delta={}, usage={"output_tokens": 40}))
-    assert first == Increment(usage=Usage(prompt=10, completion=40, cached=3))
+    assert first == Increment(usage=Usage(prompt=10, completion=40, cached=3, cache_write=0))
     second = reader.read(
         event("message_delta", delta={"stop_reason": "end_turn"}, usage={"output_tokens": 55})
     )
     assert second == Increment(
-        usage=Usage(prompt=10, completion=55, cached=3), finish=FinishReason.STOP
+        usage=Usage(prompt=10, completion=55, cached=3, cache_write=0), finish=FinishReason.STOP
     )
 
 
@@ -504,7 +504,7 @@ def test_message_delta_may_restate_input_counts() -> None:
             usage={"input_tokens": 9, "cache_read_input_tokens": 50, "output_tokens": 4},
         )
     )
-    assert increment == Increment(usage=Usage(prompt=59, completion=4, cached=50))
+    assert increment == Increment(usage=Usage(prompt=59, completion=4, cached=50, cache_write=0))
 
 
 def test_usage_nobody_reported_stays_unknown_not_zero() -> None:
@@ -845,7 +845,7 @@ def test_read_response() -> None:
         content="Adding now.",
         thinking="Let me add them.",
         calls=[ToolCall("toolu_1", "add", {"a": 1, "b": 2})],
-        usage=Usage(prompt=47, completion=30, cached=40),
+        usage=Usage(prompt=47, completion=30, cached=40, cache_write=2),
         finish=FinishReason.TOOL_CALLS,
         continuation={"anthropic": {"thinking_blocks": [REDACTED, SIGNED]}},
         model=MODEL,
@@ -998,7 +998,7 @@ def test_recorded_streams_look_like_anthropic(name: str) -> None:
 def test_recorded_expectations() -> None:
     text_result = expected("text")
     assert text_result.content.startswith("Trio's nurseries")
-    assert text_result.usage == Usage(prompt=21, completion=17, cached=0)
+    assert text_result.usage == Usage(prompt=21, completion=17, cached=0, cache_write=0)
     thinking = expected("thinking")
     assert thinking.content == f"17 {TIMES} 23 = **391**."
     assert thinking.thinking.endswith("340 + 51 = 391.")
@@ -1013,7 +1013,9 @@ def test_recorded_expectations() -> None:
     assert tools.calls[1].arguments == {"city": "São Paulo", "unit": "celsius"}
     assert tools.finish is FinishReason.TOOL_CALLS
     cached = expected("cached_usage")
-    assert cached.usage == Usage(prompt=12 + 2048 + 512, completion=11, cached=2048)
+    assert cached.usage == Usage(
+        prompt=12 + 2048 + 512, completion=11, cached=2048, cache_write=512
+    )
 
 
 def test_thinking_round_trips_from_a_recorded_stream_into_the_next_request() -> None:
