@@ -7,8 +7,13 @@ and the relay (:mod:`actors.relay`) lets credential-free clients drive a model; 
 they all speak lives in :mod:`protocols`.
 """
 
+from protocols.accounting import Cost as Cost
+from protocols.accounting import Prices as Prices
+from protocols.accounting import PriceTable as PriceTable
 from protocols.accounting import TeamBudget as TeamBudget
 from protocols.accounting import TokenBudget as TokenBudget
+from protocols.messages import GuardrailTrip as GuardrailTrip
+from protocols.questions import Question as Question
 from protocols.settings import ModelSettings as ModelSettings
 
 from ._core._abort import Abort as Abort
@@ -34,6 +39,12 @@ from ._core._supervisor import SupervisorStatistics as SupervisorStatistics
 from ._core._supervisor import TerminateChild as TerminateChild
 from ._delegation import handoff as handoff
 from ._live import RunEvents as RunEvents
+from ._pricing import GenAIPrices as GenAIPrices
+from ._questions import Answerer as Answerer
+from ._questions import QuestionTool as QuestionTool
+from ._questions import Unanswered as Unanswered
+from ._questions import ask_user as ask_user
+from ._questions import question_tool as question_tool
 from ._run_context import BudgetView as BudgetView
 from ._run_context import RunContext as RunContext
 from ._run_context import RunStep as RunStep
@@ -52,7 +63,13 @@ from .conversation import CompactionError as CompactionError
 from .conversation import Conversation as Conversation
 from .conversation import ConversationManager as ConversationManager
 from .conversation import summarizer_for as summarizer_for
+from .guardrails import Guardrail as Guardrail
+from .guardrails import input_guardrail as input_guardrail
+from .guardrails import output_guardrail as output_guardrail
+from .guardrails import tool_guardrail as tool_guardrail
 from .providers import AnthropicMessages as AnthropicMessages
+from .providers import FallbackProvider as FallbackProvider
+from .providers import GeminiChat as GeminiChat
 from .providers import OllamaChat as OllamaChat
 from .providers import OpenAIChat as OpenAIChat
 from .providers import OpenAIResponses as OpenAIResponses
@@ -85,6 +102,7 @@ __all__ = [
     "AgentBusy",
     "AgentEvent",
     "AgentRun",
+    "Answerer",
     "AnthropicMessages",
     "AutoShutdown",
     "Backoff",
@@ -95,15 +113,25 @@ __all__ = [
     "Conversation",
     "ConversationManager",
     "ConversationStore",
+    "Cost",
     "CycleError",
     "ExitKind",
+    "FallbackProvider",
     "FileSystemWorkspace",
+    "GeminiChat",
+    "GenAIPrices",
+    "Guardrail",
+    "GuardrailTrip",
     "MemoryConversationStore",
     "ModelSettings",
     "OllamaChat",
     "OpenAIChat",
     "OpenAIResponses",
     "PostgresConversationStore",
+    "PriceTable",
+    "Prices",
+    "Question",
+    "QuestionTool",
     "RelayProvider",
     "RelayServer",
     "RelayToken",
@@ -125,11 +153,17 @@ __all__ = [
     "TokenBudget",
     "Tool",
     "ToolRegistry",
+    "Unanswered",
     "__version__",
+    "ask_user",
     "handoff",
+    "input_guardrail",
     "main",
     "open_runtime",
+    "output_guardrail",
+    "question_tool",
     "summarizer_for",
     "tool",
+    "tool_guardrail",
     "workspace_tools",
 ]

@@ -377,6 +377,7 @@ class StreamedRun:
         self._ended = False
         self._result: AgentResult | None = None
         self._error: BaseException | None = None
+        self._partial: Any = None
 
     @property
     def result(self) -> AgentResult:
@@ -406,6 +407,17 @@ class StreamedRun:
             self._error = result.error
             raise result.error
         self._result = result.unwrap()
+
+    def partial_output(self) -> Any:
+        """The structured answer known so far, as of the chunks the iteration gave: the
+        ``output`` of the last ``output`` chunk of this run's own (``None`` before any) -- see
+        :meth:`actors.AgentRun.partial_output`."""
+        return self._partial
+
+    def _seen(self, chunk: Chunk) -> None:
+        """The iteration gives ``chunk``: keep a partial answer it carries."""
+        if chunk.kind == "output" and not chunk.path:
+            self._partial = chunk.output
 
     def abort(self, reason: str = "cancelled") -> None:
         """Abort the run: it ends at once, partial, and the iteration ends with its result

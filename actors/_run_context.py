@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import contextvars
 import math
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import attrs
+import trio
 
 from protocols.accounting import BudgetMeter, BudgetScope
+from protocols.messages import ToolCall
 
 from ._core._abort import Abort
 
 if TYPE_CHECKING:
+    from protocols.questions import Answer, Question
+
     from ._run_loop import _Run
 
 __all__ = ["BudgetView", "RunContext", "RunStep"]
@@ -42,7 +47,9 @@ class BudgetView:
     or else the nearest budget it draws on (its team's, its parent's). ``spent`` is that
     budget's count so far (what the runs drawing on it spent included), ``remaining`` and
     ``max`` what is left and the cap (``None`` when no budget bounds the run), ``scope`` the
-    count it caps, ``exhausted`` whether the run may make no further provider call."""
+    count it caps, ``cost`` and ``remaining_cost`` the money charged and left (``None`` when
+    no budget caps money), ``exhausted`` whether the run may make no further provider
+    call."""
 
     __slots__ = ("_binding", "_meter")
 
@@ -71,6 +78,19 @@ class BudgetView:
         """Which count that budget caps."""
         binding = self._binding
         return None if binding is None or binding.budget is None else binding.budget.scope
+
+    @property
+    def cost(self) -> Decimal | None:
+        """Money that budget has been charged so far (``None`` when it caps no money)."""
+        binding = self._binding
+        if binding is None or binding.budget is None or binding.budget.max_cost is None:
+            return None
+        return binding.cost
+
+    @property
+    def remaining_cost(self) -> Decimal | None:
+        """Money left before the run is cut (``None`` when no budget caps money)."""
+        return None if self._binding is None else self._binding.remaining_cost
 
     @property
     def exhausted(self) -> bool:
@@ -105,7 +125,8 @@ class RunContext(Generic[DepsT]):
     ``idempotency_key``: in a journaled run (a durable job), the call's key -- the same in every
     attempt at it, also when a continuing worker runs an idempotent tool again (``None``
     otherwise).
-    :meth:`progress` puts a progress event into the run's stream.
+    :meth:`progress` puts a progress event into the run's stream; :meth:`ask` asks the human
+    a question.
     """
 
     __tool_context__: ClassVar[bool] = True
@@ -156,6 +177,26 @@ class RunContext(Generic[DepsT]):
         run = self._run
         if run is not None:
             run.progress(self.call_id, str(message), data)
+
+    async def ask(self, question: Question) -> Answer:
+        """Ask the human ``question`` (a :class:`~protocols.questions.Question`) and wait for
+        the answer: the agent's ``answer=`` hook answers, and what it gives is checked against
+        the question (see ``docs/agent.md``, "Asking the human"). Raises
+        :class:`~actors.Unanswered` when nobody can answer, the human declines, or the answer
+        is refused -- uncaught, the call's result says why -- and in a durable job, which
+        cannot stop inside a tool call (its agent asks with the ``ask_user`` tool instead). A
+        cut of the run while waiting cancels the question (``trio.Cancelled``)."""
+        from ._questions import Unanswered, ask_question  # noqa: PLC0415 - a cycle
+
+        run = self._run
+        if run is None:
+            await trio.lowlevel.checkpoint()
+            raise Unanswered("this RunContext belongs to no run: nobody can answer")
+        call = next(
+            (c for c in run.open_calls if c.id == self.call_id),
+            ToolCall(self.call_id, "tool", {}),
+        )
+        return await ask_question(call, question, run=run, durable=False)
 
     def __repr__(self) -> str:
         return f"<RunContext run={self.run_id} call={self.call_id} agent={self.agent}>"

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 import attrs
 import trio
 
-from protocols.accounting import BudgetMeter
+from protocols.accounting import BudgetMeter, Cost, Pricing
 from protocols.authority import Authority
 from protocols.codec import dumps, loads
-from protocols.context import build
+from protocols.context import Scope, build
 from protocols.errors import (
     AgentsError,
     ConfigError,
@@ -31,6 +31,7 @@ from protocols.messages import (
     CUT_SHORT,
     AgentResult,
     FinishReason,
+    GuardrailTrip,
     Message,
     ProviderOptions,
     ProviderResult,
@@ -45,10 +46,15 @@ from protocols.messages import (
 from protocols.toolschema import schema_for, structure_value, validate_arguments
 from protocols.workspace import WorkspaceManager
 
+from . import _guarding
 from ._core._abort import Abort
+from ._output_stream import OutputStream, output_stream
+from ._pricing import price_result, price_usage
 from ._run_context import RunStep, _tool_run, context_for
 from .conversation import CompactionError, Conversation, paying
-from .providers import RetryEvent
+from .providers import FallbackEvent, RetryEvent
+from .providers._fallback import _OBSERVERS as _FALLBACK_OBSERVERS
+from .providers._fallback import _Observer as _FallbackObserver
 from .tools import NOT_EXECUTED, ToolBatch, ToolRegistry
 
 _T = TypeVar("_T")
@@ -61,6 +67,7 @@ if TYPE_CHECKING:
 
     from ._tracing import RunTrace
     from .agent import Agent, _Request
+    from .guardrails import Guardrail
     from .providers import ProviderStream
 
 __all__ = [
@@ -197,6 +204,10 @@ class AgentEvent:
     * ``retry``: the provider call failed before anything streamed and is tried again --
       ``attempt`` (the failed attempt, from 1), ``delay`` (seconds until the next), ``reason``
       (the error code and HTTP status);
+    * ``fallback``: the call of a :class:`~actors.providers.FallbackProvider` left one member
+      for the next -- ``fallback`` (the :class:`~actors.providers.FallbackEvent`: which member,
+      which next, why, whether what it streamed was voided by a rewind), ``reason`` (why, in
+      words);
     * ``tool``: a call's ``result`` is in;
     * ``tool_error``: the tool behind ``call`` raised ``error``; ``result`` is the failure the
       model reads;
@@ -204,6 +215,8 @@ class AgentEvent:
     * ``usage``: a turn's ``usage`` (``None``: not reported; ``estimated``: charged to the
       budget by estimate because it was not reported) and ``finish``, its finish reason;
     * ``guard``: a guard refused a batch (``reason``);
+    * ``guardrail``: a guardrail tripped and ends the run -- ``guardrail`` (the
+      :class:`~protocols.messages.GuardrailTrip`: its name, kind and reason), ``reason``;
     * ``fault``: automatic compaction failed and the run goes on (``error``);
     * ``abort``: the run was cut, or withdrawn before it began (``reason``, ``stop``; ``error``:
       a failure that raced the cut, its cause -- ``None`` when the cut was the only one);
@@ -226,11 +239,13 @@ class AgentEvent:
         "start",
         "turn",
         "retry",
+        "fallback",
         "tool",
         "tool_error",
         "deny",
         "usage",
         "guard",
+        "guardrail",
         "fault",
         "abort",
         "exhaust",
@@ -262,6 +277,8 @@ class AgentEvent:
     status: str | None = None
     duration: float | None = None
     finish: FinishReason | None = None
+    fallback: FallbackEvent | None = None
+    guardrail: GuardrailTrip | None = None
 
 
 @attrs.frozen
@@ -269,17 +286,28 @@ class Chunk:
     """One piece of a run, in order: ``content`` or ``thinking`` text, a ``tool_call`` the model
     made, a ``tool_result``, the ``usage`` of a finished turn (``None`` when the provider
     reported none; ``estimated`` when the run's budget charged it by estimate instead), or a
-    tool's ``progress`` (``text``; ``call`` is the reporting call).
+    tool's ``progress`` (``text``; ``call`` is the reporting call) -- or a ``rewind``: the
+    ``content`` and ``thinking`` chunks of the provider call in flight so far are void (a
+    :class:`~actors.providers.FallbackProvider` with ``rewind=True`` left a member that had
+    streamed; the next member answers the turn from the start) -- or, in a run with ``output=``,
+    an ``output``: the structured answer known so far (``output``: the dict of the fields
+    complete so far, validated leniently -- see :class:`~protocols.toolschema.PartialOutput`;
+    ``None`` once a new attempt began, before anything of it is known) of provider call
+    ``attempt`` (from 1; a later attempt -- a retry, a turn after tools, a rewind -- starts
+    over), emitted whenever it changes, only while somebody reads the chunks.
 
     ``run_id`` is the run that produced it; a chunk of a run delegated to (``as_tool``) reaches
     the parent's stream with the hops down to that run in ``path`` (empty for the run's own).
     ``seq`` is the chunk's event in the log of run ``run_id`` (:meth:`Runtime.watch
     <actors.Runtime.watch>`: follow the run from there, from anywhere): the event of that seq
     has the chunk's kind and data (``text``; ``call``; ``result``; ``usage`` and ``estimated``;
-    ``progress``'s ``call_id`` and ``text``). 0 for a run whose log is not in memory -- a
+    ``progress``'s ``call_id`` and ``text``); an ``output`` chunk has no event of its own: its
+    seq is that of the content delta it follows. 0 for a run whose log is not in memory -- a
     durable job's, which its queue's log is (``JobQueue.watch``)."""
 
-    kind: Literal["content", "thinking", "tool_call", "tool_result", "usage", "progress"]
+    kind: Literal[
+        "content", "thinking", "tool_call", "tool_result", "usage", "progress", "rewind", "output"
+    ]
     text: str = ""
     call: ToolCall | None = None
     result: ToolResult | None = None
@@ -288,6 +316,8 @@ class Chunk:
     run_id: str = ""
     path: tuple[RunStep, ...] = ()
     seq: int = 0
+    output: Any = None
+    attempt: int = 0
 
 
 @attrs.frozen
@@ -331,8 +361,15 @@ class RunJournal(Protocol):
     def stream(self, turn: int, channel: str, text: str) -> None:
         """A delta the turn in flight streamed (as shown), to be journaled behind the run."""
 
-    async def gate(self, calls: Sequence[ToolCall], authority: Authority) -> None:
-        """Before a batch runs: make the run wait for approvals no human has given yet."""
+    async def gate(
+        self,
+        calls: Sequence[ToolCall],
+        authority: Authority | None,
+        registry: ToolRegistry,
+        scope: Scope | None,
+    ) -> None:
+        """Before a batch runs: make the run wait for approvals no human has given yet, and
+        for answers to the questions ``registry``'s question tool (in ``scope``) asks."""
 
     def tools(self, registry: ToolRegistry) -> ToolRegistry:
         """``registry`` with each tool recording its call's intent before its effect and its
@@ -389,13 +426,27 @@ class _Run:
         # The agent whose answer ended the run, after a handoff.
         self.answered_by: str | None = None
         self.pace: Callable[[Any], Awaitable[None]] | None = agent._option(request.options, "pace")
+        # What prices the run's calls (None: nobody does -- usage carries no cost), and the
+        # currency of its model's rates (an unknown cost is said in it, when known).
+        self.pricing: Pricing | None = agent._option(request.options, "pricing")
+        prices = meter.prices if meter is not None else None
+        self.currency: str | None = prices.currency if prices is not None else None
         #: The run's event log (None: a journaled run, whose log is its journal's).
         self.live: EventLog | None = request.live
         self.journal: RunJournal | None = request.journal
         # The run's spans (None: not traced), and the context of the tool call that handed
         # the run on (a handoff), the parent of the handed-to run's span.
         self.trace: RunTrace | None = request.trace
+        # A structured run's partial answers, as ``output`` chunks (None: not one, or unread).
+        self.partial: OutputStream | None = None
         self.handed_from: Context | None = None
+        # The seq before the first delta of the provider attempt in flight (None: it has shown
+        # none yet): where a rewind of a fallback provider's voided attempt goes back to.
+        self.void_to: int | None = None
+        # The guardrail that ended the run (its stop is ``guardrail``).
+        self.tripped: GuardrailTrip | None = None
+        # How the run hears the fallbacks of the streams it consumes (see provider_turn).
+        self.observer = _FallbackObserver(self.fell_back, self.journal is None)
 
     def show(
         self,
@@ -452,6 +503,7 @@ class _Run:
             agent=self.answered_by or self.agent.name,
             total_usage=self.total(),
             finish=self.finish,
+            guardrail=self.tripped if stop is StopReason.GUARDRAIL else None,
         )
 
     def cut_reason(self) -> StopReason:
@@ -535,6 +587,56 @@ class _Run:
     def retried(self, retry: RetryEvent) -> None:
         status = f" (HTTP {retry.status})" if retry.status is not None else ""
         self.event("retry", attempt=retry.attempt, delay=retry.delay, reason=retry.code + status)
+
+    def fell_back(self, event: FallbackEvent) -> None:
+        """The turn's call left a member of a fallback provider for the next: what the attempt
+        left behind cost is charged (every attempt is paid for); one that had streamed is
+        voided -- a ``rewind`` in the log (to the seq before its first delta) and a ``rewind``
+        chunk -- and stays charged, as a turn cut with nothing reported is (by estimate, with
+        a budget; unknown without one); then the ``fallback`` event."""
+        draw = event.usage
+        pricing = self.pricing
+        if pricing is not None and draw is not None and draw.cost is None:
+            # The attempt left behind is priced as the member that made it.
+            cost = price_usage(pricing, self.agent.provider, draw, member=event.provider)
+            draw = draw.priced(cost if cost is not None else Cost.unavailable(self.currency))
+        meter = self.meter
+        if event.rewind:
+            if self.void_to is None:  # (nothing of it was shown: the rewind says so anyway)
+                self.void_to = self.live.last if self.live is not None else 0
+            self.void_shown()  # the next member's answer is read from the start
+            if meter is not None:
+                thinking = event.partial.thinking if event.partial is not None else ""
+                draw = meter.reconcile(draw, thinking=thinking)
+                self.estimated = self.estimated or event.usage is None
+                if pricing is not None and draw.cost is None:  # (an estimate: no cost known)
+                    draw = draw.priced(Cost.unavailable(self.currency))
+            self.usage = None if self.usage is None or draw is None else self.usage + draw
+        elif draw is not None:
+            if meter is not None:
+                meter.charge(draw)
+            if self.usage is not None:
+                self.usage = self.usage + draw
+        self.void_to = None
+        self.event("fallback", reason=event.describe(), fallback=event)
+
+    def void_shown(self) -> None:
+        """Take back what the provider call of the turn showed (nothing when it showed
+        nothing): a ``rewind`` in the log to the seq before its first delta, and a ``rewind``
+        chunk."""
+        to = self.void_to
+        self.void_to = None
+        if to is None:
+            return
+        seq = 0
+        live = self.live
+        if live is not None:
+            seq = live.add("rewind", {"to": to})
+        request = self.request
+        if request.forward is not None or request.send is not None:
+            self.emit(Chunk("rewind", "", None, None, None, False, self.run_id, (), seq))
+        if self.partial is not None:
+            self.partial.begin()  # what it showed of a structured answer is void too
 
     def asked(self, call: ToolCall, reason: str) -> None:
         """The authority asks a human about ``call``: the run waits for the approver."""
@@ -641,36 +743,42 @@ class _Run:
         stated: tuple[Message, ...] = ()  # the schema, stated for a provider without a JSON mode
         if spec is not None:
             provider_options = attrs.evolve(provider_options, schema=spec.schema)
+            self.partial = output_stream(self, spec.schema, Chunk)
         attempts = 0
+        guards = agent._guardrails(options)
+        watching: Sequence[Guardrail] = ()  # input guards to run alongside the first call
+        tool_guards: Sequence[Guardrail] = ()
+        if guards:
+            tool_guards = [guard for guard in guards if guard.kind == "tool"]
+            watching = await _guarding.before(self, guards)
+            if self.tripped is not None:
+                return StopReason.GUARDRAIL
         while self.turns_made < limit:
             if self.meter is not None and self.meter.spent:
                 # Reported usage (prompt tokens, thinking) spent the budget after the stream:
                 # no further turn starts. The last turn's tool calls have run and are answered.
                 self.budget_tripped = True
                 return StopReason.BUDGET
-            prompt = self.prompt(stated)
-            if await self.keep_in_window(prompt):
+            if watching:
+                # The first call, while the input guards check the input: its answer is
+                # committed (and its calls run) only once they all passed.
+                async with _guarding.alongside(self, watching) as watch:
+                    result, provider_options, stated = await self.model_turn(
+                        definitions, provider_options, stated, spec
+                    )
+                watching = ()
+                if watch.trip is not None:
+                    return _guarding.void_first(self, watch.trip)
+            else:
                 prompt = self.prompt(stated)
-            try:
-                result = await self.provider_turn(prompt, definitions, provider_options)
-            except ProviderError as error:
-                # The provider says the prompt is over its context window, although the estimate
-                # was not (or there is no window set): one compaction, whatever the estimate
-                # says, and the turn once more; a second overflow is the run's error.
-                if error.code != "context_overflow" or self.refused:
-                    raise
-                if not await self.compact_after_overflow(error):
-                    raise
-                prompt = self.prompt(stated)
-                result = await self.provider_turn(prompt, definitions, provider_options, again=True)
-            except ConfigError:
-                if spec is None or provider_options.schema is None:
-                    raise
-                # No native JSON-schema mode on this provider: state the schema instead.
-                provider_options = attrs.evolve(provider_options, schema=None)
-                stated = (Message.user(OUTPUT_INSTRUCTION + dumps(spec.schema)),)
-                prompt = self.prompt(stated)
-                result = await self.provider_turn(prompt, definitions, provider_options, again=True)
+                if await self.keep_in_window(prompt):
+                    prompt = self.prompt(stated)
+                try:
+                    result = await self.provider_turn(prompt, definitions, provider_options)
+                except (ProviderError, ConfigError) as error:
+                    result, provider_options, stated = await self.turn_again(
+                        error, definitions, provider_options, stated, spec
+                    )
             await self.respond(
                 Message.assistant(
                     result.content,
@@ -715,6 +823,13 @@ class _Run:
                     f"the model called tools ({names}) although this run set tool_choice='none'",
                     code="tool_choice",
                 )
+            if tool_guards:
+                checks = _guarding.tool_checks(tool_guards, result.calls)
+                trip = await _guarding.check(self, checks) if checks else None
+                if trip is not None:
+                    reason = _guarding.TOOL_TRIPPED.format(name=trip.name, reason=trip.reason)
+                    await self.answer(result.calls, reason)
+                    return _guarding.tripped(self, trip)
             if client is not None and any(call.name in client for call in result.calls):
                 # A call of the caller's own tools: the agent's calls of the turn run, and the
                 # run stops for the caller's results (they are the next run's input).
@@ -757,6 +872,56 @@ class _Run:
                 return _CUT_STOP.get(final.finish, StopReason.COMPLETE)
             unknown_streak = unknown
         return StopReason.COMPLETE
+
+    async def model_turn(
+        self,
+        definitions: tuple[ToolDefinition, ...] | None,
+        options: ProviderOptions,
+        stated: tuple[Message, ...],
+        spec: _OutputSpec | None,
+    ) -> tuple[ProviderResult, ProviderOptions, tuple[Message, ...]]:
+        """One turn's provider call, on a prompt built fresh: compacted first when it reaches
+        the window; once more after compacting when the provider says it overflowed; once
+        more with the schema stated when the provider has no JSON-schema mode. Returns the
+        result, and the options and stated messages the next turns use."""
+        prompt = self.prompt(stated)
+        if await self.keep_in_window(prompt):
+            prompt = self.prompt(stated)
+        try:
+            result = await self.provider_turn(prompt, definitions, options)
+        except (ProviderError, ConfigError) as error:
+            return await self.turn_again(error, definitions, options, stated, spec)
+        return result, options, stated
+
+    async def turn_again(
+        self,
+        error: ProviderError | ConfigError,
+        definitions: tuple[ToolDefinition, ...] | None,
+        options: ProviderOptions,
+        stated: tuple[Message, ...],
+        spec: _OutputSpec | None,
+    ) -> tuple[ProviderResult, ProviderOptions, tuple[Message, ...]]:
+        """A turn's provider call failed with ``error``: the same turn once more, after
+        compacting, when the provider says the prompt overflowed its context window; with the
+        schema stated, when the provider has no JSON-schema mode. Raises ``error`` otherwise.
+        Returns as :meth:`model_turn` does."""
+        if isinstance(error, ProviderError):
+            # The provider says the prompt is over its context window, although the estimate
+            # was not (or there is no window set): one compaction, whatever the estimate
+            # says, and the turn once more; a second overflow is the run's error.
+            if error.code != "context_overflow" or self.refused:
+                raise error
+            if not await self.compact_after_overflow(error):
+                raise error
+        else:
+            if spec is None or options.schema is None:
+                raise error
+            # No native JSON-schema mode on this provider: state the schema instead.
+            options = attrs.evolve(options, schema=None)
+            stated = (Message.user(OUTPUT_INSTRUCTION + dumps(spec.schema)),)
+        prompt = self.prompt(stated)
+        result = await self.provider_turn(prompt, definitions, options, again=True)
+        return result, options, stated
 
     async def keep_in_window(self, prompt: Sequence[Message]) -> bool:
         """Before a provider call: compact when the prompt reaches the agent's window (and the
@@ -897,9 +1062,8 @@ class _Run:
         self.batch = batch = ToolBatch(calls)
         registry = agent.registry
         if self.journal is not None:
-            if agent.authority is not None:
-                waiting = [call for call in calls if not refused or call.id not in refused]
-                await self.journal.gate(waiting, agent.authority)
+            waiting = [call for call in calls if not refused or call.id not in refused]
+            await self.journal.gate(waiting, agent.authority, registry, agent.scope)
             registry = self.journal.tools(registry)
         reset = _tool_run.set(self)
         try:
@@ -1008,6 +1172,16 @@ class _Run:
         trace = self.trace
         # The call's span, current while the provider streams (a relay client sends it on).
         chat = trace.chat(provider, options, self.turns_made) if trace is not None else None
+        partial = self.partial
+        if partial is not None:
+            partial.begin()  # a new attempt: its answer is read from the start
+        self.void_to = None
+        # While the run consumes the stream it hears the stream's fallbacks (fell_back), and
+        # takes their rewinds unless it is journaled (a durable job's log is derived from its
+        # journal, which has no rewind of a live attempt: there a failure after the first
+        # delta fails the turn, as without the opt-in). (observe_fallbacks, without its
+        # context manager's price on every turn.)
+        observed = _FALLBACK_OBSERVERS.set((*_FALLBACK_OBSERVERS.get(), self.observer))
         try:
             self.stream = stream = provider.stream(prompt, tools=definitions, options=options)
             async with stream:
@@ -1022,7 +1196,11 @@ class _Run:
                         await trio.lowlevel.checkpoint()
                     # Shown -- and journaled, written behind the run: a durable job's log is
                     # derived from its journal -- exactly as the stream gave it.
+                    if self.void_to is None:  # the attempt's first delta: a rewind goes back here
+                        self.void_to = self.live.last if self.live is not None else 0
                     self.show(delta.channel, delta.text)
+                    if partial is not None and delta.channel == "content":
+                        partial.feed(delta.text)
                     if journal is not None:
                         journal.stream(turn, delta.channel, delta.text)
                     if (
@@ -1036,12 +1214,18 @@ class _Run:
                         # Stop at this delta: the cancel is delivered here, not at the stream's
                         # next network read (which may be many buffered deltas later).
                         await trio.lowlevel.checkpoint()
+                if partial is not None:
+                    partial.end()
             result: ProviderResult = stream.result
+            if self.pricing is not None:
+                result = price_result(self.pricing, provider, result, self.currency)
         except BaseException as error:
             if chat is not None:
                 cut = self.stream
                 chat.failed(error, cut.partial if cut is not None else None)
             raise
+        finally:
+            _FALLBACK_OBSERVERS.reset(observed)
         if chat is not None:
             chat.done(result)
         self.stream = None
@@ -1050,13 +1234,18 @@ class _Run:
 
     def settle_usage(self, result: ProviderResult) -> None:
         """Account a finished (or cut) turn: what was reported; unreported usage stays unknown
-        (``None``), or, with a budget, is charged by estimate and marked so."""
+        (``None``), or, with a budget, is charged by estimate and marked so (its cost, with
+        pricing, ``unavailable``). A priced turn's usage carries its cost (see
+        :func:`~actors._pricing.price_result`)."""
         draw: Usage | None
         estimated = False
         if self.meter is not None:
             draw = self.meter.reconcile(result.usage, thinking=result.thinking)
             estimated = result.usage is None
             self.estimated = self.estimated or estimated
+            if estimated and self.pricing is not None:
+                # Tokens estimated for a budget: what they cost is not known (not a floor).
+                draw = draw.priced(Cost.unavailable(self.currency))
         else:
             draw = result.usage
         self.usage = None if self.usage is None or draw is None else self.usage + draw
@@ -1083,6 +1272,10 @@ class _Run:
             stream, self.stream = self.stream, None
             if stream is not None:
                 partial = stream.partial
+                if self.pricing is not None:
+                    partial = price_result(
+                        self.pricing, self.agent.provider, partial, self.currency
+                    )
                 self.settle_usage(partial)
                 if self.journal is not None and (partial.content or partial.thinking):
                     await self.journal.checkpoint(
@@ -1185,6 +1378,15 @@ _LOGGED: dict[str, tuple[str, Callable[[_Run, dict[str, Any]], Any]]] = {
             "attempt": fields["attempt"],
             "delay": fields["delay"],
             "reason": fields["reason"],
+        },
+    ),
+    "fallback": (
+        "fallback",
+        lambda run, fields: {
+            "provider": fields["fallback"].provider,
+            "next": fields["fallback"].next,
+            "reason": fields["reason"],
+            "rewind": fields["fallback"].rewind,
         },
     ),
     "guard": ("guard", _reason_data),

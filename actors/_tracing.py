@@ -310,6 +310,13 @@ def _usage(attributes: dict[str, Any], usage: Usage | None) -> None:
         attributes["gen_ai.usage.cache_read.input_tokens"] = usage.cached
     if usage.cache_write is not None:
         attributes["gen_ai.usage.cache_creation.input_tokens"] = usage.cache_write
+    cost = usage.cost
+    if cost is not None:  # priced (see actors._pricing): the amount when known, and whence
+        if cost.amount is not None:
+            attributes["trio_agents.usage.cost"] = float(cost.amount)
+        if cost.currency is not None:
+            attributes["trio_agents.usage.cost.currency"] = cost.currency
+        attributes["trio_agents.usage.cost.provenance"] = cost.provenance
 
 
 def _response(attributes: dict[str, Any], result: ProviderResult) -> None:

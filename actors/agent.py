@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 import trio
 
-from protocols.accounting import BudgetMeter, TeamBudget, TokenBudget
+from protocols.accounting import BudgetMeter, Pricing, TeamBudget, TokenBudget
 from protocols.authority import Authority
 from protocols.context import Instructions, Scope
 from protocols.errors import (
@@ -71,11 +71,13 @@ from protocols.messages import (
 from protocols.settings import ModelSettings, SettingsLike, check_reasoning
 from protocols.workspace import Workspace, WorkspaceManager
 
-from . import _tracing
+from . import _guarding, _tracing
 from ._core._abort import Abort
 from ._core._actor import Actor, ActorRef, ActorStopped
 from ._core._supervisor import Restart
 from ._live import LiveRun, RunEvents
+from ._pricing import run_rates
+from ._questions import Answerer
 from ._run_context import RunContext, RunStep
 from ._run_loop import (
     COMMIT_DEADLINE,
@@ -102,6 +104,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Tracer, TracerProvider
 
     from ._core._runtime import Runtime
+    from .guardrails import Guardrail
     from .providers import ProviderConnection, ProviderInterface
 
 __all__ = [
@@ -160,6 +163,22 @@ def _tokens(value: Iterable[Abort]) -> tuple[Abort, ...]:
     return tuple(value)
 
 
+def _check_guardrails(value: object) -> tuple[Guardrail, ...]:
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise ValidationError("guardrails takes a list of guardrails")
+    guards = tuple(value)
+    for guard in guards:
+        # (The class lives above this module: known by what it offers.)
+        if getattr(guard, "kind", None) not in ("input", "output", "tool") or not callable(
+            getattr(guard, "verdict", None)
+        ):
+            raise ValidationError(
+                "guardrails takes Guardrail objects (input_guardrail(...), output_guardrail(...), "
+                f"tool_guardrail(...)), not {type(guard).__name__}"
+            )
+    return guards
+
+
 @attrs.frozen
 class RunOptions:
     """Options of one run (``None``: the agent's own setting).
@@ -173,10 +192,12 @@ class RunOptions:
     must have (see :class:`OutputError`) -- a JSON Schema (a dict), or a pydantic model, a
     dataclass, a TypedDict or an attrs class, whose instance ``result.output`` then is;
     ``schema``: the same option by its first name (give one of the two); ``schema_retries``: how
-    many more answers a wrong one may be followed by (default 2); ``on_tool_error``: what a
-    tool that raises does -- ``"record"`` (the default: the model reads the error, a
-    ``tool_error`` event and a WARNING log with the traceback tell you) or ``"raise"`` (the
-    batch's results are committed, then the run fails with a
+    many more answers a wrong one may be followed by (default 2); ``partial_strings``: while such
+    an answer streams, show a string field still being read as it grows in its ``output``
+    chunks (default ``False``: a field appears once its value is complete);
+    ``on_tool_error``: what a tool that raises does -- ``"record"`` (the default: the model
+    reads the error, a ``tool_error`` event and a WARNING log with the traceback tell you) or
+    ``"raise"`` (the batch's results are committed, then the run fails with a
     :class:`~protocols.errors.ToolError` chained to the tool's exception); ``deps``: what tools
     read as :attr:`RunContext.deps <actors.RunContext.deps>`; ``pace``: an async function
     awaited (with the run's :class:`~actors.RunContext`) before every provider call of the
@@ -192,7 +213,13 @@ class RunOptions:
     open are :attr:`AgentResult.client_calls <protocols.messages.AgentResult.client_calls>`,
     and the caller continues with their results as the next run's input. Such a run works on
     a ``history=`` (the caller's: the open calls are answered there), never on the agent's
-    conversation.
+    conversation. ``guardrails``: :class:`~actors.guardrails.Guardrail` checks of the run's
+    input, its final answer and its tool calls -- a run's are added to the agent's (a run
+    cannot take one of its agent's away); one that trips ends the run ``stop="guardrail"``.
+    ``pricing``: a :class:`~protocols.accounting.Pricing` (a
+    :class:`~protocols.accounting.PriceTable`, :class:`~actors.GenAIPrices`) that prices
+    each provider call: its usage then carries a :class:`~protocols.accounting.Cost` (see
+    ``docs/agent.md``, "Cost"); needed by a budget with a ``max_cost``.
     """
 
     limit: int | None = None
@@ -206,17 +233,30 @@ class RunOptions:
     output: dict[str, Any] | type | None = None
     schema: dict[str, Any] | type | None = None
     schema_retries: int | None = None
+    partial_strings: bool | None = None
     on_tool_error: Literal["record", "raise"] | None = None
     deps: Any = None
     pace: Pace | None = None
     settings: ModelSettings | None = attrs.field(default=None, converter=_settings)
     client_tools: tuple[ToolDefinition, ...] = ()
+    guardrails: tuple[Guardrail, ...] = ()
+    pricing: Pricing | None = None
 
     def __attrs_post_init__(self) -> None:
+        if self.pricing is not None and not (
+            callable(getattr(self.pricing, "price", None))
+            and callable(getattr(self.pricing, "rates", None))
+        ):
+            raise ValidationError(
+                "pricing takes a Pricing (a PriceTable, GenAIPrices), not "
+                f"{type(self.pricing).__name__}"
+            )
         if self.client_tools:  # (a run without them pays nothing for them)
             tools = tuple(self.client_tools)
             _check_client_tools(tools)
             object.__setattr__(self, "client_tools", tools)
+        if self.guardrails:
+            object.__setattr__(self, "guardrails", _check_guardrails(self.guardrails))
         if self.on_exhaust not in (None, "stop", "summarize"):
             raise ValidationError(
                 f"on_exhaust must be 'stop' or 'summarize', not {self.on_exhaust!r}"
@@ -241,6 +281,8 @@ class RunOptions:
             raise ValidationError(
                 f"schema_retries must be an integer >= 0, not {self.schema_retries!r}"
             )
+        if self.partial_strings is not None and not isinstance(self.partial_strings, bool):
+            raise ValidationError(f"partial_strings must be a bool, not {self.partial_strings!r}")
         if self.limit is not None and (
             isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 0
         ):
@@ -574,6 +616,7 @@ class AgentRun:
         self._result: AgentResult | None = None
         self._error: BaseException | None = None
         self._ended = False
+        self._partial: Any = None
 
     @property
     def run_id(self) -> str:
@@ -588,6 +631,16 @@ class AgentRun:
         if self._result is None:
             raise RuntimeError("the run has not finished: iterate it to the end first")
         return self._result
+
+    def partial_output(self) -> Any:
+        """The structured answer known so far, as of the chunks read: the ``output`` of the
+        last ``output`` chunk of this run's own read from the iteration (see :class:`Chunk`),
+        ``None`` before any (and after a new attempt began). For a class, the ``dict`` of the
+        fields complete so far, each valid against its part of the schema (nested objects
+        partial too), keyed as in the JSON; for a JSON Schema, the JSON value so far. Never
+        the final object: that is ``run.result.output``, validated strictly (the class's own
+        validators included). ``None`` for a run without ``output=``."""
+        return self._partial
 
     def abort(self, reason: str = "cancelled") -> None:
         """Cancel this run (a no-op once it has ended). A run still waiting its turn is
@@ -604,7 +657,9 @@ class AgentRun:
         (or raises its error), as after the chunks. The chunks are the same events, those of
         kinds ``content``, ``thinking``, ``tool_call``, ``tool_result``, ``usage`` and
         ``progress`` (each :class:`Chunk`'s ``seq`` is its event's), with a delegated run's
-        chunks besides (under the delegated run's id). Raises
+        chunks besides (under the delegated run's id); an ``output`` chunk is not an event (it
+        is derived from the content events: :class:`~protocols.toolschema.PartialOutput`).
+        Raises
         :class:`~protocols.errors.ValidationError` for a run of an agent without a runtime."""
         if isinstance(after, bool) or not isinstance(after, int) or after < 0:
             raise ValidationError(f"after must be a seq (an int >= 0), not {after!r}")
@@ -656,6 +711,8 @@ class AgentRun:
             self._ended = True
             raise StopAsyncIteration from None
         if isinstance(item, Chunk):
+            if item.kind == "output" and not item.path:
+                self._partial = item.output
             return item
         self._ended = True
         kind, value = item
@@ -813,6 +870,7 @@ class Agent:
         workspace: Workspace | WorkspaceManager | None = None,
         authority: Authority | None = None,
         approve: Approver | None = None,
+        answer: Answerer | None = None,
         defaults: RunOptions = RunOptions(),
         tool_concurrency: int = 8,
         on: Iterable[Callable[[AgentEvent], None]] = (),
@@ -840,6 +898,8 @@ class Agent:
         self.workspace = workspace
         self.authority = authority
         self.approve = approve
+        #: Answers the questions its tools ask (``ask_user``, ``RunContext.ask``).
+        self.answer = answer
         self.defaults = defaults
         self.tool_concurrency = tool_concurrency
         if window is not None and (
@@ -923,6 +983,7 @@ class Agent:
         workspace: Workspace | WorkspaceManager | None = None,
         authority: Authority | None = None,
         approve: Approver | None = None,
+        answer: Answerer | None = None,
         deps: Any = None,
         limit: int = 10,
         timeout: float | None = None,  # noqa: ASYNC109 - the runs' deadline, not start()'s
@@ -935,6 +996,8 @@ class Agent:
         on_tool_error: Literal["record", "raise"] = "record",
         pace: Pace | None = None,
         settings: SettingsLike = None,
+        guardrails: Iterable[Guardrail] = (),
+        pricing: Pricing | None = None,
         tool_concurrency: int = 8,
         window: int | None = None,
         strict: bool = False,
@@ -952,14 +1015,18 @@ class Agent:
         one, which it never stops; default: a new one it owns and stops on :meth:`aclose`),
         ``system``, ``instructions``, ``tools``, ``scope`` (which tools and files are in
         reach), ``workspace``, ``authority`` and ``approve`` (the tool gate and who answers its
-        questions), ``deps`` (what tools read as ``RunContext.deps``).
+        asks), ``answer`` (who answers the questions its tools ask the human: ``ask_user``,
+        ``RunContext.ask``; see ``docs/agent.md``), ``deps`` (what tools read as
+        ``RunContext.deps``).
 
         How its runs go, unless a run says otherwise (see :class:`RunOptions`): ``limit``
         (provider turns, 10), ``timeout``, ``budget`` (a :class:`TokenBudget` per run, or a
         :class:`TeamBudget` shared), ``think``, ``tool_choice``, ``abort``, ``on_exhaust``,
         ``max_repeats``, ``on_tool_error``, ``pace``, and ``settings``: the model's
         :class:`~protocols.settings.ModelSettings` (or a mapping of their fields; a run's
-        settings override these field by field).
+        settings override these field by field), and ``guardrails`` (checks of every run's
+        input, answer and tool calls: see :mod:`actors.guardrails`; a run's own are added),
+        and ``pricing`` (what prices each provider call: its usage then carries a cost).
 
         And: ``tool_concurrency`` (calls of one batch at once), ``window`` (the model's context
         window in tokens: compact the conversation automatically to stay inside it),
@@ -983,6 +1050,8 @@ class Agent:
             deps=deps,
             pace=pace,
             settings=settings,
+            guardrails=_check_guardrails(guardrails),
+            pricing=pricing,
         )
         owned = conversation is None
         conversation = conversation or await Conversation.start(runtime)
@@ -1000,6 +1069,7 @@ class Agent:
                 workspace=workspace,
                 authority=authority,
                 approve=approve,
+                answer=answer,
                 defaults=defaults,
                 tool_concurrency=tool_concurrency,
                 on=on,
@@ -1224,7 +1294,7 @@ class Agent:
     ) -> Agent:
         """A new agent with this one's configuration and a conversation of its own: the same
         provider, system prompt, instructions, tools (the same registry), scope, workspace,
-        authority, approver, run defaults (``limit``, ``budget``, ``deps``, ...), tool
+        authority, approver, answerer, run defaults (``limit``, ``budget``, ``deps``, ...), tool
         concurrency, window, listeners (those subscribed now) and tracing; its conversation
         compacts as this one's does (the same summarizer and settings). It starts empty, or
         with ``history`` (checked as for :meth:`generate`) -- ``history=await
@@ -1252,6 +1322,7 @@ class Agent:
                 workspace=self.workspace,
                 authority=self.authority,
                 approve=self.approve,
+                answer=self.answer,
                 defaults=self.defaults,
                 tool_concurrency=self.tool_concurrency,
                 on=self._listeners,
@@ -1302,6 +1373,11 @@ class Agent:
     def _option(self, options: RunOptions, name: str) -> Any:
         value = getattr(options, name)
         return getattr(self.defaults, name) if value is None else value
+
+    def _guardrails(self, options: RunOptions) -> tuple[Guardrail, ...]:
+        """The guardrails of a run: the agent's, and the run's own after them."""
+        own, extra = self.defaults.guardrails, options.guardrails
+        return (*own, *extra) if extra else own
 
     def _settings(self, options: RunOptions) -> ModelSettings | None:
         """The model settings of a run: the agent's, with the run's over them field by field."""
@@ -1433,7 +1509,12 @@ class Agent:
         options = request.options
         limit: int = self._option(options, "limit")
         timeout: float | None = self._option(options, "timeout")
-        meter = _meter_for(self._option(options, "budget"), request.meters)
+        meter = _meter_for(
+            self._option(options, "budget"),
+            request.meters,
+            self._option(options, "pricing"),
+            self.provider,
+        )
         run = _Run(self, request, meter, number)
         request.run = run
         token = run.token
@@ -1466,6 +1547,10 @@ class Agent:
                     stop = await run.turns(limit)
                     if run.handoff is not None:
                         stop = await self._hand_off(run)
+                    if stop is StopReason.COMPLETE and (
+                        self.defaults.guardrails or options.guardrails
+                    ):
+                        stop = await _guarding.after(run, self._guardrails(options))
             except BaseException as error:
                 # A genuine failure, a cut (committed once: a second commit finds nothing), or
                 # the agent stopped from outside: the history is left well formed either way.
@@ -1537,19 +1622,31 @@ class Agent:
                     run.finish = handed.finish
         run.answered_by = result.agent  # the target may have handed on in turn
         run.output = result.output
+        run.tripped = result.guardrail  # (the target's own guardrails checked its run)
         return result.stop
 
 
 def _meter_for(
-    budget: TokenBudget | TeamBudget | None, parents: tuple[BudgetMeter, ...]
+    budget: TokenBudget | TeamBudget | None,
+    parents: tuple[BudgetMeter, ...],
+    pricing: Pricing | None = None,
+    provider: object = None,
 ) -> BudgetMeter | None:
+    """The meter of a run (``None``: nothing to count). With ``pricing``, it charges money at
+    the rates of ``provider``'s model; a money cap without them is refused here, when the run
+    starts (:meth:`BudgetMeter.check_prices`: a ``ConfigError``)."""
     if isinstance(budget, TeamBudget):
-        return BudgetMeter(None, parents=(budget.meter, *parents))
-    if budget is not None:
-        return BudgetMeter(budget, parents=parents)
-    if parents:
-        return BudgetMeter(None, parents=parents)
-    return None
+        own, parents = None, (budget.meter, *parents)
+    elif budget is not None:
+        own = budget
+    elif parents:
+        own = None
+    else:
+        return None
+    prices = run_rates(pricing, provider) if pricing is not None else None
+    meter = BudgetMeter(own, parents=parents, prices=prices)
+    meter.check_prices()
+    return meter
 
 
 def _cut_on_trip(

@@ -365,6 +365,7 @@ class Run(_door.StreamedRun):
                 if isinstance(item, _door.End):
                     self._finish(item.outcome)
                     return
+                self._seen(item)
                 yield item
         finally:
             if not self._ended:

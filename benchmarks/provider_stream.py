@@ -16,6 +16,10 @@ Everything streams from one ``actors.testing.Simulator`` (OpenAI chat completion
 * ``concurrent``: 500 streams of 200 deltas each (``--quick``: 100), all started at once, in
   total wall time. The raw client gets the same ``httpx.Limits`` (and timeouts) as the
   provider's own client, so both queue on a pool of the same size.
+* ``gemini``: the same 5,000-delta completion through ``GeminiChat`` (Gemini's
+  ``streamGenerateContent`` SSE, one ``GenerateContentResponse`` per delta, each with its usage,
+  model version and response id, as Gemini sends them), against raw httpx posting the same body
+  and reading each record's ``candidates[0].content.parts`` texts with ``json.loads``.
 * ``openai_sdk``: the official ``openai`` SDK (``AsyncOpenAI``, on asyncio) streaming the same
   5,000-delta completion, with ``stream_options={"include_usage": True}``. It runs in a
   subprocess (this file with ``--openai-sdk-worker``) that warms up, times several rounds and
@@ -50,7 +54,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 import trio
 
-from actors.providers import OpenAIChat
+from actors.providers import GeminiChat, OpenAIChat
 from actors.testing import Simulator
 from benchmarks._common import parser as benchmark_parser
 from benchmarks._common import print_report
@@ -99,8 +103,8 @@ def check(name: str, n: int, deltas: list[str]) -> None:
 # -- the clients -------------------------------------------------------------------------------
 
 
-def ours(provider: OpenAIChat) -> Reader:
-    """Read a stream through ``OpenAIChat.stream``."""
+def ours(provider: OpenAIChat | GeminiChat) -> Reader:
+    """Read a stream through the provider's ``stream``."""
 
     async def read(n: int) -> list[str]:
         texts: list[str] = []
@@ -139,6 +143,34 @@ def raw_httpx(
                         if choices:
                             text = choices[0]["delta"].get("content")
                             if text:
+                                texts.append(text)
+        return texts
+
+    return read
+
+
+def raw_httpx_gemini(
+    client: httpx.AsyncClient, url: str, body: Callable[[int], bytes], headers: dict[str, str]
+) -> Reader:
+    """The floor for Gemini's stream: raw httpx, a byte split into lines (CRLF-framed events),
+    ``json.loads`` of each payload and the text of each part of its first candidate."""
+
+    async def read(n: int) -> list[str]:
+        texts: list[str] = []
+        content = body(n)
+        async with client.stream("POST", url, content=content, headers=headers) as response:
+            if response.status_code != 200:
+                raise SystemExit(f"raw httpx (gemini): status {response.status_code}")
+            rest = b""
+            async for chunk in response.aiter_bytes():
+                lines = (rest + chunk).split(b"\n")
+                rest = lines.pop()
+                for line in lines:
+                    if line.startswith(b"data: "):
+                        record = json.loads(line[6:].decode())
+                        for part in record["candidates"][0]["content"].get("parts", ()):
+                            text = part.get("text")
+                            if text and not part.get("thought"):
                                 texts.append(text)
         return texts
 
@@ -330,6 +362,22 @@ async def run(quick: bool) -> tuple[dict[str, float], dict[str, float], list[str
                 },
                 CONCURRENT_ROUNDS[mode],
             )
+            gemini = simulator.gemini(model="gemini-2.5-flash")
+            gemini_body = dumpb(gemini.encode([Message.user(prompt(SINGLE_DELTAS))], (), None))
+            read_gemini = ours(gemini)
+            read_raw_gemini = raw_httpx_gemini(
+                raw_client, gemini.url, lambda n: gemini_body, await gemini.request_headers()
+            )
+            gemini_single = await medians(
+                {
+                    "ours": lambda: time_single("gemini", read_gemini, SINGLE_DELTAS),
+                    "raw": lambda: time_single(
+                        "raw httpx (gemini)", read_raw_gemini, SINGLE_DELTAS
+                    ),
+                },
+                SINGLE_ROUNDS[mode],
+            )
+            await gemini.aclose()
             sdk = await openai_sdk(simulator.openai_base_url, SINGLE_DELTAS, SDK_ROUNDS[mode])
         finally:
             await raw_client.aclose()
@@ -340,6 +388,7 @@ async def run(quick: bool) -> tuple[dict[str, float], dict[str, float], list[str
 
     rate = {name: SINGLE_DELTAS / seconds for name, seconds in single.items()}
     rate["sdk"] = SINGLE_DELTAS / sdk
+    gemini_rate = {name: SINGLE_DELTAS / seconds for name, seconds in gemini_single.items()}
     total_deltas = streams * CONCURRENT_DELTAS
     metrics: dict[str, float] = {
         "deltas_per_s": rate["ours"],
@@ -357,11 +406,14 @@ async def run(quick: bool) -> tuple[dict[str, float], dict[str, float], list[str
         "max_connections": limits.max_connections or 0,
         "max_keepalive_connections": limits.max_keepalive_connections or 0,
         "simulator_requests": stats.requests,
+        "gemini_deltas_per_s": gemini_rate["ours"],
+        "raw_httpx_gemini_deltas_per_s": gemini_rate["raw"],
     }
     ratios = {
         "deltas_per_s_vs_raw_httpx": rate["ours"] / rate["raw"],
         "concurrent_time_vs_raw_httpx": concurrent["ours"] / concurrent["raw"],
         "deltas_per_s_vs_openai_sdk": rate["ours"] / rate["sdk"],
+        "gemini_deltas_per_s_vs_raw_httpx": gemini_rate["ours"] / gemini_rate["raw"],
     }
     lines = [
         f"single ({SINGLE_DELTAS:,} deltas): {rate['ours']:,.0f} deltas/s "
@@ -378,6 +430,9 @@ async def run(quick: bool) -> tuple[dict[str, float], dict[str, float], list[str
         f"single vs openai SDK (asyncio, subprocess): {rate['ours']:,.0f} deltas/s "
         f"({ratios['deltas_per_s_vs_openai_sdk']:.2f}x vs {rate['sdk']:,.0f} deltas/s; "
         "target >= 1.5)",
+        f"gemini single ({SINGLE_DELTAS:,} deltas, GeminiChat): {gemini_rate['ours']:,.0f} "
+        f"deltas/s ({ratios['gemini_deltas_per_s_vs_raw_httpx']:.2f}x vs raw httpx "
+        f"{gemini_rate['raw']:,.0f} deltas/s; target >= 0.85)",
     ]
     return metrics, ratios, lines
 

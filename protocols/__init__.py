@@ -34,6 +34,7 @@ from .messages import AgentResult as AgentResult
 from .messages import Channel as Channel
 from .messages import Delta as Delta
 from .messages import FinishReason as FinishReason
+from .messages import GuardrailTrip as GuardrailTrip
 from .messages import Message as Message
 from .messages import ProviderOptions as ProviderOptions
 from .messages import ProviderResult as ProviderResult
@@ -47,6 +48,7 @@ from .messages import ToolSuccess as ToolSuccess
 from .messages import Usage as Usage
 from .messages import new_id as new_id
 from .ndjson import NDJSONDecoder as NDJSONDecoder
+from .partial_json import PartialJSON as PartialJSON
 from .settings import ModelSettings as ModelSettings
 from .sse import SSEComment as SSEComment
 from .sse import SSEDecoder as SSEDecoder
@@ -69,9 +71,11 @@ __all__ = [
     "ConfigError",
     "Delta",
     "FinishReason",
+    "GuardrailTrip",
     "Message",
     "ModelSettings",
     "NDJSONDecoder",
+    "PartialJSON",
     "ProtocolError",
     "ProviderError",
     "ProviderOptions",

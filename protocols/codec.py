@@ -14,8 +14,10 @@ listing each problem with its JSON path, e.g. ``$.calls[0].name: must be a non-e
 
 from __future__ import annotations
 
+import decimal
 import enum
 import math
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar, get_args, get_origin, overload
 
@@ -74,6 +76,22 @@ def _structure_bool(value: object, _: type) -> bool:
     if not isinstance(value, bool):
         raise _type_error("true or false", value)
     return value
+
+
+#: A decimal amount (money) on the wire: a JSON string in plain notation, exact.
+_DECIMAL = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?")
+
+
+def _unstructure_decimal(value: decimal.Decimal) -> str:
+    return format(value, "f")
+
+
+def _structure_decimal(value: object, _: type) -> decimal.Decimal:
+    if not isinstance(value, str):
+        raise _type_error('a decimal string such as "0.25"', value)
+    if len(value) > 100 or not _DECIMAL.fullmatch(value):
+        raise ValueError(f'expected a decimal string such as "0.25", got {value[:40]!r}')
+    return decimal.Decimal(value)
 
 
 def _is_homogeneous_tuple(cls: Any) -> bool:
@@ -160,6 +178,9 @@ def _make_converter() -> cattrs.Converter:
     conv.register_structure_hook(int, _structure_int)
     conv.register_structure_hook(float, _structure_float)
     conv.register_structure_hook(bool, _structure_bool)
+    # Money (Cost.amount, prices, caps) travels as a decimal string: exact, and strict JSON.
+    conv.register_unstructure_hook(decimal.Decimal, _unstructure_decimal)
+    conv.register_structure_hook(decimal.Decimal, _structure_decimal)
     conv.register_structure_hook_factory(_is_homogeneous_tuple, _strict_tuple_factory)
     # JSON-object fields (tool arguments, schemas, extra) are validated by the classes themselves.
     conv.register_structure_hook_func(_is_str_keyed_dict, _structure_object)

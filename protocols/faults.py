@@ -10,7 +10,12 @@ API wire (:data:`FaultWire` ``"openai-responses"``) each step keeps its meaning 
 shape: an answer starts with ``response.created`` and an output message item, text goes in
 ``response.output_text.delta`` events, the finish (with ``[DONE]``) is one ``response.completed``
 event whose response carries the usage (``null`` when a step has none), and the in-stream error is
-an ``error`` event with the code ``server_error``. Error bodies are the same on both wires.
+an ``error`` event with the code ``server_error``. On the Gemini wire (``"gemini"``), every event
+is a ``GenerateContentResponse`` (CRLF-framed): text goes in a candidate's text part, the finish
+is a record with ``finishReason: STOP`` (and the usage, when the step has one), the in-stream
+error is an ``{"error": {"code": 500, "status": "INTERNAL"}}`` record, and error bodies are in
+Gemini's shape (``{"error": {"code", "message", "status"}}``). The other error bodies are the
+same on both OpenAI wires.
 """
 
 from __future__ import annotations
@@ -38,6 +43,10 @@ __all__ = [
     "UsageMissing",
     "done_event",
     "error_event",
+    "gemini_error_body",
+    "gemini_error_event",
+    "gemini_finish_event",
+    "gemini_text_event",
     "parse_plan",
     "responses_completed_event",
     "responses_error_event",
@@ -314,9 +323,9 @@ def done_event() -> bytes:
 # The Responses API wire
 
 #: The wire formats a fault server speaks: OpenAI chat completions or OpenAI's Responses API.
-FaultWire: TypeAlias = Literal["openai-chat", "openai-responses"]
+FaultWire: TypeAlias = Literal["openai-chat", "openai-responses", "gemini"]
 #: Every :data:`FaultWire`, the default first.
-FAULT_WIRES: Final[tuple[FaultWire, ...]] = ("openai-chat", "openai-responses")
+FAULT_WIRES: Final[tuple[FaultWire, ...]] = ("openai-chat", "openai-responses", "gemini")
 
 _RESPONSE_ID = "resp_fault"
 _MESSAGE_ID = "msg_fault"
@@ -370,3 +379,58 @@ def responses_error_event(message: str) -> bytes:
     """A Responses API ``error`` event with the code ``server_error`` carrying ``message``."""
     fields = {"code": "server_error", "message": message, "param": None}
     return _responses_event("error", fields)
+
+
+# ---------------------------------------------------------------------------------------------
+# The Gemini wire
+
+#: Google RPC status names of the HTTP statuses a fault step may give.
+_GEMINI_STATUS: Final = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+
+def _gemini_event(record: dict[str, Any]) -> bytes:
+    return b"data: " + dumpb(record) + b"\r\n\r\n"
+
+
+def gemini_text_event(text: str) -> bytes:
+    """One Gemini stream record whose candidate carries ``text`` in one text part."""
+    content = {"parts": [{"text": text}], "role": "model"}
+    return _gemini_event({"candidates": [{"content": content, "index": 0}]})
+
+
+def gemini_finish_event(*, usage: bool = True) -> bytes:
+    """The Gemini record that ends an answer: ``finishReason: STOP`` and, when ``usage``, the
+    counts 1 prompt, 1 candidate, 2 total."""
+    record: dict[str, Any] = {
+        "candidates": [
+            {"content": {"parts": [{"text": ""}], "role": "model"}, "finishReason": "STOP"}
+        ]
+    }
+    if usage:
+        record["usageMetadata"] = {
+            "promptTokenCount": 1,
+            "candidatesTokenCount": 1,
+            "totalTokenCount": 2,
+        }
+    return _gemini_event(record)
+
+
+def gemini_error_event(message: str) -> bytes:
+    """A Gemini in-stream error record, ``INTERNAL`` (500), carrying ``message``."""
+    return _gemini_event({"error": gemini_error_body(500, message)["error"]})
+
+
+def gemini_error_body(status: int, message: str) -> dict[str, Any]:
+    """A Gemini error body for an HTTP ``status``: ``{"error": {"code", "message",
+    "status"}}``."""
+    name = _GEMINI_STATUS.get(status, "UNKNOWN")
+    return {"error": {"code": status, "message": message, "status": name}}

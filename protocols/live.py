@@ -25,12 +25,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from decimal import Decimal
 from time import time as _wall_clock
 from typing import Any, Final, Literal
 
 import attrs
 
 from ._json import JSON
+from .accounting import Cost
 from .codec import from_json, to_json
 from .errors import ProtocolError, ValidationError
 from .jobs._journal import (
@@ -94,6 +96,7 @@ EventKind = Literal[
     "retry",
     "fallback",
     "guard",
+    "guardrail",
     "fault",
     "message",
     "approval_requested",
@@ -134,6 +137,9 @@ class RunEvent:
     * ``fallback``: ``provider``, ``next``, ``reason``, ``rewind`` (a fallback provider's call
       left member ``provider`` for ``next``, and why; ``rewind``: ``provider`` had streamed,
       and a ``rewind`` event right before this one voids what it showed);
+    * ``guardrail``: ``name``, ``kind`` (``input``, ``output`` or ``tool``), ``reason``,
+      ``call_id`` (the call a tool guard stopped; ``None`` otherwise): a guardrail tripped,
+      and the run ends (``stop`` ``guardrail``);
     * ``guard`` / ``fault``: ``reason``; ``message``: ``message`` (a message the run added that
       is neither an answer nor a result);
     * ``approval_requested``: ``call_id``, ``tool``, ``reason`` (``None``: none given), and
@@ -323,13 +329,26 @@ _ALONE: Final[Mapping[str, str]] = {
 
 def usage_parts(
     usage: Usage | None, estimated: bool, finish: str | None
-) -> tuple[int | bool | str | None, ...]:
+) -> tuple[int | bool | str | Decimal | None, ...]:
     """A ``usage`` event's data as :meth:`EventLog.add` may keep it: a tuple of plain values
     (which holds on to no object: an ended run's log is kept a while, and the collector
-    passes over plain tuples). It reads back as ``{"usage": ..., "estimated": ...,
-    "finish": ...}``, ``usage`` an equal :class:`~protocols.messages.Usage`."""
+    passes over plain tuples; a priced usage adds its cost's amount, currency and
+    provenance). It reads back as ``{"usage": ..., "estimated": ..., "finish": ...}``,
+    ``usage`` an equal :class:`~protocols.messages.Usage`."""
     if usage is None:
         return (None, None, None, None, None, None, estimated, finish)
+    cost = usage.cost
+    if cost is None:
+        return (
+            usage.prompt,
+            usage.completion,
+            usage.total,
+            usage.cached,
+            usage.reasoning,
+            usage.cache_write,
+            estimated,
+            finish,
+        )
     return (
         usage.prompt,
         usage.completion,
@@ -339,6 +358,9 @@ def usage_parts(
         usage.cache_write,
         estimated,
         finish,
+        cost.amount,
+        cost.currency,
+        cost.provenance,
     )
 
 
@@ -347,7 +369,7 @@ def _data(kind: str, data: Any) -> Mapping[str, Any]:
     if name is not None and not isinstance(data, Mapping):
         return {name: data}  # kept alone; the event shows it whole
     if kind == "usage" and type(data) is tuple:
-        prompt, completion, total, cached, reasoning, cache_write, estimated, finish = data
+        prompt, completion, total, cached, reasoning, cache_write, estimated, finish = data[:8]
         usage = None
         if prompt is not None:
             usage = Usage(
@@ -357,6 +379,7 @@ def _data(kind: str, data: Any) -> Mapping[str, Any]:
                 cached=cached,
                 reasoning=reasoning,
                 cache_write=cache_write,
+                cost=Cost(*data[8:]) if len(data) > 8 else None,
             )
         # (A finish reason may be kept as its enum member: it reads back as its value.)
         return {
@@ -654,6 +677,12 @@ _DATA: Final[dict[str, dict[str, _Check]]] = {
     "retry": {"attempt": _int(0), "delay": _seconds, "reason": _TEXT},
     "fallback": {"provider": _ID, "next": _ID, "reason": _TEXT, "rewind": _flag},
     "guard": {"reason": _TEXT},
+    "guardrail": {
+        "name": _ID,
+        "kind": _choice("input", "output", "tool"),
+        "reason": _TEXT,
+        "call_id": _MAYBE_ID,
+    },
     "fault": {"reason": _TEXT},
     "message": {"message": _object(Message)},
     "approval_requested": {"call_id": _ID, "tool": _ID, "reason": _MAYBE_TEXT},

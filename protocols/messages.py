@@ -27,8 +27,14 @@ from ._schema_root import object_root
 from .accounting import Usage
 from .errors import ValidationError
 from .settings import (
+    CacheMode,
+    CacheRetention,
     ModelSettings,
     ReasoningEffort,
+    cache_breakpoints,
+    check_cache,
+    check_cache_key,
+    check_cache_retention,
     check_effort,
     check_max_tokens,
     check_optional_bool,
@@ -47,6 +53,7 @@ __all__ = [
     "Channel",
     "Delta",
     "FinishReason",
+    "GuardrailTrip",
     "Message",
     "ProviderOptions",
     "ProviderResult",
@@ -116,6 +123,9 @@ class StopReason(enum.StrEnum):
     #: The model called a tool the caller runs itself (a run's ``client_tools``): the run
     #: stopped for its result (see :attr:`AgentResult.client_calls`).
     CLIENT_TOOLS = "client_tools"
+    #: A guardrail tripped: on the run's input, its final answer or a tool call's arguments
+    #: (see :attr:`AgentResult.guardrail`).
+    GUARDRAIL = "guardrail"
 
 
 #: What each tool call of a reply the provider cut short is answered with, by the reply's
@@ -293,6 +303,10 @@ def _check_images(
 
 def _to_stop_sequences(value: Iterable[str]) -> tuple[str, ...]:
     return stop_sequences("ProviderOptions", value)
+
+
+def _to_breakpoints(value: Iterable[str] | None) -> tuple[str, ...] | None:
+    return None if value is None else cache_breakpoints("ProviderOptions", value)
 
 
 def _to_messages(value: Iterable[Message]) -> tuple[Message, ...]:
@@ -628,9 +642,10 @@ class ProviderOptions:
     - ``tool_choice``: ``"auto"``, ``"none"``, ``"required"``, or the name of the one tool to call.
     - The model's settings, each as :class:`~protocols.settings.ModelSettings` says (``stop``
       and ``extra`` empty when not set): ``max_tokens``, ``temperature``, ``stop``, ``extra``,
-      ``top_p``, ``seed``, ``presence_penalty``, ``frequency_penalty``, ``reasoning_effort`` and
-      ``parallel_tool_calls``. :meth:`from_settings` makes options of settings, and
-      :attr:`settings` gives them back.
+      ``top_p``, ``seed``, ``presence_penalty``, ``frequency_penalty``, ``reasoning_effort``,
+      ``parallel_tool_calls``, and the prompt-cache controls ``cache``,
+      ``cache_breakpoints``, ``cache_key`` and ``cache_retention``. :meth:`from_settings`
+      makes options of settings, and :attr:`settings` gives them back.
 
     ``think=False`` with a ``reasoning_effort`` is a contradiction, refused.
     """
@@ -658,6 +673,12 @@ class ProviderOptions:
     )
     reasoning_effort: ReasoningEffort | None = attrs.field(default=None, validator=check_effort)
     parallel_tool_calls: bool | None = attrs.field(default=None, validator=check_optional_bool)
+    cache: CacheMode | None = attrs.field(default=None, validator=check_cache)
+    cache_breakpoints: tuple[str, ...] | None = attrs.field(default=None, converter=_to_breakpoints)
+    cache_key: str | None = attrs.field(default=None, validator=check_cache_key)
+    cache_retention: CacheRetention | None = attrs.field(
+        default=None, validator=check_cache_retention
+    )
 
     def __attrs_post_init__(self) -> None:
         check_reasoning(self.think, self.reasoning_effort)
@@ -689,6 +710,10 @@ class ProviderOptions:
             frequency_penalty=settings.frequency_penalty,
             reasoning_effort=settings.reasoning_effort,
             parallel_tool_calls=settings.parallel_tool_calls,
+            cache=settings.cache,
+            cache_breakpoints=settings.cache_breakpoints,
+            cache_key=settings.cache_key,
+            cache_retention=settings.cache_retention,
         )
 
     @property
@@ -705,6 +730,10 @@ class ProviderOptions:
             reasoning_effort=self.reasoning_effort,
             parallel_tool_calls=self.parallel_tool_calls,
             extra=self.extra or None,
+            cache=self.cache,
+            cache_breakpoints=self.cache_breakpoints,
+            cache_key=self.cache_key,
+            cache_retention=self.cache_retention,
         )
 
 
@@ -776,7 +805,8 @@ class ProviderResult:
     ``resp_...``; Ollama names no response): ``None`` when it did not say. Each is a non-empty
     string of at most 256 characters; the wire readers drop a longer or malformed value rather
     than fail the call (they are telemetry: the ``chat`` span's ``gen_ai.response.model`` and
-    ``gen_ai.response.id``).
+    ``gen_ai.response.id``). ``provider`` names the member of a fallback provider that answered
+    (``None`` for a call made without one).
     """
 
     content: str = attrs.field(default="", validator=_str)
@@ -797,6 +827,9 @@ class ProviderResult:
     model: str | None = attrs.field(default=None, validator=_response_name)
     #: The vendor's id of the response (``None``: not reported).
     response_id: str | None = attrs.field(default=None, validator=_response_name)
+    #: Which provider answered, when a :class:`~actors.providers.FallbackProvider` chose among
+    #: several (its label of the member; ``None``: not chosen among several).
+    provider: str | None = attrs.field(default=None, validator=_response_name)
 
     def __attrs_post_init__(self) -> None:
         if self.calls:
@@ -811,6 +844,27 @@ def _default_partial(result: AgentResult) -> bool:
 
 def _default_total_usage(result: AgentResult) -> Usage | None:
     return result.usage
+
+
+@attrs.frozen
+class GuardrailTrip:
+    """A guardrail that tripped and ended a run: its ``name``, what it checked (``kind``:
+    ``input`` -- the run's input; ``output`` -- its final answer; ``tool`` -- a tool call's
+    arguments, then ``call_id`` names the call) and the ``reason`` it gave."""
+
+    name: str = attrs.field(validator=_str)
+    kind: Literal["input", "output", "tool"] = attrs.field()
+    reason: str = attrs.field(validator=_str)
+    call_id: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str))
+    )
+
+    @kind.validator
+    def _kind(self, attribute: attrs.Attribute[Any], value: object) -> None:
+        if value not in ("input", "output", "tool"):
+            raise ValidationError(
+                f"GuardrailTrip.kind must be 'input', 'output' or 'tool', not {value!r}"
+            )
 
 
 @attrs.frozen
@@ -834,6 +888,8 @@ class AgentResult:
     ``finish`` is the finish reason of the run's last provider call (``cancelled`` when that
     call was cut; ``None`` when the run made none): a run whose last reply the provider cut
     short ends ``max_tokens`` (finish ``length``) or ``content_filter``, partial.
+    ``guardrail`` is the guardrail that ended the run (set only with ``stop`` ``guardrail``;
+    a run of this library that a guardrail ended always has it).
     """
 
     content: str = attrs.field(default="", validator=_str)
@@ -860,6 +916,11 @@ class AgentResult:
     )
     #: The finish reason of the run's last provider call (``None``: it made none).
     finish: FinishReason | None = attrs.field(default=None, converter=_to_optional_finish)
+    #: The guardrail that tripped and ended the run (only with ``stop`` ``guardrail``).
+    guardrail: GuardrailTrip | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(attrs.validators.instance_of(GuardrailTrip)),
+    )
 
     @property
     def client_calls(self) -> tuple[ToolCall, ...]:
@@ -879,4 +940,9 @@ class AgentResult:
             raise ValidationError(
                 f"AgentResult.partial={self.partial} contradicts stop={self.stop.value!r} "
                 "(a run is partial exactly when it did not complete)"
+            )
+        if self.guardrail is not None and self.stop is not StopReason.GUARDRAIL:
+            raise ValidationError(
+                "AgentResult.guardrail is set only when stop is 'guardrail' "
+                f"(stop={self.stop.value!r})"
             )

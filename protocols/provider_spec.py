@@ -9,6 +9,8 @@ vendor reads the environment variables its adapter documents (``docs/models.md``
   needed unless ``OPENAI_BASE_URL`` names another server (local servers take none).
 * ``anthropic``: ``ANTHROPIC_API_KEY``, needed.
 * ``ollama``: ``OLLAMA_HOST`` (``http://`` added when it has no scheme); no key.
+* ``gemini``: ``GOOGLE_API_KEY``, else ``GEMINI_API_KEY`` (the order Google's SDK reads
+  them in), needed.
 
 Guarantees: a string that is not ``VENDOR:MODEL`` with a known vendor, and a key that is
 needed but unset (or empty), raise one :class:`~protocols.errors.ConfigError` whose message
@@ -26,7 +28,7 @@ from typing import Final, Literal, get_args
 import attrs
 
 from .errors import ConfigError
-from .wire import anthropic, ollama, openai_chat, openai_responses
+from .wire import anthropic, gemini, ollama, openai_chat, openai_responses
 
 __all__ = [
     "MAX_PROVIDER_STRING",
@@ -37,7 +39,7 @@ __all__ = [
     "resolve_provider",
 ]
 
-Vendor = Literal["openai", "openai-responses", "anthropic", "ollama"]
+Vendor = Literal["openai", "openai-responses", "anthropic", "ollama", "gemini"]
 #: The vendors a provider string may name, in the order the errors list them.
 VENDORS: Final[tuple[Vendor, ...]] = get_args(Vendor)
 #: The longest provider string taken (characters).
@@ -100,6 +102,12 @@ def resolve_provider(text: str, environ: Mapping[str, str]) -> ProviderSpec:
         if host and not host.startswith(("http://", "https://")):
             host = f"http://{host}"
         return ProviderSpec(vendor, model, host or ollama.DEFAULT_BASE_URL, "")
+    if vendor == "gemini":
+        variable = (
+            "GOOGLE_API_KEY" if environ.get("GOOGLE_API_KEY", "").strip() else "GEMINI_API_KEY"
+        )
+        key = _key(environ, variable, text=text, required=True)
+        return ProviderSpec(vendor, model, gemini.DEFAULT_BASE_URL, key)
     if vendor == "anthropic":
         key = _key(environ, "ANTHROPIC_API_KEY", text=text, required=True)
         return ProviderSpec(vendor, model, anthropic.DEFAULT_BASE_URL, key)

@@ -33,6 +33,7 @@ from .errors import AgentsError, Category, ProtocolError
 from .jobs import AgentJob, ApprovalAnswer, JobRecord, JobStatus
 from .live import RunEvent, event_to_json
 from .messages import Message, Role
+from .questions import MAX_ANSWER_CHARS, MAX_OPTIONS
 from .relay import JobEventFrame
 from .settings import ModelSettings
 
@@ -125,7 +126,7 @@ _ID: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
 #: An error text that describes an exception: ``TypeName: its message``.
 _DESCRIBED: Final = re.compile(r"([A-Za-z_][A-Za-z0-9_.]{0,99}): ")
 _SUBMIT_FIELDS: Final = frozenset({"agent", "input", "settings", "key"})
-_ANSWER_FIELDS: Final = frozenset({"call_id", "allow", "reason"})
+_ANSWER_FIELDS: Final = frozenset({"call_id", "allow", "reason", "answer"})
 
 
 def _refuse(message: str, code: str = "invalid") -> ProtocolError:
@@ -344,22 +345,43 @@ def _answer(item: object, number: int | None) -> ApprovalAnswer:
     unknown = sorted(set(item) - _ANSWER_FIELDS)
     if unknown:
         raise _refuse(
-            f"{where} has no field {unknown[0][:60]!r}; its fields are call_id, allow, reason"
+            f"{where} has no field {unknown[0][:60]!r}; its fields are call_id, allow, reason, "
+            "answer"
         )
-    call_id, allow, reason = item.get("call_id"), item.get("allow"), item.get("reason", "")
+    call_id, reason = item.get("call_id"), item.get("reason", "")
+    # An answer to a question: ``allow`` defaults to true (and must be, with an answer).
+    allow = item.get("allow", True if "answer" in item else None)
     if not isinstance(call_id, str) or not call_id or len(call_id) > 200:
         raise _refuse(f"{where}: call_id must be the id of the tool call asked about")
     if not isinstance(allow, bool):
         raise _refuse(f"{where}: allow must be true or false")
     if not isinstance(reason, str) or len(reason) > MAX_REASON:
         raise _refuse(f"{where}: reason must be a text of at most {MAX_REASON} characters")
-    return ApprovalAnswer(call_id, allow, reason)
+    if "answer" not in item:
+        return ApprovalAnswer(call_id, allow, reason)
+    value = item["answer"]
+    if not allow or value is None:
+        raise _refuse(f"{where}: an answer to a question allows (to decline, leave answer out)")
+    # Its type and size, roughly; the question itself checks it (check_answer) in the store.
+    if isinstance(value, str):
+        fits = len(value) <= MAX_ANSWER_CHARS
+    elif isinstance(value, list):
+        fits = len(value) <= MAX_OPTIONS and all(
+            isinstance(option, str) and len(option) <= MAX_ANSWER_CHARS for option in value
+        )
+    else:
+        fits = isinstance(value, int | float) and not isinstance(value, bool)
+    if not fits:
+        raise _refuse(f"{where}: answer must be a text, a list of options or a number")
+    return ApprovalAnswer(call_id, allow, reason, value)
 
 
 def decode_answers(body: bytes | str | Mapping[str, Any]) -> tuple[ApprovalAnswer, ...]:
     """A ``POST /v1/jobs/{id}/answers`` body: one answer ``{"call_id": ID, "allow": BOOL,
-    "reason": TEXT}`` (``reason`` optional: what the model reads), or several as ``{"answers":
-    [...]}`` (also as a decoded JSON object: a ``job_answer`` frame's). Raises
+    "reason": TEXT}`` (``reason`` optional: what the model reads) -- for a question the job asks,
+    ``{"call_id": ID, "answer": VALUE}`` (text, a list of options, a number; checked against the
+    question when it is recorded), or ``"allow": false`` to decline it -- or several as
+    ``{"answers": [...]}`` (also as a decoded JSON object: a ``job_answer`` frame's). Raises
     :class:`~protocols.errors.ProtocolError` ``invalid``."""
     data = _object(body, "an answer")
     if "answers" in data:
@@ -404,8 +426,8 @@ def job_view(record: JobRecord) -> dict[str, JSON]:
     """The job as its owner sees it: ``id``, ``agent``, ``status``, ``key`` (the owner's),
     ``created_at``, ``updated_at``, ``attempts``, ``takeovers``, ``turns``, ``usage``,
     ``cancel_requested``, ``pending`` (the approvals it waits for, unanswered: ``call_id``,
-    ``tool``, ``reason``), ``result`` (the :class:`~protocols.messages.AgentResult`, as JSON)
-    and ``error`` (:func:`error_view`)."""
+    ``tool``, ``reason``, and ``question`` for a question), ``result`` (the
+    :class:`~protocols.messages.AgentResult`, as JSON) and ``error`` (:func:`error_view`)."""
     answered = {answer.call_id for answer in record.answers}
     return {
         "id": record.id,
@@ -421,6 +443,13 @@ def job_view(record: JobRecord) -> dict[str, JSON]:
         "cancel_requested": record.cancel_requested,
         "pending": [
             {"call_id": request.call_id, "tool": request.tool, "reason": request.reason}
+            if request.question is None
+            else {
+                "call_id": request.call_id,
+                "tool": request.tool,
+                "reason": request.reason,
+                "question": to_json(request.question),
+            }
             for request in record.pending
             if request.call_id not in answered
         ],

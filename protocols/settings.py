@@ -29,8 +29,16 @@ from ._json import JSON, check_json
 from .errors import ValidationError
 
 __all__ = [
+    "CACHE_MODES",
+    "CACHE_RETENTIONS",
+    "CACHE_SYSTEM",
+    "CACHE_TOOLS",
+    "MAX_CACHE_BREAKPOINTS",
+    "MAX_CACHE_KEY",
     "MAX_STOP",
     "REASONING_EFFORTS",
+    "CacheMode",
+    "CacheRetention",
     "ModelSettings",
     "ReasoningEffort",
     "SettingsLike",
@@ -47,6 +55,27 @@ MAX_STOP: Final = 16
 
 #: The range of a seed: a signed 64-bit integer, as the vendors read it.
 _SEED_RANGE: Final = (-(2**63), 2**63 - 1)
+
+#: Whether the adapter marks prompt-cache breakpoints itself (``"auto"``) or sends none
+#: (``"off"``), where the vendor caches only what a request marks (Anthropic).
+CacheMode: TypeAlias = Literal["auto", "off"]
+#: The values of :data:`CacheMode`.
+CACHE_MODES: Final[tuple[CacheMode, ...]] = ("auto", "off")
+#: How long a vendor keeps a cached prompt prefix (OpenAI's ``prompt_cache_retention``): in
+#: memory (minutes, up to an hour) or for up to 24 hours.
+CacheRetention: TypeAlias = Literal["in_memory", "24h"]
+#: The values of :data:`CacheRetention`.
+CACHE_RETENTIONS: Final[tuple[CacheRetention, ...]] = ("in_memory", "24h")
+#: The most cache breakpoints one request may carry (Anthropic refuses a fifth).
+MAX_CACHE_BREAKPOINTS: Final = 4
+#: The longest ``cache_key`` (characters).
+MAX_CACHE_KEY: Final = 1024
+#: The name ``cache_breakpoints`` gives the end of the tool definitions.
+CACHE_TOOLS: Final = "tools"
+#: The name ``cache_breakpoints`` gives the end of the system prompt.
+CACHE_SYSTEM: Final = "system"
+#: The longest name in ``cache_breakpoints`` (a message id, or one of the two above).
+_MAX_BREAKPOINT_NAME: Final = 256
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,6 +141,55 @@ def check_optional_bool(instance: object, attribute: attrs.Attribute[Any], value
         raise _fail(instance, attribute.name, "true or false", value)
 
 
+def check_cache(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """None, or one of :data:`CACHE_MODES`."""
+    if value is not None and value not in CACHE_MODES:
+        raise _fail(instance, attribute.name, "'auto' or 'off'", value)
+
+
+def check_cache_key(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """None, or a non-empty str of at most :data:`MAX_CACHE_KEY` characters."""
+    if value is not None and not (isinstance(value, str) and 0 < len(value) <= MAX_CACHE_KEY):
+        shown = value[:40] if isinstance(value, str) else value
+        raise _fail(
+            instance,
+            attribute.name,
+            f"a non-empty str of at most {MAX_CACHE_KEY} characters",
+            shown,
+        )
+
+
+def check_cache_retention(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """None, or one of :data:`CACHE_RETENTIONS`."""
+    if value is not None and value not in CACHE_RETENTIONS:
+        raise _fail(instance, attribute.name, "'in_memory' or '24h'", value)
+
+
+def cache_breakpoints(owner: str, value: object) -> tuple[str, ...]:
+    """``value`` (a sequence of at most :data:`MAX_CACHE_BREAKPOINTS` distinct non-empty
+    strings: :data:`CACHE_TOOLS`, :data:`CACHE_SYSTEM` or message ids) as a tuple."""
+    where = f"{owner}.cache_breakpoints"
+    if isinstance(value, str):
+        raise ValidationError(f"{where} must be a sequence of names such as [{value[:20]!r}]")
+    if isinstance(value, bytes | Mapping) or not isinstance(value, Iterable):
+        raise ValidationError(f"{where} must be a sequence of names, not {type(value).__name__}")
+    items = tuple(value)
+    if len(items) > MAX_CACHE_BREAKPOINTS:
+        raise ValidationError(
+            f"{where} holds at most {MAX_CACHE_BREAKPOINTS} names (the most breakpoints a "
+            f"request may carry), not {len(items)}"
+        )
+    for index, item in enumerate(items):
+        if not isinstance(item, str) or not 0 < len(item) <= _MAX_BREAKPOINT_NAME:
+            raise ValidationError(
+                f"{where}[{index}] must be a non-empty str of at most {_MAX_BREAKPOINT_NAME} "
+                f"characters, not {item!r:.60}"
+            )
+        if item in items[:index]:
+            raise ValidationError(f"{where} names {item!r:.60} twice")
+    return items
+
+
 def stop_sequences(owner: str, value: object) -> tuple[str, ...]:
     """``value`` (a sequence of non-empty strings, at most :data:`MAX_STOP`) as a tuple."""
     if value == () and type(value) is tuple:
@@ -158,6 +236,10 @@ def _to_extra(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return None if value is None else json_object("ModelSettings.extra", value)
 
 
+def _to_breakpoints(value: Iterable[str] | None) -> tuple[str, ...] | None:
+    return None if value is None else cache_breakpoints("ModelSettings", value)
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -180,6 +262,19 @@ class ModelSettings:
     - ``extra``: a JSON object merged into the request body as given, for vendor options no
       field names; a key the adapter sets itself is refused with a
       :class:`~protocols.errors.ConfigError` before any call.
+    - ``cache``: prompt caching where the vendor caches only what a request marks (Anthropic):
+      ``"auto"`` (what ``None`` means there too) marks the stable prefix -- the tool
+      definitions, the system prompt, and the history up to the last turn -- and ``"off"``
+      marks nothing. Vendors that cache prefixes by themselves take ``"auto"`` and refuse
+      ``"off"``.
+    - ``cache_breakpoints``: the places to mark by hand, instead of the automatic ones: at
+      most :data:`MAX_CACHE_BREAKPOINTS` distinct names, each ``"tools"`` (the end of the tool
+      definitions), ``"system"`` (the end of the system prompt) or a message's id (the end of
+      that message); ``()`` is set: none by hand, the automatic ones. ``cache="off"`` wins.
+    - ``cache_key``: a key grouping requests that share a prefix (OpenAI's
+      ``prompt_cache_key``), a non-empty string of at most :data:`MAX_CACHE_KEY` characters.
+    - ``cache_retention``: how long a cached prefix is kept (OpenAI's
+      ``prompt_cache_retention``): ``"in_memory"`` or ``"24h"``.
 
     Each vendor's names for these, and what it ignores or refuses: ``docs/providers.md``.
     """
@@ -200,6 +295,12 @@ class ModelSettings:
     reasoning_effort: ReasoningEffort | None = attrs.field(default=None, validator=check_effort)
     parallel_tool_calls: bool | None = attrs.field(default=None, validator=check_optional_bool)
     extra: dict[str, JSON] | None = attrs.field(default=None, converter=_to_extra)
+    cache: CacheMode | None = attrs.field(default=None, validator=check_cache)
+    cache_breakpoints: tuple[str, ...] | None = attrs.field(default=None, converter=_to_breakpoints)
+    cache_key: str | None = attrs.field(default=None, validator=check_cache_key)
+    cache_retention: CacheRetention | None = attrs.field(
+        default=None, validator=check_cache_retention
+    )
 
     @classmethod
     def of(cls, value: SettingsLike) -> ModelSettings:

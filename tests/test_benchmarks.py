@@ -42,6 +42,7 @@ PROMISED_RATIOS = {
         "deltas_per_s_vs_raw_httpx",
         "concurrent_time_vs_raw_httpx",
         "deltas_per_s_vs_openai_sdk",
+        "gemini_deltas_per_s_vs_raw_httpx",
     },
     "relay.py": {
         "relay_throughput_vs_direct",

@@ -32,15 +32,17 @@ from ._supervisor import (
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
-    from protocols.accounting import TeamBudget, TokenBudget
+    from protocols.accounting import Pricing, TeamBudget, TokenBudget
     from protocols.authority import Authority
     from protocols.context import Instructions, Scope
     from protocols.settings import SettingsLike
     from protocols.workspace import Workspace, WorkspaceManager
 
+    from .._questions import Answerer
     from .._run_loop import AgentEvent
     from ..agent import ErrorHandler, Pace
     from ..conversation import Conversation
+    from ..guardrails import Guardrail
     from ..tools import Approver, CallableTool, ToolRegistry
     from ._abort import Abort
 
@@ -137,6 +139,7 @@ class Runtime:
         workspace: Workspace | WorkspaceManager | None = None,
         authority: Authority | None = None,
         approve: Approver | None = None,
+        answer: Answerer | None = None,
         deps: Any = None,
         limit: int = 10,
         timeout: float | None = None,  # noqa: ASYNC109 - the runs' deadline, not start()'s
@@ -149,6 +152,8 @@ class Runtime:
         on_tool_error: Literal["record", "raise"] = "record",
         pace: Pace | None = None,
         settings: SettingsLike = None,
+        guardrails: Iterable[Guardrail] = (),
+        pricing: Pricing | None = None,
         tool_concurrency: int = 8,
         window: int | None = None,
         strict: bool = False,
@@ -170,6 +175,7 @@ class Runtime:
             workspace=workspace,
             authority=authority,
             approve=approve,
+            answer=answer,
             deps=deps,
             limit=limit,
             timeout=timeout,
@@ -182,6 +188,8 @@ class Runtime:
             on_tool_error=on_tool_error,
             pace=pace,
             settings=settings,
+            guardrails=guardrails,
+            pricing=pricing,
             tool_concurrency=tool_concurrency,
             window=window,
             strict=strict,

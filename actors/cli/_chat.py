@@ -20,11 +20,13 @@ import trio
 from rich.console import Console
 from rich.text import Text
 
-from protocols.errors import AgentsError, Category, ProviderError
+from protocols.errors import AgentsError, Category, ProviderError, ValidationError
 from protocols.history import ConversationSnapshot
-from protocols.messages import AgentResult, Role, ToolSuccess
+from protocols.messages import AgentResult, Role, ToolCall, ToolSuccess
+from protocols.questions import Answer, Question, parse_answer
 
 from .._core._runtime import Runtime, open_runtime
+from .._questions import Unanswered, ask_user
 from ..agent import Agent, Chunk
 from ..conversation import Conversation, ConversationManager
 from ..providers import OpenAIChat, ProviderInterface
@@ -53,7 +55,9 @@ HELP = """commands:
   /load ID  continue a saved conversation (/load alone lists them)
   /help     show this help
   /quit     leave (also /exit, Ctrl-D)
-Ctrl-C cancels the answer being written; the partial answer is kept."""
+Ctrl-C cancels the answer being written; the partial answer is kept.
+When the agent asks you a question (its ask_user tool), your next line answers it; an empty
+line declines."""
 
 #: How many saved conversations ``/load`` lists.
 LISTED = 20
@@ -77,10 +81,47 @@ class _Turn:
     kind: str = ""
 
 
+class _Lines:
+    """The chat's input lines, each read when one is wanted -- never ahead, so a terminal shows
+    its prompt only then. A read cut by a cancel is not lost: it goes on in ``nursery`` and the
+    next :meth:`next` gets its line."""
+
+    def __init__(self, source: AsyncIterator[str], nursery: trio.Nursery) -> None:
+        self._source = source
+        self._nursery = nursery
+        self._reading: trio.Event | None = None
+        self._line: str | None = None
+        self._failure: Exception | None = None
+
+    async def next(self) -> str | None:
+        """The next line; ``None`` once the input has ended. What reading raised is raised
+        here, as itself."""
+        if self._reading is None:
+            self._reading = trio.Event()
+            self._nursery.start_soon(self._read, self._reading)
+        await self._reading.wait()
+        self._reading = None
+        if self._failure is not None:
+            raise self._failure
+        line, self._line = self._line, None
+        return line
+
+    async def _read(self, done: trio.Event) -> None:
+        try:
+            self._line = await anext(self._source)
+        except StopAsyncIteration:
+            self._line = None
+        except Exception as error:
+            self._failure = error
+        finally:
+            done.set()
+
+
 class ChatSession:
-    """One chat: an agent (with the ``add`` tool), its conversation, where ``/save`` writes, and
-    the console it writes to. Feed it lines with :meth:`handle`; call :meth:`interrupt` to cancel
-    the answer in progress (what Ctrl-C does)."""
+    """One chat: an agent (with the ``add`` and ``ask_user`` tools), its conversation, where
+    ``/save`` writes, and the console it writes to. Feed it lines with :meth:`handle`; call
+    :meth:`interrupt` to cancel the answer in progress (what Ctrl-C does). A question the agent
+    asks is answered by the next line of the input (:meth:`answer_question`)."""
 
     def __init__(
         self,
@@ -108,6 +149,8 @@ class ChatSession:
         self.listeners: list[Callable[[Chunk], None]] = []
         self._answering = False
         self._idle_interrupts = 0
+        #: Where the answers to the agent's questions are read (set by :func:`chat_session`).
+        self._reader: _Lines | None = None
 
     @property
     def conversation(self) -> Conversation:
@@ -172,6 +215,33 @@ class ChatSession:
                 await self._guarded(self.list_saved())
         else:
             console.print(f"unknown command {name} (try /help)", style="red", markup=False)
+
+    async def answer_question(self, call: ToolCall, question: Question) -> Answer | None:
+        """The agent's answerer: show ``question``, and read the answer from the next line of
+        the input -- read as :func:`~protocols.questions.parse_answer` reads text; a refused one
+        is shown as an error and the question asked again. An empty line declines (``None``);
+        input that has ended raises :class:`~actors.Unanswered`."""
+        self.console.print(
+            f"? {question.prompt} ({question.expects()}; an empty line declines)",
+            style="bold",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        while True:
+            reader = self._reader
+            if reader is None:
+                await trio.lowlevel.checkpoint()
+                raise Unanswered("this chat reads no input to answer with")
+            line = await reader.next()
+            if line is None:
+                raise Unanswered("the chat's input ended")
+            if not line.strip():
+                return None
+            try:
+                return parse_answer(question, line)
+            except ValidationError as error:
+                self.error(error.message)
 
     def error(self, text: str) -> None:
         """Show an error (one line, red); the chat goes on."""
@@ -425,12 +495,12 @@ async def open_chat(
             provider,
             conversation=conversation,
             system=SYSTEM,
-            tools=[add],
+            tools=[add, ask_user],
             limit=6,
             # Through a relay, reasoning is a request option the relay's model may honour.
             think=think if relay is not None else None,
         )
-        yield ChatSession(
+        session = ChatSession(
             runtime,
             agent,
             manager,
@@ -439,6 +509,8 @@ async def open_chat(
             where=where,
             base_url=endpoint.where if endpoint is not None else None,
         )
+        agent.answer = session.answer_question
+        yield session
 
 
 async def _lines(source: AsyncIterator[str] | Iterable[str]) -> AsyncGenerator[str, None]:
@@ -479,10 +551,17 @@ async def chat_session(
             )
         if on_start is not None:
             on_start(session)
-        async with contextlib.aclosing(_lines(input_lines)) as lines:
-            async for line in lines:
+        async with (
+            contextlib.aclosing(_lines(input_lines)) as lines,
+            trio.open_nursery() as reading,
+        ):
+            # One reader of the lines for the chat and for the agent's questions alike.
+            session._reader = reader = _Lines(lines, reading)
+            while (line := await reader.next()) is not None:
                 if not await session.handle(line):
                     break
+            session._reader = None
+            reading.cancel_scope.cancel()
         return session
 
 

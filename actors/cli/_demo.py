@@ -27,7 +27,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from protocols.accounting import TokenBudget
+from protocols.accounting import Cost, Prices, PriceTable, Pricing, TokenBudget
 from protocols.errors import AgentsError
 from protocols.messages import (
     AgentResult,
@@ -54,11 +54,13 @@ __all__ = [
     "MemberProgress",
     "TeamReport",
     "add",
+    "cost_text",
     "main",
     "run_demo",
     "run_team",
     "team",
     "tokens_text",
+    "total_cost",
 ]
 
 #: What the single-stream demo asks when no prompt is given.
@@ -75,6 +77,10 @@ BUDGET = TokenBudget(max=40, scope="completion")
 
 #: Provider turns each member may take.
 TURN_LIMIT = 4
+
+#: The simulator's made-up rates (USD per million input / output tokens): not any vendor's
+#: price -- there so the demo's table shows what a priced run looks like.
+SIMULATED_PRICES = Prices(input="0.50", output="1.50")
 
 _DIM = "\x1b[2m"
 _RESET = "\x1b[0m"
@@ -106,6 +112,36 @@ def total_tokens(results: Sequence[AgentResult | ProviderResult]) -> str:
     mark = "~" if any(text.startswith("~") for text in known) else ""
     unknown = len(shown) - len(known)
     return f"{mark}{total} tokens" + (f" ({unknown} run(s) unknown)" if unknown else "")
+
+
+def _amount(cost: Cost) -> str:
+    amount = format(cost.amount.normalize(), "f") if cost.amount is not None else "?"
+    return f"${amount}" if cost.currency == "USD" else f"{amount} {cost.currency}"
+
+
+def cost_text(result: AgentResult | None) -> str:
+    """A result's cost as shown: ``"$0.0000625"`` (exact; another currency after the amount),
+    ``"unknown"`` when it is unavailable (a turn went unreported or unpriced), ``"-"`` when
+    nobody priced it (or without a result)."""
+    cost = None if result is None or result.usage is None else result.usage.cost
+    if cost is None:
+        return "-" if result is None or result.usage is not None else "unknown"
+    return "unknown" if cost.amount is None else _amount(cost)
+
+
+def total_cost(results: Sequence[AgentResult]) -> str | None:
+    """The cost of several results, as shown: their sum, ``unknown`` as soon as one is unknown
+    (a cost is never a floor), ``None`` when none was priced."""
+    costs = [r.usage.cost if r.usage is not None else None for r in results]
+    if all(cost is None for cost in costs):
+        return None
+    known = [cost for cost in costs if cost is not None and cost.amount is not None]
+    if len(known) < len(costs):
+        return f"cost unknown ({len(costs) - len(known)} run(s) unknown)"
+    total = known[0]
+    for cost in known[1:]:
+        total = total + cost
+    return "cost unknown (mixed currencies)" if total.amount is None else f"cost {_amount(total)}"
 
 
 @tool
@@ -264,6 +300,8 @@ class TeamReport:
     db: str | None
     saved: int
     where: str
+    #: Where the costs shown come from (``None``: not priced).
+    priced: str | None = None
 
     def stops(self) -> Counter[str]:
         """How many members ended with each stop reason (``error`` for a raised run)."""
@@ -293,13 +331,22 @@ _STYLES = {
     "exhausted": "red",
     "max_tokens": "red",
     "content_filter": "red",
+    "guardrail": "red",
     "client_tools": "cyan",
     "error": "bold red",
 }
 
 
-def results_table(members: Sequence[MemberProgress], *, title: str = "Results") -> Table:
-    """The table of results: agent, task, stop reason, turns, tokens and the (partial) answer."""
+#: The console width from which the results table has a cost column (narrower, it would
+#: squeeze the answers: the cost is on the summary line only).
+COST_COLUMN_WIDTH = 96
+
+
+def results_table(
+    members: Sequence[MemberProgress], *, title: str = "Results", cost: bool = True
+) -> Table:
+    """The table of results: agent, task, stop reason, turns, tokens, cost (unless ``cost`` is
+    false) and the (partial) answer."""
     table = Table(
         title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False, padding=(0, 1, 0, 0)
     )
@@ -308,6 +355,8 @@ def results_table(members: Sequence[MemberProgress], *, title: str = "Results") 
     table.add_column("stop", no_wrap=True, min_width=9)
     table.add_column("turns", justify="right", no_wrap=True, min_width=5)
     table.add_column("tokens", justify="right", no_wrap=True, min_width=6)
+    if cost:
+        table.add_column("cost", justify="right", no_wrap=True, min_width=4)
     # Answers are elided to one line; why a run failed is wrapped, whole.
     table.add_column("answer", min_width=12)
     for progress in members:
@@ -326,6 +375,7 @@ def results_table(members: Sequence[MemberProgress], *, title: str = "Results") 
             Text(stop, style=_STYLES.get(stop, "cyan")),
             turns,
             tokens_text(result) if result is not None else _live_tokens(progress),
+            *((cost_text(result),) if cost else ()),
             answer,
         )
     return table
@@ -398,6 +448,17 @@ async def _drive(
         )
 
 
+def _real_prices() -> tuple[Pricing | None, str | None]:
+    """A real endpoint's prices: genai-prices' when the ``prices`` extra is installed (a model
+    it does not know shows ``unknown``); none otherwise (the cost column shows ``-``)."""
+    from .._pricing import GenAIPrices  # noqa: PLC0415
+
+    try:
+        return GenAIPrices(), "genai-prices' data (unknown: a model it has no price for)"
+    except AgentsError:
+        return None, None
+
+
 def _why(error: AgentsError, where: str) -> str:
     """One line saying why a run failed (as the command line says it)."""
     from ._main import describe_error  # noqa: PLC0415 - cli imports this module lazily
@@ -439,15 +500,24 @@ async def run_team(
         store = await SQLiteConversationStore.open(path)
         stack.push_async_callback(store.aclose)
         make: Callable[[], OpenAIChat]
+        pricing: Pricing | None
+        priced: str | None
         if endpoint is None:
             simulator = await stack.enter_async_context(Simulator(interval=interval))
             where = f"simulator at {simulator.openai_base_url}"
             make = simulator.openai
             think = True if think is None else think
+            # The simulator has no price: a made-up one, said to be so under the table.
+            pricing = PriceTable({"simulator": SIMULATED_PRICES})
+            priced = (
+                f"the simulator's made-up price (${SIMULATED_PRICES.input} in, "
+                f"${SIMULATED_PRICES.output} out per million tokens), not a real one"
+            )
         else:
             where = endpoint.where
             make = endpoint.provider
             think = bool(think)
+            pricing, priced = _real_prices()
         runtime = await stack.enter_async_context(open_runtime())
         connection = await runtime.connect(
             thinking_provider(make, think), name="provider", limit=concurrency
@@ -473,6 +543,7 @@ async def run_team(
                     tools=[add] if member.tools else (),
                     limit=TURN_LIMIT,
                     budget=member.budget,
+                    pricing=pricing,
                     name=member.name,
                 )
             )
@@ -488,18 +559,22 @@ async def run_team(
         for conversation in manager.conversations():
             await manager.save(conversation.id)
         saved = len(await store.list(limit=max(100, agents)))
-    report = TeamReport(tuple(progress), None if temporary else path, saved, where)
+    report = TeamReport(tuple(progress), None if temporary else path, saved, where, priced)
     _print_report(console, report, path, temporary)
     return report
 
 
 def _print_report(console: Console, report: TeamReport, path: str, temporary: bool) -> None:
-    console.print(results_table(report.members))
+    console.print(results_table(report.members, cost=console.width >= COST_COLUMN_WIDTH))
     stops = report.stops()
     order = [*(reason.value for reason in StopReason), "error"]  # every one that can occur
     counts = ", ".join(f"{stops[stop]} {stop}" for stop in order if stops[stop])
-    tokens = total_tokens([p.result for p in report.members if p.result is not None])
+    results = [p.result for p in report.members if p.result is not None]
+    tokens = total_tokens(results)
     console.print(f"{len(report.members)} agents: {counts}; {tokens}", highlight=False)
+    cost = total_cost(results)
+    if cost is not None and report.priced is not None:
+        console.print(f"{cost}, at {report.priced}", highlight=False, soft_wrap=True)
     kept = "a temporary file, now removed; --db PATH keeps it" if temporary else "kept"
     console.print(
         f"saved {report.saved} conversation(s) to {path} ({kept})", highlight=False, soft_wrap=True

@@ -22,8 +22,9 @@ import trio
 from actors.durable._open import check_store_url
 from protocols._json import loads
 from protocols.codec import from_json, to_json
-from protocols.errors import AgentsError, ConfigError, ProtocolError
+from protocols.errors import AgentsError, ConfigError, ProtocolError, ValidationError
 from protocols.messages import Message
+from protocols.questions import Question, check_answer, parse_answer
 
 if TYPE_CHECKING:
     from actors._core._runtime import Runtime
@@ -336,6 +337,13 @@ def _summary(record: JobRecord, now: float | None = None) -> dict[str, Any]:
         answered = {a.call_id for a in record.answers}
         out["waiting_for"] = [
             {"call_id": p.call_id, "tool": p.tool, "reason": p.reason}
+            if p.question is None
+            else {
+                "call_id": p.call_id,
+                "tool": p.tool,
+                "reason": p.reason,
+                "question": to_json(p.question),
+            }
             for p in record.pending
             if p.call_id not in answered
         ]
@@ -411,15 +419,52 @@ def _show(record: JobRecord, as_json: bool, out: TextIO, now: float | None = Non
             f"  stop {result['stop']}; finish {result['finish']}; usage {usage}{estimated}",
             file=out,
         )
+        spent = record.result.total_usage if record.result is not None else None
+        cost = spent.cost if spent is not None else None
+        if cost is not None:  # priced (the agent had pricing=, or the vendor reported it)
+            print(f"  cost {cost}", file=out)
         print(f"  {result['content']}", file=out)
     if "error" in summary:
         print(f"  error: {summary['error']}", file=out)
     for waiting in summary.get("waiting_for", []):
+        if "question" in waiting:
+            question = from_json(Question, waiting["question"])
+            print(
+                f"  waits for an answer (call {waiting['call_id']}): {question.prompt} "
+                f"-- {question.expects()} (jobs answer --answer VALUE)",
+                file=out,
+            )
+            continue
         print(
             f"  waits for approval of {waiting['tool']} (call {waiting['call_id']}): "
             f"{waiting['reason'] or 'no reason given'}",
             file=out,
         )
+
+
+def _typed_answer(record: JobRecord, call_id: str, given: list[str]) -> Any:
+    """The answer ``--answer`` gives (once, or repeated for several options) to the question
+    call ``call_id`` of the job asks, read and checked: a :class:`ConfigError` saying what is
+    wrong when the call asks no question or the question refuses it (nothing is written)."""
+    request = next((p for p in record.pending if p.call_id == call_id), None)
+    if request is None:
+        raise ConfigError(f"job {record.id} does not wait for call {call_id!r}")
+    question = request.question
+    if question is None:
+        raise ConfigError(
+            f"call {call_id!r} of job {record.id} asks for an approval, not an answer: "
+            "use --allow or --deny"
+        )
+    try:
+        if len(given) == 1:
+            return parse_answer(question, given[0])
+        if question.kind != "choices":
+            raise ConfigError(
+                f"--answer is given {len(given)} times for a {question.kind!r} question"
+            )
+        return check_answer(question, [text.strip() for text in given])
+    except ValidationError as error:
+        raise ConfigError(f"call {call_id!r} of job {record.id}: {error.message}") from None
 
 
 def store_main(action: str, args: Any, out: TextIO) -> int:
@@ -664,7 +709,15 @@ async def _jobs(
             before = await existing_job(store, args.id)
             if before.terminal:
                 raise ConfigError(_ended(before, "nothing to answer"))
-            record = await answer_job(store, args.id, args.call_id, args.allow, args.reason or "")
+            if getattr(args, "answer", None) is not None:
+                value = _typed_answer(before, args.call_id, args.answer)
+                record = await answer_job(
+                    store, args.id, args.call_id, True, args.reason or "", value=value
+                )
+            else:
+                record = await answer_job(
+                    store, args.id, args.call_id, args.allow, args.reason or ""
+                )
             print(f"{record.id}: {record.status.value}", file=out)
             return 0
         if action == "purge":

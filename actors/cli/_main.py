@@ -509,12 +509,22 @@ def _durable_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
         "cancel", "cancel a job (a running one is cut wherever it runs; exit 1 if it had ended)"
     )
     cancel.add_argument("id")
-    answer = action("answer", "answer an approval a job waits for (exit 1 if it has ended)")
+    answer = action(
+        "answer", "answer an approval or a question a job waits for (exit 1 if it has ended)"
+    )
     answer.add_argument("id")
     answer.add_argument("call_id", help="the tool call's id (jobs show lists them)")
     verdict = answer.add_mutually_exclusive_group(required=True)
     verdict.add_argument("--allow", action="store_true", help="let the call run")
-    verdict.add_argument("--deny", action="store_true", help="refuse it")
+    verdict.add_argument("--deny", action="store_true", help="refuse it (or decline a question)")
+    verdict.add_argument(
+        "--answer",
+        action="append",
+        metavar="VALUE",
+        help="answer a question: its text, an option, a number; for several options repeat "
+        "it, or give them comma-separated or as a JSON array (checked against the question: "
+        "an answer it refuses writes nothing)",
+    )
     answer.add_argument("--reason", help="what the model reads about the answer")
     purge = action("purge", "remove an ended job, leaving a tombstone")
     purge.add_argument("id")

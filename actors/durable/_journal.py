@@ -29,6 +29,7 @@ from typing import Literal
 import trio
 
 from protocols.authority import Authority, Verdict
+from protocols.context import Scope
 from protocols.jobs import (
     AnswerEntry,
     Applied,
@@ -52,7 +53,9 @@ from protocols.jobs import (
     suspend,
 )
 from protocols.messages import Message, ToolCall, ToolDefinition, ToolFailure, ToolResult, Usage
+from protocols.questions import Answer, Question, check_answer
 
+from .._questions import DECLINED, QuestionTool, Unanswered
 from .._sqlite import StoreError
 from ..tools import CallableTool, ToolRegistry
 from ._store import RunStore
@@ -302,15 +305,37 @@ class StoreJournal:
             self._end_turn()
         self._closed = True
 
-    async def gate(self, calls: Sequence[ToolCall], authority: Authority) -> None:
+    async def gate(
+        self,
+        calls: Sequence[ToolCall],
+        authority: Authority | None,
+        registry: ToolRegistry | None = None,
+        scope: Scope | None = None,
+    ) -> None:
         """The approval gate, before a batch runs: if the authority asks about calls no human
-        has answered yet, the job waits for them (``awaiting_input``, the requests persisted) and
-        this run stops here -- no call of the batch runs until every answer is in (a continuing
-        worker runs it then)."""
-        asks = []
+        has answered yet, or a call of ``registry``'s question tool asks the human a question
+        not answered yet, the job waits for them (``awaiting_input``, the requests and the
+        questions persisted) and this run stops here -- no call of the batch runs until every
+        answer is in (a continuing worker runs it then). A call out of ``scope`` asks nothing:
+        it is skipped, never run."""
+        asks: list[tuple[ToolCall, Verdict]] = []
+        questions: dict[str, Question] = {}
         for call in calls:
-            verdict = authority.decide(call)
-            if verdict.decision == "ask" and call.id not in self._answers:
+            if call.id in self._answers:
+                continue
+            verdict = authority.decide(call) if authority is not None else None
+            if verdict is not None and verdict.decision == "deny":
+                continue  # denied: it never runs, so it asks nothing
+            target = registry.get(call.name) if registry is not None else None
+            if scope is not None and not scope.allows_tool(call.name):
+                target = None
+            question = target.question_of(call) if isinstance(target, QuestionTool) else None
+            if question is not None:
+                # The question is put to the human, who answers it (or declines): that answer
+                # is also the approval an authority's "ask" about the call wants.
+                questions[call.id] = question
+                asks.append((call, Verdict("ask", None, "question", question.prompt)))
+            elif verdict is not None and verdict.decision == "ask":
                 asks.append((call, verdict))
         if not asks or not self._writable:
             return
@@ -325,11 +350,15 @@ class StoreJournal:
             self._refused()
             await trio.lowlevel.checkpoint()
             return
-        requests = [ApprovalRequest(call.id, call.name, verdict.reason) for call, verdict in asks]
+        requests = [
+            ApprovalRequest(call.id, call.name, verdict.reason, questions.get(call.id))
+            for call, verdict in asks
+        ]
         waiting = suspend(record, self.holder, now=self._clock(), pending=requests)
         entry = AskEntry(
             tuple(call.id for call, _ in asks),
             {call.id: verdict.reason for call, verdict in asks},
+            questions,
         )
         if not isinstance(waiting, Applied):
             self.dropped = True
@@ -351,6 +380,18 @@ class StoreJournal:
         if answer is None:
             return False, "no answer was recorded"
         return answer.allow, answer.reason
+
+    async def answer(self, call: ToolCall, question: Question) -> Answer:
+        """The answerer of a journaled run: the human's recorded answer to the question the
+        call asks (the gate has made sure there is one, checked against the question when it
+        was given); raises :class:`~actors.Unanswered` when the human declined."""
+        await trio.lowlevel.checkpoint()
+        answer = self._answers.get(call.id)
+        if answer is None:
+            raise Unanswered("no answer was recorded")
+        if not answer.allow:
+            raise Unanswered(answer.reason or DECLINED)
+        return check_answer(question, answer.value)
 
     @property
     def _writable(self) -> bool:
@@ -382,7 +423,7 @@ class StoreJournal:
         """A continued attempt begins (``reason``: ``takeover``, ``retry`` or ``answered``),
         with the answers its batch waited for that the journal does not hold yet."""
         entries: list[Entry] = [AttemptEntry(fence, reason)]
-        entries.extend(AnswerEntry(a.call_id, a.allow, a.reason) for a in answers)
+        entries.extend(AnswerEntry(a.call_id, a.allow, a.reason, a.value) for a in answers)
         await self._append(*entries, carried=True)
 
     async def request(self, turn: int) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import trio
 
@@ -84,11 +85,13 @@ async def answer_job(
     allow: bool,
     reason: str = "",
     *,
+    value: Any = None,
     clock: Callable[[], float] = time.time,
 ) -> JobRecord:
-    """Answer an approval the job waits for (see :meth:`JobQueue.answer
-    <actors.durable.JobQueue.answer>`)."""
-    given = ApprovalAnswer(call_id, bool(allow), reason)
+    """Answer an approval or a question the job waits for (see :meth:`JobQueue.answer
+    <actors.durable.JobQueue.answer>`); an answer the question refuses raises
+    :class:`~protocols.errors.ValidationError` and writes nothing."""
+    given = ApprovalAnswer(call_id, bool(allow), reason, value)
     while True:
         record = await existing_job(store, id)
         outcome = answer(record, given, now=clock())

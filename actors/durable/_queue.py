@@ -276,13 +276,20 @@ class JobQueue:
         as it grows, until a terminal event (see :func:`~actors.durable.watch_job`)."""
         return watch_job(self.store, id, after=after, poll=self.poll)
 
-    async def answer(self, id: str, call_id: str, allow: bool, reason: str = "") -> JobRecord:
+    async def answer(
+        self, id: str, call_id: str, allow: bool, reason: str = "", *, value: Any = None
+    ) -> JobRecord:
         """Answer an approval the job waits for (from any process): ``allow`` or deny, with a
-        ``reason`` the model reads. Once every request has its answer the job is queued again
-        and any worker continues it. An answer repeated as given is accepted again; a
-        different answer to an answered call, an answer to a call the job does not wait for, or
-        to a job that does not wait, raises :class:`~protocols.errors.ValidationError`."""
-        record = await answer_job(self.store, id, call_id, allow, reason, clock=self._clock)
+        ``reason`` the model reads -- or a question it waits for: ``allow=True`` with the
+        answer in ``value`` (checked against the question: one it refuses raises and nothing
+        is written), or ``allow=False`` to decline. Once every request has its answer the job
+        is queued again and any worker continues it. An answer repeated as given is accepted
+        again; a different answer to an answered call, an answer to a call the job does not
+        wait for, or to a job that does not wait, raises
+        :class:`~protocols.errors.ValidationError`."""
+        record = await answer_job(
+            self.store, id, call_id, allow, reason, value=value, clock=self._clock
+        )
         if record.status is JobStatus.QUEUED:
             self._wake.set()
         return record
@@ -710,6 +717,7 @@ class JobQueue:
             tools=spec.tools,
             authority=spec.authority,
             approve=journal.approve,
+            answer=journal.answer,
             **options,
         )
 

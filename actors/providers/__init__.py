@@ -2,6 +2,12 @@
 
 from ._connection import ConnectionStatistics as ConnectionStatistics
 from ._connection import ProviderConnection as ProviderConnection
+from ._fallback import FallbackEvent as FallbackEvent
+from ._fallback import FallbackOn as FallbackOn
+from ._fallback import FallbackProvider as FallbackProvider
+from ._fallback import FallbackReason as FallbackReason
+from ._fallback import observe_fallbacks as observe_fallbacks
+from ._gemini import GeminiChat as GeminiChat
 from ._http import HTTPProvider as HTTPProvider
 from ._http import RetryPolicy as RetryPolicy
 from ._http import Timeouts as Timeouts
@@ -21,6 +27,11 @@ from ._vendors import OpenAIResponses as OpenAIResponses
 __all__ = [
     "AnthropicMessages",
     "ConnectionStatistics",
+    "FallbackEvent",
+    "FallbackOn",
+    "FallbackProvider",
+    "FallbackReason",
+    "GeminiChat",
     "HTTPProvider",
     "OllamaChat",
     "OpenAIChat",
@@ -34,6 +45,7 @@ __all__ = [
     "TextStream",
     "Timeouts",
     "WireFormat",
+    "observe_fallbacks",
     "observe_retries",
     "provider_from_string",
 ]

@@ -8,6 +8,7 @@ import logging
 import math
 import random
 import re
+import urllib.parse
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
@@ -164,7 +165,7 @@ def parse_retry_after(
     number, ``nan``, garbage: the ordinary backoff applies then. Never raises, and never
     returns anything but ``None`` or a finite number >= 0."""
     if milliseconds is not None and _DELAY.fullmatch(milliseconds.strip()):
-        return float(milliseconds) / 1000
+        return float(milliseconds.strip()) / 1000
     if value is None:
         return None
     value = value.strip()
@@ -609,6 +610,18 @@ class _HTTPStream(ProviderStream):
             await response.aclose()
 
 
+def _query(name: str, query: Mapping[str, str] | None) -> dict[str, str]:
+    """``query=`` checked: string names and values (a ConfigError names the first that is not)."""
+    checked = dict(query or {})
+    for key, value in checked.items():
+        if not (isinstance(key, str) and key and isinstance(value, str)):
+            raise ConfigError(
+                f"{name}: query= maps parameter names to string values; {str(key)[:40]!r} "
+                f"is given {type(value).__name__}"
+            )
+    return checked
+
+
 @attrs.frozen
 class WireFormat:
     """A vendor's wire format, as the engine needs it: where to post, how the response is
@@ -631,6 +644,11 @@ class HTTPProvider(StreamingProvider):
     read for at most 2 KiB and classified into a :class:`~protocols.errors.ProviderError`; a
     stream that ends without its vendor's terminal record is an error, never a success; secrets
     (the API key, auth header values) never appear in an error message or ``repr``.
+
+    ``query`` adds parameters to the endpoint's URL (Azure OpenAI's ``api-version``, a
+    gateway's own); the URL is never shown in ``repr``, and the value of a parameter whose
+    name holds auth, key, token, secret, password, cookie or signature is a secret like the
+    API key (prefer a header for credentials all the same: URLs end up in proxies' logs).
     """
 
     name: str = "provider"
@@ -653,6 +671,7 @@ class HTTPProvider(StreamingProvider):
         max_event_size: int = 16 * 1024 * 1024,
         rng: random.Random | None = None,
         egress: EgressPolicy | None = None,
+        query: Mapping[str, str] | None = None,
     ) -> None:
         if not isinstance(getattr(type(self), "wire", None), WireFormat):
             raise TypeError(f"{type(self).__name__} must set `wire` to its WireFormat")
@@ -667,6 +686,7 @@ class HTTPProvider(StreamingProvider):
                 f"{self.name}: headers may not override {', '.join(protected)} "
                 "(set by the engine; use api_key= or auth= for credentials)"
             )
+        self._query = _query(self.name, query)
         self.base_url = base_url.rstrip("/")
         self.model = model
         self._api_key = api_key
@@ -719,8 +739,17 @@ class HTTPProvider(StreamingProvider):
 
     @property
     def url(self) -> str:
-        """The endpoint the requests go to."""
-        return self.base_url + self.wire.path
+        """The endpoint the requests go to: the base URL, the wire format's path, then the
+        ``query=`` parameters (after the path's own, if it has any)."""
+        return self.with_query(self.base_url + self.wire.path)
+
+    def with_query(self, url: str) -> str:
+        """``url`` with this provider's ``query=`` parameters appended (``url`` itself when
+        there are none)."""
+        if not self._query:
+            return url
+        joiner = "&" if "?" in url else "?"
+        return url + joiner + urllib.parse.urlencode(self._query)
 
     @property
     def framing(self) -> Literal["sse", "ndjson"]:
@@ -824,13 +853,14 @@ class HTTPProvider(StreamingProvider):
 
     def secrets(self) -> tuple[str, ...]:
         """What this provider never lets into an error: the API key, the values of credential
-        headers among ``headers=`` (names holding auth, key, token, secret, password, cookie
-        or signature), and the latest values the ``auth=`` hook supplied -- each also without
+        headers among ``headers=`` and of credential parameters among ``query=`` (names
+        holding auth, key, token, secret, password, cookie or signature), and the latest
+        values the ``auth=`` hook supplied -- each also without
         its scheme (``Bearer``, ...)."""
         values: list[str] = [self._api_key] if self._api_key else []
         values.extend(
             value
-            for name, value in self._extra_headers.items()
+            for name, value in (*self._extra_headers.items(), *self._query.items())
             if any(word in name.lower() for word in _CREDENTIAL_WORDS)
         )
         values.extend(self._supplied_credentials)

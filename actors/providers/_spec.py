@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 from protocols.provider_spec import resolve_provider
 
+from ._gemini import GeminiChat
 from ._http import HTTPProvider
 from ._vendors import AnthropicMessages, OllamaChat, OpenAIChat, OpenAIResponses
 
@@ -17,13 +18,15 @@ _ADAPTERS: dict[str, type[HTTPProvider]] = {
     "openai-responses": OpenAIResponses,
     "anthropic": AnthropicMessages,
     "ollama": OllamaChat,
+    "gemini": GeminiChat,
 }
 
 
 def provider_from_string(text: str, *, environ: Mapping[str, str] | None = None) -> HTTPProvider:
     """The adapter a provider string names -- ``"openai:MODEL"`` (:class:`OpenAIChat`),
     ``"openai-responses:MODEL"`` (:class:`OpenAIResponses`), ``"anthropic:MODEL"``
-    (:class:`AnthropicMessages`), ``"ollama:MODEL"`` (:class:`OllamaChat`) -- built from the
+    (:class:`AnthropicMessages`), ``"ollama:MODEL"`` (:class:`OllamaChat`), ``"gemini:MODEL"``
+    (:class:`GeminiChat`) -- built from the
     environment variables that adapter documents (``environ``, default ``os.environ``; see
     :mod:`protocols.provider_spec`). Raises :class:`~protocols.errors.ConfigError` for a
     string that is not one of those, and naming the variable when a needed key is unset.

@@ -3,7 +3,10 @@
 of that agent -- it survives the relay's restarts and its workers' crashes, and its lifecycle
 is the job's: ``submitted`` while queued, ``working``, ``input-required`` while it waits for
 approvals (the client answers with a message on the same task, a data part ``{"answers":
-[{"call_id", "allow", "reason"}]}``), then ``completed``, ``canceled`` or ``failed``. Its
+[{"call_id", "allow", "reason"}]}``) or for the answer to a question its agent asks (the
+status's text is the question; the next message's text answers it, read and checked against
+the question -- or a data part ``{"answers": [{"call_id", "answer"}]}``), then ``completed``,
+``canceled`` or ``failed``. Its
 events are the job's, derived from its journal (``SubscribeToTask`` reads them from any
 point, in any relay process on the store). The in-memory side is :mod:`._a2a`.
 """
@@ -19,9 +22,10 @@ import trio
 from protocols._json import JSON
 from protocols.codec import to_json
 from protocols.errors import ValidationError
-from protocols.jobs import JobRecord, JobStatus
+from protocols.jobs import ApprovalAnswer, JobRecord, JobStatus
 from protocols.live import JournalEvents, RunEvent
 from protocols.messages import new_id
+from protocols.questions import parse_answer
 from protocols.serve import a2a as wire
 
 from .._sqlite import StoreError
@@ -98,6 +102,36 @@ def _task(encoder: wire.TaskEncoder, record: JobRecord, rpc: _Rpc) -> dict[str, 
     return task
 
 
+def _typed_answer(record: JobRecord, message: wire.A2AMessage) -> tuple[ApprovalAnswer, ...]:
+    """A message's text as the answer to the one question the job waits for (read as
+    :func:`~protocols.questions.parse_answer` reads text; a refused one raises
+    :class:`~protocols.errors.ValidationError`): none unless the job waits for exactly one
+    thing, a question, and the message has text."""
+    answered = {answer.call_id for answer in record.answers}
+    waiting = [request for request in record.pending if request.call_id not in answered]
+    if len(waiting) != 1 or waiting[0].question is None:
+        return ()
+    text = "\n".join(part.text or "" for part in message.parts if part.kind == "text")
+    if not text.strip():
+        return ()
+    request = waiting[0]
+    assert request.question is not None
+    value = parse_answer(request.question, text)
+    return (ApprovalAnswer(request.call_id, True, "", value),)
+
+
+def _answer_body(answer: ApprovalAnswer) -> dict[str, JSON]:
+    """``answer`` as ``POST .../answers`` takes it (a question's with its ``answer``)."""
+    body: dict[str, JSON] = {
+        "call_id": answer.call_id,
+        "allow": answer.allow,
+        "reason": answer.reason,
+    }
+    if answer.value is not None:
+        body["answer"] = to_json(answer.value)
+    return body
+
+
 async def send(rpc: _Rpc, jobs: RelayJobs) -> None:
     """``SendMessage`` / ``SendStreamingMessage``: a new job of the agent -- or, naming a task
     that waits for input, the answers to its approvals (then it goes on)."""
@@ -114,7 +148,7 @@ async def send(rpc: _Rpc, jobs: RelayJobs) -> None:
             await rpc.error(wire.RpcCode.UNSUPPORTED_OPERATION, f"the task {ended}")
             return
         try:
-            answers = wire.approvals_of(message)
+            answers = wire.approvals_of(message) or _typed_answer(record, message)
         except ValidationError as error:
             await rpc.error(wire.RpcCode.INVALID_PARAMS, error.message)
             return
@@ -125,7 +159,7 @@ async def send(rpc: _Rpc, jobs: RelayJobs) -> None:
                 '[{"call_id": ..., "allow": true or false, "reason": ...}]}',
             )
             return
-        body = {"answers": [to_json(answer) for answer in answers]}
+        body = {"answers": [_answer_body(answer) for answer in answers]}
         try:
             record = await jobs._answer_job(holder, record.id, body)
         except _Refusal as refusal:

@@ -167,7 +167,7 @@ class RelayProvider(StreamingProvider):
       and, refused with ``version``, with the one before, on a new connection (a relay from
       before version 2 speaks 1). On a connection of version 1 a request setting a model
       setting that version cannot carry (``top_p``, ``seed``, the penalties,
-      ``reasoning_effort``, ``parallel_tool_calls``) fails with a
+      ``reasoning_effort``, ``parallel_tool_calls``, the prompt-cache controls) fails with a
       :class:`~protocols.errors.ConfigError` naming them, before anything is sent -- never
       sent without them. :attr:`ready` holds what the relay said, its ``max_tokens`` cap
       included.

@@ -5,7 +5,8 @@ or in others -- takes the jobs from.
 * ``POST /v1/jobs``: submit (``{"agent", "input", "settings"?, "key"?}``); 201 with the job,
   or 200 with the one its idempotency key names already;
 * ``GET /v1/jobs/{id}``: the job (status, result, error, pending approvals);
-* ``POST /v1/jobs/{id}/cancel``; ``POST /v1/jobs/{id}/answers`` (approvals);
+* ``POST /v1/jobs/{id}/cancel``; ``POST /v1/jobs/{id}/answers`` (approvals, and the answers
+  to the questions a job asks);
 * ``GET /v1/jobs/{id}/events``: its events as Server-Sent Events, resumable;
 
 and the same over the relay's websocket (protocol version 3), as the frames ``job_submit``,
@@ -413,6 +414,7 @@ class RelayJobs:
                     given.call_id,
                     given.allow,
                     given.reason,
+                    value=given.value,
                     clock=self._clock,
                 )
             except ValidationError as error:

@@ -26,6 +26,10 @@ from protocols.faults import (
     UsageMissing,
     done_event,
     error_event,
+    gemini_error_body,
+    gemini_error_event,
+    gemini_finish_event,
+    gemini_text_event,
     parse_plan,
     responses_completed_event,
     responses_error_event,
@@ -55,30 +59,46 @@ class _Frames:
 
     def __init__(self, wire: FaultWire) -> None:
         self.responses = wire == "openai-responses"
+        self.gemini = wire == "gemini"
 
     def start(self) -> bytes:
         return responses_start_events() if self.responses else b""
 
     def text(self, text: str) -> bytes:
+        if self.gemini:
+            return gemini_text_event(text)
         return responses_text_event(text) if self.responses else text_event(text)
 
     def end(self, *, usage: bool) -> bytes:
         """The finish, the usage (when ``usage``) and the terminal record."""
+        if self.gemini:
+            return gemini_finish_event(usage=usage)
         if self.responses:
             return responses_completed_event(usage=usage)
         return text_event("", "stop") + (usage_event() if usage else b"") + done_event()
 
     def terminal(self) -> bytes:
         """The terminal record alone (after a record that is not JSON)."""
+        if self.gemini:
+            return gemini_finish_event(usage=False)
         return responses_completed_event(usage=False) if self.responses else done_event()
 
     def error(self, message: str) -> bytes:
+        if self.gemini:
+            return gemini_error_event(message)
         return responses_error_event(message) if self.responses else error_event(message)
+
+    def error_body(self, status: int, message: str) -> bytes:
+        """An error response's body in the wire's shape."""
+        if self.gemini:
+            return dumpb(gemini_error_body(status, message))
+        return dumpb({"error": {"message": message}})
 
 
 class FaultProviderServer(LoopbackServer):
     """A loopback HTTP server speaking OpenAI chat-completions SSE (or, with
-    ``wire="openai-responses"``, OpenAI Responses API SSE), failing as its plan says.
+    ``wire="openai-responses"``, OpenAI Responses API SSE; with ``wire="gemini"``, Gemini's
+    ``streamGenerateContent`` SSE), failing as its plan says.
 
     Use it as an async context manager::
 
@@ -111,13 +131,17 @@ class FaultProviderServer(LoopbackServer):
 
     @property
     def base_url(self) -> str:
-        """``http://127.0.0.1:<port>/v1``: what an OpenAI-compatible client takes as base URL."""
-        return f"{self.origin}/v1"
+        """What a client of its wire takes as base URL: ``http://127.0.0.1:<port>/v1`` for an
+        OpenAI-compatible one, ``http://127.0.0.1:<port>`` for Gemini."""
+        return self.origin if self.wire == "gemini" else f"{self.origin}/v1"
 
     @property
     def url(self) -> str:
-        """The full endpoint URL of its wire: ``.../v1/chat/completions`` or ``.../v1/responses``
-        (any path is answered the same)."""
+        """The full endpoint URL of its wire: ``.../v1/chat/completions``, ``.../v1/responses``
+        or ``.../v1beta/models/fault:streamGenerateContent?alt=sse`` (any path is answered
+        the same)."""
+        if self.wire == "gemini":
+            return f"{self.origin}/v1beta/models/fault:streamGenerateContent?alt=sse"
         path = "/responses" if self.wire == "openai-responses" else "/chat/completions"
         return f"{self.base_url}{path}"
 
@@ -166,7 +190,7 @@ class FaultProviderServer(LoopbackServer):
                 await send(h11.Data(data=partial))
             # Closing here (the `async with stream` exit) cuts the body mid-chunk.
         elif isinstance(step, HttpError):
-            body = dumpb({"error": {"message": step.text}})
+            body = frames.error_body(step.status, step.text)
             headers = [] if step.retry_after is None else [("retry-after", step.retry_after)]
             await exchange.send_json(step.status, body, close=True, headers=headers)
         elif isinstance(step, BadJson):

@@ -15,17 +15,19 @@ from protocols.errors import ValidationError
 from protocols.simulator import (
     MEDIA_TYPES,
     ROUTES,
+    PromptCache,
     SimRequest,
     ThinkStyle,
     Vendor,
     answer,
     error_body,
+    match_route,
     parse_request,
     response_body,
     stream_frames,
 )
 
-from ..providers import AnthropicMessages, OllamaChat, OpenAIChat, OpenAIResponses
+from ..providers import AnthropicMessages, GeminiChat, OllamaChat, OpenAIChat, OpenAIResponses
 from ._loopback import Exchange, LoopbackServer, Request, RequestTooLarge
 
 __all__ = ["Simulator", "SimulatorStatistics"]
@@ -53,11 +55,14 @@ class SimulatorStatistics:
 
 
 class Simulator(LoopbackServer):
-    """A loopback server that answers like a model, deterministically, in four wire formats.
+    """A loopback server that answers like a model, deterministically, in five wire formats.
 
     It serves ``POST /v1/chat/completions`` (OpenAI-compatible, streamed or not), ``POST
     /v1/responses`` (OpenAI's Responses API), ``POST /v1/messages`` (Anthropic Messages) and
-    ``POST /api/chat`` (Ollama native), plus ``GET /v1/models``. What it answers is the pure
+    ``POST /api/chat`` (Ollama native), ``POST /v1beta/models/{model}:streamGenerateContent``
+    and ``:generateContent`` (Google's Gemini API; SSE whatever the ``alt`` parameter), Azure
+    OpenAI's paths (``/openai/deployments/{name}/chat/completions``, ``/openai/v1/...``), plus
+    ``GET /v1/models``. What it answers is the pure
     policy of :mod:`protocols.simulator`: it echoes text, counts, adds numbers (calling an
     advertised ``add`` tool and then answering from its result), calls any advertised tool the
     prompt names (``call <tool> with {...}``), and thinks first when the request asks for
@@ -75,8 +80,9 @@ class Simulator(LoopbackServer):
       ``autojump_clock`` makes paced streams instant in tests.
     * ``think_style``: how reasoning is shown on the OpenAI-compatible format -- ``"tags"``
       (inline ``<think>...</think>`` content) or ``"field"`` (``reasoning_content`` deltas).
-    * ``api_key``: when set, requests must carry it (``Authorization: Bearer`` or ``x-api-key``)
-      or get a 401; it never appears in a response or in ``repr``.
+    * ``api_key``: when set, requests must carry it (``Authorization: Bearer``, ``x-api-key``,
+      Gemini's ``x-goog-api-key`` or Azure's ``api-key``) or get a 401; it never appears in a
+      response or in ``repr``.
     * ``max_request_bytes``: larger requests get a 413 without their body being read.
     * ``report_usage``: ``False`` makes it answer without any token counts, as servers that
       never report usage do (llama-cpp-python ignores ``stream_options``).
@@ -88,6 +94,15 @@ class Simulator(LoopbackServer):
       just before the first one, in its text or in a call's arguments, with the vendor's
       filter finish (OpenAI chat ``content_filter``, Responses API ``incomplete`` for
       ``content_filter``, Anthropic ``refusal``; Ollama has no filter and is never filtered).
+    * ``cache_min_tokens``: the shortest prompt prefix (estimated tokens) its prompt cache
+      keeps, 1024 by default as OpenAI's and Anthropic's (most models'). It reports a prefix it
+      has seen before as the vendor does -- Anthropic: ``cache_read_input_tokens`` for a
+      ``cache_control`` mark seen before, ``cache_creation_input_tokens`` for the rest up to the
+      last mark; OpenAI chat and Responses: ``cached_tokens`` for the longest repeated prefix
+      ending at a message boundary, in steps of 128 past the minimum -- holding at most 10,000
+      prefix digests (least recently used go first; see
+      :class:`protocols.simulator.PromptCache`). Its counts appear only when some prefix was
+      long enough to count.
     * ``host`` / ``port``: where to listen (default 127.0.0.1 and a free port).
 
     Guarantees: connections are kept alive between requests; a client that goes away mid-stream
@@ -108,6 +123,7 @@ class Simulator(LoopbackServer):
         report_usage: bool = True,
         max_tokens: int | None = None,
         content_filter: Sequence[str] = (),
+        cache_min_tokens: int = 1024,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -129,6 +145,7 @@ class Simulator(LoopbackServer):
             isinstance(word, str) and word for word in content_filter
         ):
             raise ValidationError("content_filter must be a sequence of non-empty strings")
+        self._prompt_cache = PromptCache(min_tokens=cache_min_tokens)
         super().__init__(host=host, port=port)
         self.max_tokens = max_tokens
         self.content_filter = tuple(content_filter)
@@ -182,6 +199,14 @@ class Simulator(LoopbackServer):
         kwargs.setdefault("base_url", self.base_url)
         kwargs.setdefault("api_key", self._api_key or "")
         return AnthropicMessages(model=model, **kwargs)
+
+    def gemini(self, *, model: str = "simulator", **kwargs: Any) -> GeminiChat:
+        """A :class:`~actors.providers.GeminiChat` aimed at this simulator's
+        ``/v1beta/models/{model}:streamGenerateContent``, with its key (``kwargs`` go to the
+        provider and may override both)."""
+        kwargs.setdefault("base_url", self.base_url)
+        kwargs.setdefault("api_key", self._api_key or "")
+        return GeminiChat(model=model, **kwargs)
 
     def ollama(self, *, model: str = "simulator", **kwargs: Any) -> OllamaChat:
         """An :class:`~actors.providers.OllamaChat` aimed at this simulator."""
@@ -252,11 +277,17 @@ class Simulator(LoopbackServer):
         expected = self._api_key.encode()
         bearer = headers.get("authorization", "")
         offered = bearer[7:] if bearer[:7].lower() == "bearer " else headers.get("x-api-key", "")
+        # Gemini's header, and Azure OpenAI's.
+        offered = offered or headers.get("x-goog-api-key", "") or headers.get("api-key", "")
         return hmac.compare_digest(offered.encode("utf-8", "replace"), expected)
 
     async def _respond(self, exchange: Exchange, request: Request) -> None:
         method, path = request.method, request.path
         vendor = ROUTES.get(path.rstrip("/") or "/")
+        # Gemini's paths name the model and whether to stream; Azure OpenAI's, a deployment.
+        routed = match_route(path) if vendor is None else None
+        if routed is not None:
+            vendor = routed[0]
         if path.rstrip("/") == "/v1/models" and method == "GET":
             models = {
                 "object": "list",
@@ -278,9 +309,14 @@ class Simulator(LoopbackServer):
         except ValidationError as error:
             await self._error(exchange, vendor, 400, str(error)[:500])
             return
+        if routed is not None and vendor == "gemini":
+            parsed = attrs.evolve(parsed, model=routed[1] or "", stream=bool(routed[2]))
         seq = len(self._requests)
         self._requests.append(parsed)
         result = answer(parsed, max_tokens=self.max_tokens, blocked=self.content_filter)
+        if parsed.prefixes:
+            usage = self._prompt_cache.use(vendor, parsed.prefixes, result.usage)
+            result = attrs.evolve(result, usage=usage)
         if not parsed.stream:
             body = response_body(
                 parsed, result, seq=seq, think_style=self.think_style, usage=self.report_usage

@@ -46,6 +46,7 @@ from ..messages import (
     ToolResult,
     Usage,
 )
+from ..questions import Question
 
 __all__ = [
     "CHECKPOINT_EVERY",
@@ -203,23 +204,35 @@ class AttemptEntry:
     kind: ClassVar[str] = "attempt"
 
 
+def _to_questions(value: Any) -> dict[str, Question]:
+    """The questions of an :class:`AskEntry`, each a :class:`Question` (read back from JSON,
+    a str-keyed object's values are plain data)."""
+    return {
+        key: item if isinstance(item, Question) else from_json(Question, item)
+        for key, item in dict(value).items()
+    }
+
+
 @attrs.frozen
 class AskEntry:
     """The batch of the last response waits for approval of these calls (``reasons``: the
-    authority's text for each, by call id)."""
+    authority's text for each, by call id) -- or, for the calls in ``questions``, for the
+    answer to the question each asks the human (its reason is the question's prompt)."""
 
     calls: tuple[str, ...]
     reasons: dict[str, str] = attrs.field(factory=dict)
+    questions: dict[str, Question] = attrs.field(factory=dict, converter=_to_questions)
     kind: ClassVar[str] = "ask"
 
 
 @attrs.frozen
 class AnswerEntry:
-    """A human's answer to one asked call."""
+    """A human's answer to one asked call (``value``: a question's answer, as checked)."""
 
     call_id: str
     allow: bool
     reason: str = ""
+    value: Any = None
     kind: ClassVar[str] = "answer"
 
 

@@ -38,6 +38,7 @@ import attrs
 
 from ..errors import ValidationError
 from ..messages import AgentResult, Usage
+from ..questions import Question, check_answer
 from ._job import AgentJob
 from ._journal import Entry, crosses
 
@@ -128,20 +129,26 @@ class Lease:
 
 @attrs.frozen
 class ApprovalRequest:
-    """A tool call the authority put to a human (``reason``: its verdict's text)."""
+    """A tool call the authority put to a human (``reason``: its verdict's text) -- or, with
+    ``question``, a question a tool asks the human (``reason``: the question's prompt), whose
+    answer is the call's result."""
 
     call_id: str
     tool: str
     reason: str = ""
+    question: Question | None = None
 
 
 @attrs.frozen
 class ApprovalAnswer:
-    """A human's answer to an :class:`ApprovalRequest`."""
+    """A human's answer to an :class:`ApprovalRequest`: ``allow`` or not, and for a question
+    the answer itself in ``value`` (``allow=False``: the human declined to answer, ``reason``
+    saying why)."""
 
     call_id: str
     allow: bool
     reason: str = ""
+    value: Any = None
 
 
 def _statuses(value: JobStatus | str) -> JobStatus:
@@ -232,7 +239,15 @@ class Conflict:
     """The transition does not apply; nothing changes. ``reason`` says why."""
 
     reason: Literal[
-        "revision", "fenced", "state", "lease", "not_due", "waiting", "duplicate", "cancelled"
+        "revision",
+        "fenced",
+        "state",
+        "lease",
+        "not_due",
+        "waiting",
+        "duplicate",
+        "cancelled",
+        "invalid",
     ]
     detail: str
 
@@ -471,20 +486,43 @@ def answer(
     """A human answers one pending request (from any process). When every request has its
     answer the job is queued again, to be continued by any worker. A second answer to the same
     call is ``Conflict("duplicate")`` when it says the same (a no-op: callers may treat it as
-    done) and ``Conflict("waiting")`` when it differs, as is an answer to no pending call."""
+    done) and ``Conflict("waiting")`` when it differs, as is an answer to no pending call.
+
+    An answer to a question (a request with a ``question``) that allows must carry the answer
+    in ``value``, checked with :func:`~protocols.questions.check_answer` and kept in its
+    canonical form: one the question refuses is ``Conflict("invalid")`` (nothing changes); one
+    to an approval carries no ``value``. ``allow=False`` declines a question."""
     if (conflict := _revision(record, expected)) is not None:
         return conflict
     if record.status is not JobStatus.AWAITING_INPUT:
         landed = next((a for a in record.answers if a.call_id == given.call_id), None)
-        if landed is not None and landed.allow == given.allow:
+        if landed is not None and _same(landed, given):
             # An answer sent again after it landed (and the job went on): nothing to do.
             return Conflict("duplicate", f"call {given.call_id!r} of job {record.id} was answered")
         return Conflict("state", f"job {record.id} is {record.status.value}, not awaiting input")
-    if all(request.call_id != given.call_id for request in record.pending):
+    request = next((r for r in record.pending if r.call_id == given.call_id), None)
+    if request is None:
         return Conflict("waiting", f"job {record.id} does not wait for call {given.call_id!r}")
+    if request.question is None:
+        if given.value is not None:
+            return Conflict(
+                "invalid",
+                f"call {given.call_id!r} of job {record.id} asks for an approval, "
+                "not an answer: allow or deny it",
+            )
+    elif given.allow:
+        try:
+            value = check_answer(request.question, given.value)
+        except ValidationError as error:
+            return Conflict(
+                "invalid", f"call {given.call_id!r} of job {record.id}: {error.message}"
+            )
+        given = attrs.evolve(given, value=value)
+    elif given.value is not None:
+        return Conflict("invalid", "an answer that declines carries no value")
     for previous in record.answers:
         if previous.call_id == given.call_id:
-            same = previous.allow == given.allow
+            same = _same(previous, given)
             return Conflict(
                 "duplicate" if same else "waiting",
                 f"call {given.call_id!r} of job {record.id} was already answered "
@@ -496,6 +534,11 @@ def answer(
             return _write(record, now, status=JobStatus.CANCELLED, answers=answers)
         return _write(record, now, status=JobStatus.QUEUED, answers=answers)
     return _write(record, now, answers=answers)
+
+
+def _same(first: ApprovalAnswer, second: ApprovalAnswer) -> bool:
+    """Two answers say the same (allow or not, and the same value)."""
+    return first.allow == second.allow and first.value == second.value
 
 
 def finish(

@@ -27,11 +27,12 @@ from typing import Any, Final, Literal
 import attrs
 
 from .._json import JSON, dumpb, dumpb_own, dumps, loads
-from ..codec import to_json
+from ..codec import from_json, to_json
 from ..errors import Category, ProtocolError, ValidationError
 from ..jobs import ApprovalAnswer
 from ..live import RunEvent
 from ..messages import AgentResult, Message, StopReason
+from ..questions import Question
 from ..relay_jobs import shown_event
 
 __all__ = [
@@ -357,8 +358,10 @@ def message_to_messages(message: A2AMessage) -> list[Message]:
 
 def approvals_of(message: A2AMessage) -> tuple[ApprovalAnswer, ...]:
     """The approvals ``message`` gives, from its data parts ``{"answers": [{"call_id",
-    "allow", "reason"?}, ...]}`` (what an ``input-required`` status asks for); none when it
-    has no such part. A malformed answer raises :class:`~protocols.errors.ValidationError`."""
+    "allow", "reason"?}, ...]}`` (what an ``input-required`` status asks for) -- an answer to a
+    question as ``{"call_id", "answer"}`` (``allow`` true, the answer as its ``value``, checked
+    against the question when it is recorded); none when it has no such part. A malformed
+    answer raises :class:`~protocols.errors.ValidationError`."""
     out: list[ApprovalAnswer] = []
     for part in message.parts:
         if part.kind == "data" and isinstance(part.data, dict) and "answers" in part.data:
@@ -367,11 +370,14 @@ def approvals_of(message: A2AMessage) -> tuple[ApprovalAnswer, ...]:
                 answer = each if isinstance(each, dict) else {}
                 call_id, allow, reason = (answer.get(k) for k in ("call_id", "allow", "reason"))
                 reason = "" if reason is None else reason
+                value = answer.get("answer")
+                if value is not None and allow is None:
+                    allow = True  # an answer to a question
                 if not (isinstance(call_id, str) and call_id and isinstance(allow, bool)):
                     raise ValidationError("an answer needs a call_id (string), allow (boolean)")
                 if not isinstance(reason, str):
                     raise ValidationError("an answer's reason must be a string")
-                out.append(ApprovalAnswer(call_id, allow, reason))
+                out.append(ApprovalAnswer(call_id, allow, reason, value))
     return tuple(out)
 
 
@@ -518,9 +524,7 @@ class TaskEncoder:
             out.append(self._update(event, TaskState.WORKING, [_data_part(note)]))
         elif kind == "awaiting_input":
             calls = [dict(call) for call in data.get("calls", ())]
-            asked = "; ".join(f"{c['tool']} ({c['call_id']}): {c['reason']}" for c in calls)
-            text = f"approval needed: {asked}. Answer with a data part {_ANSWERS}"
-            parts = [{"text": text}, _data_part({"event": kind, "calls": calls})]
+            parts = [{"text": _asking(calls)}, _data_part({"event": kind, "calls": calls})]
             out.append(self._update(event, TaskState.INPUT_REQUIRED, parts, end=True))
         elif kind == "failed":
             error = shown_event(event).data.get("error") or {}
@@ -656,6 +660,35 @@ class TaskEncoder:
 
 
 _ANSWERS: Final = '{"answers": [{"call_id": ..., "allow": true or false, "reason": ...}]}'
+_QUESTION_ANSWERS: Final = '{"answers": [{"call_id": ..., "answer": ...}]}'
+
+
+def _asking(calls: Sequence[Mapping[str, Any]]) -> str:
+    """What an ``input-required`` status says: the approvals asked, and the questions -- one
+    question alone is its prompt and what it expects, answered by the task's next message."""
+    approvals = [c for c in calls if "question" not in c]
+    questions = [c for c in calls if "question" in c]
+    out: list[str] = []
+    if approvals:
+        asked = "; ".join(f"{c['tool']} ({c['call_id']}): {c['reason']}" for c in approvals)
+        out.append(f"approval needed: {asked}. Answer with a data part {_ANSWERS}")
+    shown = [(c["call_id"], _question(c["question"])) for c in questions]
+    if len(shown) == 1 and not approvals:
+        [(_, (prompt, expects))] = shown
+        out.append(f"{prompt} (expected: {expects}; reply with the answer on this task)")
+    elif shown:
+        asked = "; ".join(f"{call} asks: {prompt} ({expects})" for call, (prompt, expects) in shown)
+        out.append(f"questions: {asked}. Answer with a data part {_QUESTION_ANSWERS}")
+    return " ".join(out)
+
+
+def _question(data: Any) -> tuple[str, str]:
+    """A question's prompt and what it expects, from its JSON (as an event carries it)."""
+    try:
+        question = from_json(Question, data)
+    except ProtocolError:
+        return str(data.get("prompt", "")) if isinstance(data, dict) else "", "an answer"
+    return question.prompt, question.expects()
 
 
 def _data_part(data: JSON) -> dict[str, JSON]:

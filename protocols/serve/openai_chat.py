@@ -173,9 +173,15 @@ class ChatCompletionRequest:
         )
 
 
-#: Wire key -> ModelSettings field (each its own name, but ``max_completion_tokens``).
-_SETTINGS: Final = {"max_completion_tokens": "max_tokens"} | {
-    name: name for name in attrs.fields_dict(ModelSettings) if name != "extra"
+#: Wire key -> ModelSettings field (each its own name, but ``max_completion_tokens`` and
+#: ``prompt_cache_retention``; the prompt-cache fields are known by OpenAI's names only).
+_SETTINGS: Final = {
+    "max_completion_tokens": "max_tokens",
+    "prompt_cache_retention": "cache_retention",
+} | {
+    name: name
+    for name in attrs.fields_dict(ModelSettings)
+    if name != "extra" and not name.startswith("cache")
 }
 _STRUCTURE: Final = frozenset(
     {"model", "messages", "tools", "tool_choice", "stream", "stream_options", "response_format"}
@@ -225,7 +231,8 @@ def decode_request(
     read (a message's ``name`` is ignored); a content array's text parts are joined as they
     are. ``max_completion_tokens`` (or ``max_tokens``), ``temperature``, ``top_p``, ``stop`` (a
     string or a list; ``[]`` is unset), ``seed``, the penalties, ``reasoning_effort`` and
-    ``parallel_tool_calls`` are settings; a ``reasoning_effort`` we have no level for
+    ``parallel_tool_calls`` are settings, and so is ``prompt_cache_retention``
+    (``cache_retention``); a ``reasoning_effort`` we have no level for
     (``minimal``, ``none``), and every key not named here, go in the settings' ``extra`` as
     sent (the relay's own policy on ``extra`` applies).
     ``user``, ``metadata``, ``store``, ``service_tier``, ``safety_identifier`` and
@@ -474,6 +481,7 @@ _FINISH: Final[Mapping[FinishReason, str]] = {
 #: its time) is ``length``, as a reply cut at the token limit is: partial.
 _STOP: Final[Mapping[StopReason, str]] = {
     StopReason.COMPLETE: "stop", StopReason.CONTENT_FILTER: "content_filter",
+    StopReason.GUARDRAIL: "content_filter",
 } | dict.fromkeys(
     (StopReason.MAX_TOKENS, StopReason.BUDGET, StopReason.EXHAUSTED, StopReason.TIMEOUT), "length"
 )  # fmt: skip

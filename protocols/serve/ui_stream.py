@@ -407,6 +407,7 @@ _FINISH: Final[Mapping[FinishReason, str]] = {
 _STOPPED: Final[Mapping[StopReason, str]] = {
     StopReason.MAX_TOKENS: "length",
     StopReason.CONTENT_FILTER: "content-filter",
+    StopReason.GUARDRAIL: "content-filter",
 }
 
 

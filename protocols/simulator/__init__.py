@@ -1,7 +1,8 @@
-"""The simulator's model: a deterministic answering policy and the four wire formats it answers in.
+"""The simulator's model: a deterministic answering policy and the five wire formats it answers in.
 
 Pure functions, no I/O: :func:`parse_request` reads a request body of one of the wire formats
-(OpenAI chat completions, OpenAI's Responses API, Anthropic Messages, Ollama's native chat)
+(OpenAI chat completions, OpenAI's Responses API, Anthropic Messages, Ollama's native chat,
+Google's Gemini API -- whose model and streaming are in the path: :func:`match_route`)
 into a :class:`SimRequest`, :func:`answer` decides what a (very small) model would say to it, and
 :func:`stream_frames` / :func:`response_body` write that answer as the vendor's streamed records or
 its one-shot JSON body. The server in ``actors.testing.Simulator`` only moves these bytes.
@@ -42,6 +43,10 @@ The policy, applied to the last message of the conversation:
   whatever they say, beyond the output-token cap.
 * Usage: prompt tokens estimate the request's text (:func:`~protocols.accounting.estimate_tokens`);
   completion tokens count the deltas plus the estimate of the thinking and call arguments.
+  A :class:`PromptCache` (the server keeps one) then reports the part of the prompt a previous
+  request cached, as the vendor does: Anthropic's ``cache_read_input_tokens`` and
+  ``cache_creation_input_tokens`` for the prefixes ``cache_control`` marks, OpenAI's
+  ``cached_tokens`` for any repeated prefix (:attr:`SimRequest.prefixes`).
 
 A tool whose schema is not ``"type": "object"`` at its root, or has ``anyOf``, ``oneOf`` or
 ``allOf`` there, makes the request invalid, as OpenAI's and Anthropic's APIs refuse those.
@@ -52,6 +57,9 @@ Identifiers are derived from a caller-supplied sequence number, so equal inputs 
 from ._answer import error_body as error_body
 from ._answer import response_body as response_body
 from ._answer import stream_frames as stream_frames
+from ._cache import CachePrefix as CachePrefix
+from ._cache import PromptCache as PromptCache
+from ._gemini import match_route as match_route
 from ._policy import answer as answer
 from ._request import MAX_COUNT_TO as MAX_COUNT_TO
 from ._request import MEDIA_TYPES as MEDIA_TYPES
@@ -68,6 +76,8 @@ __all__ = [
     "MAX_COUNT_TO",
     "MEDIA_TYPES",
     "ROUTES",
+    "CachePrefix",
+    "PromptCache",
     "SimAnswer",
     "SimCall",
     "SimRequest",
@@ -76,6 +86,7 @@ __all__ = [
     "Vendor",
     "answer",
     "error_body",
+    "match_route",
     "parse_request",
     "response_body",
     "stream_frames",

@@ -13,6 +13,7 @@ import attrs
 from .._json import dumpb
 from ..accounting import estimate_tokens
 from ..messages import FinishReason, Usage
+from ._gemini import gemini_body, gemini_error, gemini_frames
 from ._request import (
     _ARGUMENT_FRAGMENT,
     _CREATED_AT,
@@ -79,6 +80,8 @@ def stream_frames(
         return _anthropic_frames(request, result, seq, usage)
     if request.vendor == "openai-responses":
         return _responses_frames(request, result, seq, usage)
+    if request.vendor == "gemini":
+        return gemini_frames(request, result, seq, usage)
     return _ollama_frames(request, result, usage)
 
 
@@ -138,12 +141,26 @@ def _openai_frames(
     yield b"data: [DONE]\n\n"
 
 
-def _openai_usage(usage: Usage) -> dict[str, int]:
-    return {
+def _openai_usage(usage: Usage) -> dict[str, Any]:
+    counts: dict[str, Any] = {
         "prompt_tokens": usage.prompt,
         "completion_tokens": usage.completion,
         "total_tokens": usage.total,
     }
+    if usage.cached is not None:  # (the prompt cache had a say: see _cache.py)
+        counts["prompt_tokens_details"] = {"cached_tokens": usage.cached}
+    return counts
+
+
+def _anthropic_usage(usage: Usage, output: int) -> dict[str, int]:
+    """Anthropic's counts: ``input_tokens`` leaves out what was read from or written to the
+    cache, which come apart (when the prompt cache had a say: see _cache.py)."""
+    read, written = usage.cached or 0, usage.cache_write or 0
+    counts = {"input_tokens": usage.prompt - read - written, "output_tokens": output}
+    if usage.cached is not None or usage.cache_write is not None:
+        counts["cache_read_input_tokens"] = read
+        counts["cache_creation_input_tokens"] = written
+    return counts
 
 
 _ANTHROPIC_STOP: Final[Mapping[FinishReason, str]] = {
@@ -175,7 +192,7 @@ def _anthropic_frames(
         "content": [],
         "stop_reason": None,
         "stop_sequence": None,
-        "usage": {"input_tokens": result.usage.prompt, "output_tokens": 1},
+        "usage": _anthropic_usage(result.usage, 1),
     }
     if not usage:
         del message["usage"]
@@ -240,7 +257,7 @@ def _block_delta(index: int, delta: Mapping[str, Any]) -> dict[str, Any]:
 def _responses_usage(result: SimAnswer) -> dict[str, Any]:
     return {
         "input_tokens": result.usage.prompt,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cached_tokens": result.usage.cached or 0},
         "output_tokens": result.usage.completion,
         "output_tokens_details": {"reasoning_tokens": estimate_tokens(result.thinking)},
         "total_tokens": result.usage.total,
@@ -436,6 +453,8 @@ def response_body(
     :func:`stream_frames` would stream, in the vendor's response shape (``usage=False``: no
     counts at all).
     """
+    if request.vendor == "gemini":
+        return gemini_body(request, result, seq, usage)
     body = _response_body(request, result, seq, think_style)
     if not usage:
         for key in ("usage", "prompt_eval_count", "eval_count"):
@@ -503,10 +522,7 @@ def _response_body(
             "content": blocks,
             "stop_reason": _ANTHROPIC_STOP[result.finish],
             "stop_sequence": None,
-            "usage": {
-                "input_tokens": result.usage.prompt,
-                "output_tokens": result.usage.completion,
-            },
+            "usage": _anthropic_usage(result.usage, result.usage.completion),
         }
     reply: dict[str, Any] = {"role": "assistant", "content": result.text}
     if result.thinking:
@@ -531,6 +547,8 @@ def error_body(vendor: Vendor, status: int, message: str) -> dict[str, Any]:
     }.get(status, "api_error")
     if vendor == "anthropic":
         return {"type": "error", "error": {"type": kind, "message": message}}
+    if vendor == "gemini":
+        return gemini_error(status, message)
     if vendor == "ollama":
         return {"error": message}
     return {"error": {"message": message, "type": kind, "param": None, "code": None}}

@@ -13,10 +13,11 @@ from ..errors import ProtocolError, ValidationError
 from ..messages import FinishReason, Usage
 from ..settings import REASONING_EFFORTS, ModelSettings
 from ..wire.openai_chat import TOOL_IMAGES_LABEL
+from ._cache import CachePrefix, anthropic_prefixes, chat_prefixes, responses_prefixes
 
 #: The wire formats the simulator speaks (``"openai"`` is chat completions, ``"openai-responses"``
 #: OpenAI's Responses API).
-Vendor: TypeAlias = Literal["openai", "anthropic", "ollama", "openai-responses"]
+Vendor: TypeAlias = Literal["openai", "anthropic", "ollama", "openai-responses", "gemini"]
 
 #: How reasoning is shown on the OpenAI-compatible format: inline ``<think>`` tags in the content,
 #: or the ``reasoning_content`` field of the deltas.
@@ -36,6 +37,7 @@ MEDIA_TYPES: Final[Mapping[Vendor, str]] = {
     "anthropic": "text/event-stream",
     "ollama": "application/x-ndjson",
     "openai-responses": "text/event-stream",
+    "gemini": "text/event-stream",
 }
 
 #: The largest ``N`` honoured by ``count to N`` (bigger requests count to this).
@@ -93,7 +95,9 @@ class SimRequest:
     ``settings`` are the model settings the body gave, read back from the vendor's names
     (``extra``: the body's keys the simulator does not know, as sent; for Ollama, unknown
     ``options`` keys under ``{"options": ...}``); a reasoning effort Anthropic expresses as a
-    thinking budget is ``thinking_budget`` instead.
+    thinking budget is ``thinking_budget`` instead. ``prefixes`` are what the request offers
+    the simulator's prompt cache (:mod:`protocols.simulator._cache`): the prefixes its
+    ``cache_control`` marks end (Anthropic), or every message boundary (OpenAI's two formats).
     """
 
     vendor: Vendor
@@ -107,6 +111,7 @@ class SimRequest:
     max_tokens: int | None = None
     settings: ModelSettings = attrs.field(factory=ModelSettings)
     thinking_budget: int | None = None
+    prefixes: tuple[CachePrefix, ...] = ()
 
 
 @attrs.frozen
@@ -148,6 +153,10 @@ def parse_request(vendor: Vendor, body: bytes | str) -> SimRequest:
         raise ValidationError(f"the request body is not valid JSON: {error.message}") from None
     if not isinstance(data, dict):
         raise ValidationError("the request body must be a JSON object")
+    if vendor == "gemini":  # the model is in the path, not the body
+        from ._gemini import parse_gemini  # noqa: PLC0415 - it imports this module
+
+        return parse_gemini(data)
     model = data.get("model")
     if not isinstance(model, str) or not model:
         raise ValidationError("'model' must be a non-empty string")
@@ -256,12 +265,16 @@ _OPENAI_SETTINGS: Final = {
     "frequency_penalty": "frequency_penalty",
     "reasoning_effort": "reasoning_effort",
     "parallel_tool_calls": "parallel_tool_calls",
+    "prompt_cache_key": "cache_key",
+    "prompt_cache_retention": "cache_retention",
 }
 _RESPONSES_SETTINGS: Final = {
     "temperature": "temperature",
     "top_p": "top_p",
     "max_output_tokens": "max_tokens",
     "parallel_tool_calls": "parallel_tool_calls",
+    "prompt_cache_key": "cache_key",
+    "prompt_cache_retention": "cache_retention",
 }
 _ANTHROPIC_SETTINGS: Final = {
     "temperature": "temperature",
@@ -412,6 +425,7 @@ def _parse_openai(data: dict[str, Any], model: str, messages: list[Any]) -> SimR
             _optional_int(data, "max_completion_tokens", ""), _optional_int(data, "max_tokens", "")
         ),
         settings=_settings("openai", data, _OPENAI_SETTINGS),
+        prefixes=chat_prefixes(data),
     )
 
 
@@ -490,6 +504,7 @@ def _parse_anthropic(data: dict[str, Any], model: str, messages: list[Any]) -> S
         max_tokens=cap,
         settings=settings,
         thinking_budget=budget,
+        prefixes=anthropic_prefixes(data),
     )
 
 
@@ -616,4 +631,5 @@ def _parse_responses(data: dict[str, Any], model: str) -> SimRequest:
         tool_choice=choice,
         max_tokens=cap,
         settings=settings,
+        prefixes=responses_prefixes(data),
     )

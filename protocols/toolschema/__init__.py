@@ -1,6 +1,6 @@
 """Tool schemas from typed Python functions, and model arguments checked and turned into values.
 
-Pure and sans-IO. Five functions:
+Pure and sans-IO. Six functions, and a class for streamed answers:
 
 - :func:`signature_of` reads a function's signature, type hints and Google-style docstring into a
   :class:`ToolSignature`: a name, a one-paragraph description and a JSON Schema object of
@@ -10,6 +10,9 @@ Pure and sans-IO. Five functions:
   ``"<json path>: <message>"``; it never raises.
 - :func:`structure_arguments` turns validated JSON arguments into typed Python values, and
   :func:`structure_value` one validated JSON value (a structured answer, say).
+- :func:`partial_value` and :class:`PartialOutput`: a structured answer while it streams, the
+  part of it known so far validated leniently (fields complete so far, each checked against its
+  part of the schema; incomplete ones absent).
 
 Supported annotations and their schemas:
 
@@ -68,6 +71,8 @@ bounded (cattrs' messages embed value reprs), and keeps ``bool`` apart from ``in
 ``Literal``/``Enum`` lookups.
 """
 
+from ._partial import PartialOutput as PartialOutput
+from ._partial import partial_value as partial_value
 from ._schema import MAX_PROBLEMS as MAX_PROBLEMS
 from ._schema import ToolSignature as ToolSignature
 from ._schema import schema_for as schema_for
@@ -78,7 +83,9 @@ from ._validate import validate_arguments as validate_arguments
 
 __all__ = [
     "MAX_PROBLEMS",
+    "PartialOutput",
     "ToolSignature",
+    "partial_value",
     "schema_for",
     "signature_of",
     "structure_arguments",

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..errors import ConfigError
-from ..messages import Message, Role
+from ..messages import Message, ProviderOptions, Role
 
 __all__ = ["RETRYABLE_STATUSES", "classify_status", "image_media_type"]
 
@@ -46,6 +46,43 @@ class Written:
                 f"extra may not set {key!r}: the {self.adapter} encoder sets it itself, from "
                 f"{source}; set that instead"
             )
+
+
+def automatic_cache(
+    options: ProviderOptions,
+    written: Written,
+    *,
+    key: str | None = None,
+    retention: str | None = None,
+) -> None:
+    """The prompt-cache settings of a vendor that caches prompt prefixes by itself (OpenAI,
+    Ollama, Gemini): ``cache="auto"`` and ``cache_breakpoints=()`` are what it does and send
+    nothing; ``cache="off"`` and breakpoints by hand are refused (:class:`ConfigError`: it has
+    no way to say either); ``cache_key`` and ``cache_retention`` are written under the
+    vendor's names ``key`` and ``retention``, or refused where it has none (``None``). Not
+    part of the public API."""
+    adapter = written.adapter
+    if options.cache == "off":
+        raise ConfigError(
+            f"{adapter} caches prompt prefixes by itself and cannot be told not to: "
+            "cache='off' cannot be honoured (leave it unset, or 'auto')"
+        )
+    if options.cache_breakpoints:
+        raise ConfigError(
+            f"{adapter} takes no cache breakpoints (it caches prompt prefixes by itself): "
+            "leave cache_breakpoints unset"
+        )
+    for value, name, field in (
+        (options.cache_key, key, "cache_key"),
+        (options.cache_retention, retention, "cache_retention"),
+    ):
+        if value is None:
+            continue
+        if name is None:
+            raise ConfigError(
+                f"{adapter} has no {field}: leave it unset (refusing it beats dropping it)"
+            )
+        written.put(name, value, field)
 
 
 def split_system(messages: Iterable[Message]) -> tuple[str | None, list[Message]]:
@@ -138,6 +175,7 @@ _CONTEXT_WORDS = (
     "context window",
     "too long",
     "too many tokens",
+    "maximum number of tokens",  # Gemini: "... exceeds the maximum number of tokens allowed"
 )
 
 

@@ -41,7 +41,7 @@ from ..messages import (
     Usage,
     new_id,
 )
-from ..settings import ReasoningEffort
+from ..settings import CACHE_SYSTEM, CACHE_TOOLS, ReasoningEffort
 from ..sse import SSEEvent
 from ._common import Written, image_media_type, split_system
 from ._stream import NOTHING, CallFragment, Increment, ignore_after_end, response_name
@@ -80,6 +80,8 @@ _NO_SUCH_FIELD = ("seed", "presence_penalty", "frequency_penalty")
 _EFFORT_SHARE: dict[str, int] = {"low": 1, "medium": 2, "high": 3}
 #: The namespace of this adapter's data in ``continuation``.
 _NAMESPACE = "anthropic"
+#: Block types a cache breakpoint may not be put on (Anthropic refuses ``cache_control`` there).
+_UNMARKABLE = frozenset({"thinking", "redacted_thinking"})
 
 _FINISH: dict[str, FinishReason] = {
     "end_turn": FinishReason.STOP,
@@ -168,6 +170,24 @@ def encode_request(
     ``messages``, ``system``, ``tools`` or ``stream``, nor a key written from an option --
     ``max_tokens`` is always one (``ConfigError`` naming the key).
 
+    Prompt caching: Anthropic caches only the prefixes a request marks, with
+    ``"cache_control": {"type": "ephemeral"}`` on a block (a tool definition, a system block, a
+    message's content block), at most four per request. With ``cache`` unset or ``"auto"``
+    and no ``cache_breakpoints``, the marks go on the stable prefix: the last tool definition,
+    the system prompt (then sent as one text block, the only form that carries a mark), the
+    last block of the turn before the last one -- the history up to the new turn, written to
+    the cache -- and the last block of the turn three before the last, where the same
+    conversation's previous request put its mark (read back even when more than Anthropic's
+    20-block look-back lies between them). With ``cache_breakpoints``, the marks go exactly
+    where it names instead (``"tools"``, ``"system"`` -- those, even if a message has that id
+    -- or the last block of the last message with that id; a name with nothing to mark in this
+    request marks nothing). ``cache="off"``
+    marks nothing. Thinking blocks are never marked (a turn's last other block is). The marks
+    change nothing else in the body, but that a marked system prompt is a list of one text
+    block. ``cache_retention="in_memory"`` is Anthropic's only retention and sends nothing;
+    ``"24h"`` and ``cache_key`` raise ``ConfigError`` (it keeps a prefix an hour at most, and
+    has no key).
+
     ``stream=True`` adds ``"stream": true``. ``model`` must be a non-empty string.
     """
     if not isinstance(model, str) or not model:
@@ -177,12 +197,19 @@ def encode_request(
 
     system, conversation = split_system(messages)
     turns: list[_Turn] = []
+    # A message id -> the last block a breakpoint may go on of the last message with that id
+    # ("tools" and "system" name those, never a message: one name, one mark).
+    named: dict[str, dict[str, Any]] = {}
+    wanted = frozenset(opts.cache_breakpoints or ()) - {CACHE_TOOLS, CACHE_SYSTEM}
+    if opts.cache == "off":
+        wanted = frozenset()
     for message in conversation:
         role = message.role
         if role is Role.ASSISTANT:
             blocks = _assistant_blocks(message)
             if blocks:
                 turns.append(_Turn("assistant", [], blocks))
+                _remember(named, wanted, message, blocks)
             continue
         if role is Role.TOOL:
             results = [
@@ -197,6 +224,7 @@ def encode_request(
             results, others = [], _user_blocks(message)
             if not others:
                 continue
+        _remember(named, wanted, message, results or others)
         if turns and turns[-1].role == "user":
             turns[-1].results.extend(results)
             turns[-1].others.extend(others)
@@ -253,10 +281,77 @@ def encode_request(
         )
     if stream:
         body["stream"] = True
+    _place_breakpoints(body, opts, turns, named)
     for key, value in opts.extra.items():
         written.refuse(key, _OWNED_KEYS)
         body[key] = value
     return body
+
+
+def _remember(
+    named: dict[str, dict[str, Any]],
+    wanted: frozenset[str],
+    message: Message,
+    blocks: list[dict[str, Any]],
+) -> None:
+    """Note the block a breakpoint naming ``message`` goes on, if one names it."""
+    if message.id in wanted:
+        block = _markable(blocks)
+        if block is not None:
+            named[message.id] = block
+
+
+def _markable(blocks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The last of ``blocks`` a breakpoint may go on (not a thinking block), or ``None``."""
+    block: dict[str, Any]
+    for block in reversed(blocks):
+        kind: object = block.get("type")
+        if kind not in _UNMARKABLE:
+            return block
+    return None
+
+
+def _place_breakpoints(
+    body: dict[str, Any],
+    opts: ProviderOptions,
+    turns: list[_Turn],
+    named: dict[str, dict[str, Any]],
+) -> None:
+    """Put the request's cache breakpoints in ``body`` (see :func:`encode_request`): at most
+    four, each on a block the encoder made itself (never on one shared with the inputs)."""
+    if opts.cache_key is not None:
+        raise ConfigError(
+            "Anthropic has no cache_key (OpenAI's prompt_cache_key): leave it unset "
+            "(refusing it beats dropping it)"
+        )
+    if opts.cache_retention == "24h":
+        raise ConfigError(
+            "Anthropic keeps a cached prefix an hour at most: cache_retention='24h' cannot be "
+            "honoured (leave it unset, or 'in_memory')"
+        )
+    if opts.cache == "off":
+        return
+    marks: list[dict[str, Any]] = []
+    by_hand = opts.cache_breakpoints
+    if by_hand:
+        tools, system = CACHE_TOOLS in by_hand, CACHE_SYSTEM in by_hand
+        marks.extend(named[name] for name in by_hand if name in named)
+    else:
+        tools = system = True
+        for back in (2, 4):  # the history up to the last turn; the previous request's mark
+            if len(turns) >= back:
+                block = _markable(turns[-back].results + turns[-back].others)
+                if block is not None:
+                    marks.append(block)
+    if tools and body.get("tools"):
+        marks.append(body["tools"][-1])
+    text = body.get("system")
+    if system and text:
+        block = {"type": "text", "text": text}
+        body["system"] = [block]
+        marks.append(block)
+    for block in marks:
+        block["cache_control"] = {"type": "ephemeral"}
 
 
 def thinking_budget(max_tokens: int, effort: ReasoningEffort) -> int:

@@ -28,6 +28,9 @@ What the request body does with each part of the data model:
   force a tool call, so ``tool_choice`` may only be ``"auto"`` (or unset) or ``"none"``, which
   leaves the tools out of the request; nor can it keep a reply to one call, so
   ``parallel_tool_calls=False`` with tools is refused (``True`` is what it does anyway).
+  Ollama keeps the last prompt's cache by itself: ``cache="auto"`` is what it does and sends
+  nothing; ``cache="off"``, ``cache_breakpoints``, ``cache_key`` and ``cache_retention`` are
+  refused (it has no field for any of them; its ``keep_alive`` goes through ``extra``).
 - ``extra`` is merged last; an ``options`` object in it is merged into the encoder's own
   ``options``, so ``{"options": {"num_ctx": 8192}}`` keeps ``num_predict``. It may not set a
   key the encoder wrote from an option, at the top level or in ``options``.
@@ -51,7 +54,7 @@ from ..messages import (
     Usage,
     new_id,
 )
-from ._common import Written, split_system
+from ._common import Written, automatic_cache, split_system
 from ._stream import (
     NOTHING,
     CallFragment,
@@ -154,6 +157,7 @@ def encode_request(
         written.put("think", opts.think, "think")
     if opts.schema is not None:
         written.put("format", opts.schema, "schema")
+    automatic_cache(opts, written)  # it keeps the last prompt's cache itself: nothing to say
     sampling: dict[str, Any] = {}
     inner = Written("Ollama", sampling)  # what ``extra``'s own ``options`` may not set
     for name, key in _SAMPLING:

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal, NoReturn, TypeAlias
 
 from .._json import dumps, loads, loads_object_unchecked, scan_string, string_token
+from ..accounting import Cost
 from ..errors import ConfigError, ProtocolError, ProviderError, ValidationError
 from ..messages import (
     FinishReason,
@@ -32,7 +33,7 @@ from ..messages import (
     Usage,
 )
 from ..sse import SSEEvent
-from ._common import Written, data_url, label, split_system
+from ._common import Written, automatic_cache, data_url, label, split_system
 from ._stream import (
     NOTHING,
     CallFragment,
@@ -147,7 +148,11 @@ def encode_request(
       Qwen3; ``parallel_tool_calls`` when the request has tools (OpenAI refuses it without);
       ``tool_choice`` as ``"auto"``/``"none"``/``"required"`` or, for a tool name, the
       function-choice object (sent as given, also when there are no tools: the server
-      judges); ``schema`` as a ``json_schema`` ``response_format`` named ``"output"``.
+      judges); ``schema`` as a ``json_schema`` ``response_format`` named ``"output"``;
+      ``cache_key`` as ``prompt_cache_key`` and ``cache_retention`` as
+      ``prompt_cache_retention``. ``cache="auto"`` sends nothing (OpenAI caches a long
+      prompt's prefix by itself); ``cache="off"`` and breakpoints by hand
+      (``cache_breakpoints``) raise ``ConfigError``: the format has no way to say either.
     * ``options.extra`` is merged last. It may not set a key this function owns
       (:data:`RESERVED_KEYS`) nor one it wrote from an option (``max_tokens`` also reserves the
       other name of the token cap).
@@ -261,6 +266,7 @@ def _encode_options(
             {"type": "json_schema", "json_schema": {"name": "output", "schema": options.schema}},
             "schema",
         )
+    automatic_cache(options, written, key="prompt_cache_key", retention="prompt_cache_retention")
     for key, value in options.extra.items():
         written.refuse(key, RESERVED_KEYS)
         body[key] = value
@@ -321,7 +327,13 @@ def _usage(record: Mapping[str, Any]) -> Usage | None:
     spent = usage.get("completion_tokens_details")
     reasoning = spent.get("reasoning_tokens") if isinstance(spent, dict) else None
     return Usage.sanitize(
-        prompt=prompt, completion=completion, total=total, cached=cached, reasoning=reasoning
+        prompt=prompt,
+        completion=completion,
+        total=total,
+        cached=cached,
+        reasoning=reasoning,
+        # OpenRouter reports what the call cost, in USD (its credits): kept as reported.
+        cost=Cost.reported(usage.get("cost")),
     )
 
 
@@ -487,7 +499,10 @@ class OpenAIChatReader:
       :class:`~protocols.messages.Usage`, sanitised (one without any count is no report: usage
       stays unknown, ``None``, as when a server never sends usage);
       ``prompt_tokens_details.cached_tokens`` is the cached part and
-      ``completion_tokens_details.reasoning_tokens`` the reasoning part.
+      ``completion_tokens_details.reasoning_tokens`` the reasoning part; a ``usage.cost``
+      (OpenRouter's, in USD) is the usage's ``reported``
+      :class:`~protocols.accounting.Cost` (a cost that is not a finite number >= 0 is no
+      report).
     * Only the choice with index 0 is read. Unknown fields, ``null`` fields, missing or empty
       ``choices`` are fine; a record that contributes nothing gives an empty increment.
     * The record's top-level ``model`` and ``id`` (every chunk repeats them) are reported as

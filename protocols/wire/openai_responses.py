@@ -39,7 +39,7 @@ from ..messages import (
     Usage,
 )
 from ..sse import SSEEvent
-from ._common import Written, classify_status, data_url, label, split_system
+from ._common import Written, automatic_cache, classify_status, data_url, label, split_system
 from ._stream import (
     NOTHING,
     CallFragment,
@@ -145,7 +145,10 @@ def encode_request(
       and ``think=True`` without one the same at ``"medium"``; ``think=False`` sends nothing;
       ``parallel_tool_calls`` when the request has tools; ``tool_choice`` as
       ``"auto"``/``"none"``/``"required"`` or ``{"type": "function", "name": ...}``;
-      ``schema`` as ``text.format`` of type ``json_schema`` named ``"output"``.
+      ``schema`` as ``text.format`` of type ``json_schema`` named ``"output"``; ``cache_key``
+      as ``prompt_cache_key`` and ``cache_retention`` as ``prompt_cache_retention``.
+      ``cache="auto"`` sends nothing (OpenAI caches a long prompt's prefix by itself);
+      ``cache="off"`` and breakpoints by hand raise ``ConfigError``: no way to say either.
       ``options.extra`` is merged last; it may not set a key this function owns
       (:data:`RESERVED_KEYS`) nor one it wrote from an option.
 
@@ -273,6 +276,7 @@ def _encode_options(body: dict[str, Any], options: ProviderOptions) -> None:
             {"format": {"type": "json_schema", "name": "output", "schema": options.schema}},
             "schema",
         )
+    automatic_cache(options, written, key="prompt_cache_key", retention="prompt_cache_retention")
     for key, value in options.extra.items():
         written.refuse(key, RESERVED_KEYS)
         body[key] = value

@@ -50,14 +50,19 @@ Adaptations, each recorded in ``changes``:
   the model, never what its arguments are checked against; it accepts everything the original
   does when the members describe each field alike or are closed (MCP servers' unions are), and
   a field one member describes and an open one leaves out keeps the description it was given;
-- ``openai`` and ``ollama``: a root ``not``, ``enum`` or ``const`` is dropped as well (OpenAI
-  refuses those at the top level too; they only narrow what the original accepts);
+- ``openai``, ``ollama`` and ``gemini``: a root ``not``, ``enum`` or ``const`` is dropped as
+  well (OpenAI refuses those at the top level too; they only narrow what the original
+  accepts);
 - every vendor: a ``$schema`` keyword at the root is dropped (vendors do not need the dialect
   URI and some refuse it); nested ``$schema`` keywords are left alone;
 - ``openai`` and ``ollama``: an object schema (``"type"`` is ``"object"`` or a list holding it)
   without ``properties`` gets ``"properties": {}``, and an array schema without ``items`` gets
   ``"items": {}``, wherever a subschema occurs (their validators and grammar builders need both);
 - ``anthropic``: nothing else; below the root it takes JSON Schema as it is.
+- ``gemini``: nothing else (its ``parametersJsonSchema`` must describe an object of the
+  arguments, which the rules above ensure); below the root it takes JSON Schema as it is (the
+  adapter sends ``parametersJsonSchema``, JSON Schema itself, rather than ``parameters``, an
+  OpenAPI subset that would need a lossy translation).
 
 The adaptations other than dropping ``$schema`` and flattening the root do not change which
 arguments are valid (a missing ``properties`` or ``items`` means the same as an empty one).
@@ -86,9 +91,9 @@ __all__ = ["Outcome", "Projection", "Vendor", "project"]
 #: How a projection turned out.
 Outcome: TypeAlias = Literal["adopted", "adapted", "rejected"]
 #: The vendors a schema can be projected for.
-Vendor: TypeAlias = Literal["openai", "anthropic", "ollama"]
+Vendor: TypeAlias = Literal["openai", "anthropic", "ollama", "gemini"]
 
-_VENDORS: Final = frozenset({"openai", "anthropic", "ollama"})
+_VENDORS: Final = frozenset({"openai", "anthropic", "ollama", "gemini"})
 _RESERVED: Final = frozenset({"__proto__", "constructor", "prototype"})
 
 #: Keywords whose value maps names to subschemas (``dependencies`` values may be name arrays).
@@ -194,7 +199,7 @@ class _Flatten:
 
     def __init__(self, schema: dict[str, Any], vendor: str, *, max_nodes: int) -> None:
         self.schema = schema
-        self.narrowing = _NARROWING if vendor in ("openai", "ollama") else ()
+        self.narrowing = _NARROWING if vendor in ("openai", "ollama", "gemini") else ()
         self.budget = max_nodes
         self.active: set[int] = set()
 

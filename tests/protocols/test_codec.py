@@ -11,12 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from protocols.accounting import Cost
 from protocols.codec import decode, dumps, encode, from_json, loads, to_json
 from protocols.errors import Category, ProtocolError
 from protocols.messages import (
     AgentResult,
     Delta,
     FinishReason,
+    GuardrailTrip,
     Message,
     ProviderOptions,
     ProviderResult,
@@ -204,6 +206,16 @@ def usages(draw: st.DrawFn) -> Usage:
     if draw(st.booleans()):
         kwargs["total"] = prompt + completion + draw(st.integers(0, 1000))
     kwargs["cached"] = draw(st.none() | st.integers(0, prompt))
+    kwargs["cost"] = draw(
+        st.none()
+        | st.builds(Cost.unavailable, st.none() | st.just("USD"))
+        | st.builds(
+            Cost,
+            st.decimals(min_value=0, max_value=1000, places=12, allow_nan=False),
+            st.sampled_from(["USD", "EUR"]),
+            st.sampled_from(["computed", "reported"]),
+        )
+    )
     return Usage(**kwargs)
 
 
@@ -279,11 +291,21 @@ def agent_results(draw: st.DrawFn) -> AgentResult:
         kwargs["stop"] = stop
         if draw(st.booleans()):
             kwargs["partial"] = stop is not StopReason.COMPLETE
+        if stop is StopReason.GUARDRAIL and draw(st.booleans()):
+            kwargs["guardrail"] = draw(GUARDRAIL_TRIPS)
     finish = draw(optional(st.sampled_from(FinishReason)))
     if finish is not None:  # the last provider call's (None: the run made none)
         kwargs["finish"] = draw(st.sampled_from([finish, finish.value]))
     return AgentResult(**kwargs)
 
+
+GUARDRAIL_TRIPS = st.builds(
+    GuardrailTrip,
+    TEXT,
+    st.sampled_from(["input", "output", "tool"]),
+    TEXT,
+    optional(TEXT),
+)
 
 MODEL_CASES: list[tuple[Any, st.SearchStrategy[Any]]] = [
     (Message, messages()),
@@ -296,6 +318,7 @@ MODEL_CASES: list[tuple[Any, st.SearchStrategy[Any]]] = [
     (Delta, DELTAS),
     (ProviderResult, provider_results()),
     (AgentResult, agent_results()),
+    (GuardrailTrip, GUARDRAIL_TRIPS),
 ]
 MODEL_IDS = [cls.__name__ for cls, _ in MODEL_CASES]
 

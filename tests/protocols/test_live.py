@@ -122,7 +122,18 @@ DATA: dict[str, st.SearchStrategy[dict[str, Any]]] = {
             "reason": TEXT,
         }
     ),
+    "fallback": st.fixed_dictionaries(
+        {"provider": IDS, "next": IDS, "reason": TEXT, "rewind": st.booleans()}
+    ),
     "guard": st.fixed_dictionaries({"reason": TEXT}),
+    "guardrail": st.fixed_dictionaries(
+        {
+            "name": IDS,
+            "kind": st.sampled_from(["input", "output", "tool"]),
+            "reason": TEXT,
+            "call_id": MAYBE_IDS,
+        }
+    ),
     "fault": st.fixed_dictionaries({"reason": TEXT}),
     "message": st.fixed_dictionaries({"message": MESSAGES}),
     "approval_requested": st.fixed_dictionaries(

@@ -59,6 +59,10 @@ def test_nothing_is_set_by_default() -> None:
         "reasoning_effort",
         "parallel_tool_calls",
         "extra",
+        "cache",
+        "cache_breakpoints",
+        "cache_key",
+        "cache_retention",
     ]
 
 

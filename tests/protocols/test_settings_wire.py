@@ -18,7 +18,7 @@ from protocols.errors import ConfigError
 from protocols.messages import Message, ProviderOptions, ToolDefinition
 from protocols.settings import ModelSettings
 from protocols.simulator import parse_request
-from protocols.wire import anthropic, ollama, openai_chat, openai_responses
+from protocols.wire import anthropic, gemini, ollama, openai_chat, openai_responses
 
 USER = [Message.user("hi")]
 TOOLS = [ToolDefinition("add", parameters={"type": "object", "properties": {}})]
@@ -41,6 +41,7 @@ ENCODERS: dict[str, Encoder] = {
     "openai-responses": openai_responses.encode_request,
     "anthropic": anthropic.encode_request,
     "ollama": ollama.encode_request,
+    "gemini": gemini.encode_request,
 }
 #: The fields each vendor has no place for: refused, never dropped.
 UNSUPPORTED: dict[str, frozenset[str]] = {
@@ -48,6 +49,7 @@ UNSUPPORTED: dict[str, frozenset[str]] = {
     "openai-responses": frozenset({"stop", "seed", "presence_penalty", "frequency_penalty"}),
     "anthropic": frozenset({"seed", "presence_penalty", "frequency_penalty"}),
     "ollama": frozenset(),
+    "gemini": frozenset(),
 }
 
 
@@ -244,6 +246,46 @@ def test_extra_may_not_set_a_key_a_setting_wrote(vendor: str, field: str) -> Non
         encode(vendor, settings)
 
 
+def test_gemini_sends_every_field_in_generation_config() -> None:
+    body = encode("gemini", without(FULL, "parallel_tool_calls"))
+    assert body["generationConfig"] == {
+        "maxOutputTokens": 2000,
+        "temperature": 0.5,
+        "topP": 0.9,
+        "stopSequences": ["END"],
+        "seed": 7,
+        "presencePenalty": 0.25,
+        "frequencyPenalty": -0.5,
+        "thinkingConfig": {"thinkingBudget": 24576, "includeThoughts": True},
+    }
+    assert body["vendor_option"] == 1
+    with pytest.raises(ConfigError, match="Gemini cannot honour parallel_tool_calls=False"):
+        encode("gemini", ModelSettings(parallel_tool_calls=False))
+    with pytest.raises(ConfigError, match="at most 5 stop sequences"):
+        encode("gemini", ModelSettings(stop=[str(n) for n in range(6)]))
+    with pytest.raises(ConfigError, match="32-bit"):
+        encode("gemini", ModelSettings(seed=-(2**31) - 1))
+
+
+@pytest.mark.parametrize(
+    ("name", "field"),
+    [
+        ("maxOutputTokens", "max_tokens"),
+        ("temperature", "temperature"),
+        ("stopSequences", "stop"),
+        ("seed", "seed"),
+        ("topP", "top_p"),
+        ("thinkingConfig", "reasoning_effort"),
+    ],
+)
+def test_gemini_extra_generation_config_may_not_set_what_a_setting_wrote(
+    name: str, field: str
+) -> None:
+    settings = ModelSettings(**{field: SAMPLE[field], "extra": {"generationConfig": {name: 1}}})
+    with pytest.raises(ConfigError, match=rf"extra may not set {name!r}: .* from {field}"):
+        encode("gemini", settings)
+
+
 @pytest.mark.parametrize("name", ["num_predict", "temperature", "stop", "seed", "top_p"])
 def test_ollama_extra_options_may_not_set_what_a_setting_wrote(name: str) -> None:
     field = {"num_predict": "max_tokens"}.get(name, name)
@@ -262,8 +304,13 @@ def test_the_token_cap_has_two_names_on_openai_chat_and_both_are_the_encoders() 
 def unsupported(vendor: str, settings: ModelSettings, tools: bool) -> set[str]:
     fields = settings.fields()
     out = {name for name in UNSUPPORTED[vendor] if name in fields}
-    if vendor == "ollama" and settings.parallel_tool_calls is False and tools:
+    if vendor in ("ollama", "gemini") and settings.parallel_tool_calls is False and tools:
         out.add("parallel_tool_calls")
+    if vendor == "gemini":
+        if len(settings.stop or ()) > gemini.MAX_STOP:
+            out.add("stop")
+        if settings.seed is not None and not -(2**31) <= settings.seed < 2**31:
+            out.add("seed")
     if vendor == "anthropic":
         if (settings.temperature or 0) > 1:
             out.add("temperature")
@@ -280,7 +327,7 @@ def expected_back(vendor: str, settings: ModelSettings, tools: bool) -> ModelSet
         del fields["stop"]  # no stop sequences: nothing to send
     if not tools:
         fields.pop("parallel_tool_calls", None)  # no tools: nothing to parallelise
-    if vendor in ("anthropic", "ollama") and settings.parallel_tool_calls is True:
+    if vendor in ("anthropic", "ollama", "gemini") and settings.parallel_tool_calls is True:
         fields.pop("parallel_tool_calls", None)  # what they do anyway
     if vendor == "anthropic":
         fields.pop("reasoning_effort", None)  # a thinking budget: checked apart

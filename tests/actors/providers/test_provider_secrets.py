@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from actors.providers import (
     AnthropicMessages,
+    GeminiChat,
     HTTPProvider,
     OllamaChat,
     OpenAIChat,
@@ -126,11 +127,13 @@ def sse(*records: tuple[str | None, Any]) -> bytes:
 def fixture_records(vendor: Vendor, shown: bool) -> bytes:
     """The recorded transcript of a stream that failed, up to (without) its error record; with
     ``shown`` false, only what precedes the first text."""
-    name = {"openai": "openai_chat/error.sse", "anthropic": "anthropic/error.sse"}.get(
-        vendor, "ollama/error.ndjson"
-    )
+    name = {
+        "openai": "openai_chat/error.sse",
+        "anthropic": "anthropic/error.sse",
+        "gemini": "gemini/error.sse",
+    }.get(vendor, "ollama/error.ndjson")
     raw = (FIXTURES / name).read_bytes()
-    separator = b"\n" if vendor == "ollama" else b"\n\n"
+    separator = {"ollama": b"\n", "gemini": b"\r\n\r\n"}.get(vendor, b"\n\n")
     records = [record for record in raw.split(separator) if record.strip()][:-1]
     if not shown:
         records = records[:1] if vendor == "anthropic" else []
@@ -138,6 +141,8 @@ def fixture_records(vendor: Vendor, shown: bool) -> bytes:
 
 
 def status_body(vendor: Vendor, message: str, label: str) -> bytes:
+    if vendor == "gemini":
+        return json.dumps({"error": {"code": 400, "message": message, "status": label}}).encode()
     if vendor == "openai":
         return json.dumps({"error": {"message": message, "type": label, "code": label}}).encode()
     if vendor == "anthropic":
@@ -146,6 +151,9 @@ def status_body(vendor: Vendor, message: str, label: str) -> bytes:
 
 
 def stream_error(vendor: Vendor, message: str, label: str) -> bytes:
+    if vendor == "gemini":
+        record = {"error": {"code": 500, "message": message, "status": label}}
+        return b"data: " + json.dumps(record).encode() + b"\r\n\r\n"
     if vendor == "openai":
         return sse((None, {"error": {"message": message, "type": label, "code": label}}))
     if vendor == "anthropic":
@@ -154,6 +162,8 @@ def stream_error(vendor: Vendor, message: str, label: str) -> bytes:
 
 
 def undecodable(vendor: Vendor, message: str) -> bytes:
+    if vendor == "gemini":
+        return b'data: {"candidates": [' + message.encode() + b"\r\n\r\n"
     if vendor == "openai":
         return sse((None, '{"choices": [' + message))
     if vendor == "anthropic":
@@ -180,7 +190,7 @@ keys = st.one_of(
 
 @st.composite
 def cases(draw: st.DrawFn) -> Case:
-    vendor = draw(st.sampled_from(["openai", "anthropic", "ollama"]))
+    vendor = draw(st.sampled_from(["openai", "anthropic", "ollama", "gemini"]))
     paths = ["status", "stream", "stream-shown", "decode"]
     if vendor == "openai":
         paths += ["fault-status", "fault-stream", "fault-stream-shown", "fault-decode"]
@@ -200,6 +210,8 @@ def provider_for(case: Case, origin: str) -> HTTPProvider:
         return OpenAIChat(base_url=origin + "/v1", **common)
     if case.vendor == "anthropic":
         return AnthropicMessages(base_url=origin, **common)
+    if case.vendor == "gemini":
+        return GeminiChat(base_url=origin, **common)
     return OllamaChat(base_url=origin, **common)
 
 

@@ -183,10 +183,16 @@ async def test_a_newer_client_speaks_version_1_to_an_older_relay() -> None:
             assert provider.ready.version == 1
             # one the old relay would refuse (closing the connection) is refused here, named
             for field in SETTINGS_FIELDS:
-                value = {"reasoning_effort": "low", "parallel_tool_calls": True, "seed": 1}.get(
-                    field, 0.5
-                )
-                options = ProviderOptions(**{field: value})
+                samples: dict[str, Any] = {
+                    "reasoning_effort": "low",
+                    "parallel_tool_calls": True,
+                    "seed": 1,
+                    "cache": "off",
+                    "cache_breakpoints": ["system"],
+                    "cache_key": "tenant-7",
+                    "cache_retention": "24h",
+                }
+                options = ProviderOptions(**{field: samples.get(field, 0.5)})
                 with pytest.raises(ConfigError, match=rf"version 1.*cannot take {field}"):
                     await drain(provider, "hi", options=options)
             # nothing of those was sent, and the connection is still the first one

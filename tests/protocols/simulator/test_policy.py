@@ -79,6 +79,7 @@ def test_media_types_match_the_framing() -> None:
         "anthropic": "text/event-stream",
         "ollama": "application/x-ndjson",
         "openai-responses": "text/event-stream",
+        "gemini": "text/event-stream",
     }
 
 

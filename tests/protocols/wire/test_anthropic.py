@@ -9,6 +9,7 @@ import pathlib
 import random
 from typing import Any
 
+import attrs
 import pytest
 
 from protocols.codec import from_json, to_json
@@ -47,7 +48,12 @@ REDACTED = {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix"}
 
 
 def body(messages: list[Message], **kwargs: Any) -> dict[str, Any]:
-    return encode_request(messages, model=MODEL, **kwargs)
+    """The request body, without the prompt-cache marks Anthropic's default adds (unless the
+    options say otherwise): they are tested in test_prompt_cache.py."""
+    options = kwargs.pop("options", None) or ProviderOptions()
+    if options.cache is None:
+        options = attrs.evolve(options, cache="off")
+    return encode_request(messages, model=MODEL, options=options, **kwargs)
 
 
 def user_turn(*blocks: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocols.messages import Message, ToolCall
+from protocols.messages import Message, ProviderOptions, ToolCall
 from protocols.wire import anthropic, ollama, openai_chat
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 16).decode()
@@ -20,7 +20,10 @@ CALL = ToolCall("call_1", "add", {"a": 19, "b": 23})
 
 def messages_of(vendor: str, history: list[Message]) -> Any:
     module = {"openai": openai_chat, "anthropic": anthropic, "ollama": ollama}[vendor]
-    body = module.encode_request(history, model="m", stream=False)
+    # (Anthropic's prompt-cache marks, which its default adds, are shown in
+    # test_prompt_cache.py: here they are left out, as cache="off" does.)
+    options = ProviderOptions(cache="off") if vendor == "anthropic" else None
+    body = module.encode_request(history, model="m", stream=False, options=options)
     return body["messages"]
 
 

@@ -289,7 +289,7 @@ def test_root_must_be_a_json_object(schema: Any) -> None:
 
 
 def test_unknown_vendor() -> None:
-    assert rejected({"type": "object"}, "gemini").startswith("unknown vendor 'gemini'")
+    assert rejected({"type": "object"}, "mistral").startswith("unknown vendor 'mistral'")
 
 
 def test_a_cycle_through_properties() -> None:
