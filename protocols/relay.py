@@ -44,9 +44,9 @@ Server to client:
 * ``delta`` -- ``id``, ``channel`` (``content`` or ``thinking``), ``text``.
 * ``result`` -- ``id``, ``result`` (the provider result; its ``denied`` maps the tool calls
   the server's policy refused to the text the model must be answered with). A server never sends
-  the result's ``model`` and ``response_id``, nor its usage's ``reasoning`` or ``cost`` (clients
-  from before those fields refuse them), nor in an ``abort``'s ``partial``; a client accepts
-  them.
+  the result's ``model`` and ``response_id``, nor its usage's ``reasoning``, ``cost`` or
+  ``cache_write`` (clients from before those fields refuse them), nor in an ``abort``'s
+  ``partial``; a client accepts them.
 * ``abort`` -- ``id``, ``partial``: the request was cancelled (by the client, or by the
   server's shutdown); what had streamed so far.
 * ``error`` -- ``id`` (absent for the connection), ``code`` (one of :data:`ERROR_MESSAGES`),
@@ -824,10 +824,10 @@ def _without_tool_images(message: dict[str, Any]) -> None:
 def encode_frame(frame: ClientFrame | ServerFrame) -> str:
     """The frame as compact JSON text with its ``type`` first (what the other side decodes).
 
-    A result's ``model`` and ``response_id``, and its usage's ``reasoning`` and ``cost``, are
-    left out (see :data:`_UNSENT`); so are a ``stream`` frame's tool messages' images, which
-    servers from before them refuse -- each such message's text ends with a note of how many
-    were left out instead."""
+    A result's ``model`` and ``response_id``, and its usage's ``reasoning``, ``cost`` and
+    ``cache_write``, are left out (see :data:`_UNSENT`); so are a ``stream`` frame's tool
+    messages' images, which servers from before them refuse -- each such message's text ends
+    with a note of how many were left out instead."""
     if type(frame) is DeltaFrame:
         request, piece = frame.id, frame.text
         if not (_may_hold_surrogates(request) or _may_hold_surrogates(piece)):
@@ -850,6 +850,7 @@ def encode_frame(frame: ClientFrame | ServerFrame) -> str:
         if isinstance(usage, dict):
             usage.pop("reasoning", None)
             usage.pop("cost", None)  # (likewise: clients from before cost refuse it)
+            usage.pop("cache_write", None)  # (and those from before cache writes were counted)
     elif type(frame) is StreamFrame:
         for message in body["messages"]:
             _without_tool_images(message)

@@ -390,6 +390,15 @@ def test_a_usages_reasoning_is_never_sent_but_is_accepted(cls: type, field: str)
     assert decode_server_frame(json.dumps(sent)) == cls("r1", thought)
 
 
+@pytest.mark.parametrize(("cls", "field"), [(ResultFrame, "result"), (AbortFrame, "partial")])
+def test_a_usages_cache_write_is_never_sent_but_is_accepted(cls: type, field: str) -> None:
+    written = ProviderResult(content="hi", usage=Usage(30, 5, cached=10, cache_write=20))
+    sent = json.loads(encode_frame(cls("r1", written)))
+    assert sent[field]["usage"] == {"prompt": 30, "completion": 5, "cached": 10}
+    sent[field]["usage"]["cache_write"] = 20
+    assert decode_server_frame(json.dumps(sent)) == cls("r1", written)
+
+
 @settings(max_examples=100)
 @given(
     usage=st.none()
