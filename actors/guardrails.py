@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from ._run_loop import _Run
 
 __all__ = [
+    "MAX_AGENT_REASON",
+    "VERDICT_SCHEMA",
     "GuardCheck",
     "Guardrail",
     "input_guardrail",
@@ -71,6 +73,9 @@ VERDICT_SCHEMA: dict[str, Any] = {
     "required": ["tripped", "reason"],
     "additionalProperties": False,
 }
+
+#: The longest reason of an agent's verdict kept (in code points; a longer one is cut).
+MAX_AGENT_REASON = 2_000
 
 #: How the thing checked is put to an agent used as a guard, by kind.
 _ASKED = {
@@ -203,7 +208,13 @@ async def _ask_agent(guard: Guardrail, agent: Agent, run: _Run, subject: Any) ->
         return f"the guard agent {agent.name!r} gave no verdict (it stopped: {result.stop.value})"
     if verdict.get("tripped") is True:
         reason = verdict.get("reason")
-        return reason.strip() if isinstance(reason, str) and reason.strip() else "tripped"
+        if not isinstance(reason, str) or not reason.strip():
+            return "tripped"
+        reason = reason.strip()
+        # A model's words: kept to a bounded size wherever the trip goes (results, logs, jobs).
+        if len(reason) > MAX_AGENT_REASON:
+            reason = reason[: MAX_AGENT_REASON - 1] + "…"
+        return reason
     return None
 
 

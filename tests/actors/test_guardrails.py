@@ -29,6 +29,7 @@ from actors import (
     tool_guardrail,
 )
 from actors.agent import RunOptions
+from actors.guardrails import MAX_AGENT_REASON
 from actors.testing import Hang, Reply, ScriptedProvider
 from protocols.errors import ValidationError
 from protocols.history import check_history
@@ -419,3 +420,17 @@ async def test_runtime_agent_takes_guardrails_as_agent_start_does() -> None:
         result = await agent.generate("hi")
     assert agent.defaults.guardrails == (no_shouting,)
     assert result.guardrail == GuardrailTrip("no_shouting", "output", "shouts")
+
+
+async def test_an_agent_guards_reason_is_kept_to_a_bounded_size() -> None:
+    long_reason = "x" * 50_000
+    judge_model = ScriptedProvider(Reply('{"tripped": true, "reason": "' + long_reason + '"}'))
+    async with open_runtime() as runtime:
+        judge = await Agent.start(runtime, judge_model, name="judge")
+        agent = await Agent.start(
+            runtime, ScriptedProvider(), guardrails=[input_guardrail(judge, when="before")]
+        )
+        result = await agent.generate("anything")
+    assert result.guardrail is not None
+    assert len(result.guardrail.reason) == MAX_AGENT_REASON
+    assert result.guardrail.reason.endswith("…")
