@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from partial_kit import consistent, same
 
 from protocols import MAX_DEPTH, PartialJSON, ProtocolError, SizeLimitError, ValidationError, loads
 from protocols.partial_json import NOTHING, JSONPrefix
@@ -24,40 +25,6 @@ def prefixes(text: str, *, strings: bool = False, size: int = 1) -> list[JSONPre
         if reader.feed(text[start : start + size]):
             seen.append(reader.prefix())
     return seen
-
-
-def same(a: Any, b: Any) -> bool:
-    """Equal, and of the same JSON types all the way down (``1`` is not ``1.0`` nor ``True``)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
-    return bool(a == b)
-
-
-def consistent(shown: Any, final: Any, *, strings: bool) -> bool:
-    """``shown`` is a partial of ``final``: each member or item it shows is the final one's, in
-    the final's order; an open container a partial of the final one; with ``strings``, a string
-    may be a prefix of the final string."""
-    if shown is NOTHING:
-        return True
-    if isinstance(shown, dict):
-        return (
-            isinstance(final, dict)
-            and list(shown) == [key for key in final if key in shown]
-            and all(consistent(v, final[k], strings=strings) for k, v in shown.items())
-        )
-    if isinstance(shown, list):
-        return (
-            isinstance(final, list)
-            and len(shown) <= len(final)
-            and all(consistent(a, b, strings=strings) for a, b in zip(shown, final, strict=False))
-        )
-    if strings and isinstance(shown, str):
-        return isinstance(final, str) and final.startswith(shown)
-    return same(shown, final)
 
 
 # -- what a prefix shows ----------------------------------------------------------------------

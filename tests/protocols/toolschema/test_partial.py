@@ -15,6 +15,7 @@ import pydantic
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from partial_kit import consistent, same
 
 from protocols import PartialJSON, ProtocolError, ValidationError, loads
 from protocols.partial_json import NOTHING, JSONPrefix
@@ -25,39 +26,6 @@ from protocols.toolschema import (
     structure_value,
     validate_arguments,
 )
-
-
-def same(a: Any, b: Any) -> bool:
-    """Equal, and of the same JSON types all the way down."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
-    return bool(a == b)
-
-
-def consistent(shown: Any, final: Any, *, strings: bool) -> bool:
-    """Each member or item ``shown`` shows is ``final``'s (in its order), an open container a
-    partial of the final one; with ``strings``, a string may be a prefix of the final one."""
-    if shown is NOTHING:
-        return True
-    if isinstance(shown, dict):
-        return (
-            isinstance(final, dict)
-            and list(shown) == [key for key in final if key in shown]
-            and all(consistent(v, final[k], strings=strings) for k, v in shown.items())
-        )
-    if isinstance(shown, list):
-        return (
-            isinstance(final, list)
-            and len(shown) <= len(final)
-            and all(consistent(a, b, strings=strings) for a, b in zip(shown, final, strict=False))
-        )
-    if strings and isinstance(shown, str):
-        return isinstance(final, str) and final.startswith(shown)
-    return same(shown, final)
 
 
 def stream(schema: Any, text: str, *, strings: bool = False, size: int = 1) -> list[Any]:
