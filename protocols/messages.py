@@ -4,26 +4,54 @@ streamed deltas, and the results of a provider call and of an agent run.
 Every class is a frozen, slotted attrs class validated at construction: a value that breaks an
 invariant raises :class:`~protocols.errors.ValidationError` (a ``ValueError``) naming the class,
 the field and the rule. Collections are stored as tuples; JSON-valued fields (tool arguments,
-schemas, ``extra``) must be strict JSON objects and should be treated as read-only.
+schemas, ``extra``) must be strict JSON objects and should be treated as read-only. The fields'
+checks and converters are in :mod:`protocols._message_checks`.
 """
 
 from __future__ import annotations
 
 import enum
-import math
 import os
-import re
 import time
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, ClassVar, Literal, TypeAlias, TypeVar
+from typing import Any, ClassVar, Literal, TypeAlias
 
 import attrs
-from jsonschema import SchemaError
-from jsonschema.validators import validator_for
 
-from ._json import JSON, check_json, dumps
-from ._schema_root import object_root
+from ._json import JSON, dumps
+from ._message_checks import (
+    _bool,
+    _check_channel,
+    _check_created_at,
+    _check_delta_text,
+    _check_images,
+    _check_output_schema,
+    _check_schema,
+    _check_tool_choice,
+    _check_tool_name,
+    _count,
+    _empty_object_schema,
+    _enum,
+    _nonempty_str,
+    _optional_bool,
+    _optional_nonempty_str,
+    _response_name,
+    _str,
+    _to_arguments,
+    _to_breakpoints,
+    _to_continuation,
+    _to_denied,
+    _to_extra,
+    _to_images,
+    _to_parameters,
+    _to_result_images,
+    _to_schema,
+    _to_stop_sequences,
+    _to_timestamp,
+    _to_value,
+    _tuple,
+)
 from .accounting import Usage
 from .errors import ValidationError
 from .settings import (
@@ -31,7 +59,6 @@ from .settings import (
     CacheRetention,
     ModelSettings,
     ReasoningEffort,
-    cache_breakpoints,
     check_cache,
     check_cache_key,
     check_cache_retention,
@@ -43,7 +70,6 @@ from .settings import (
     check_seed,
     check_temperature,
     check_top_p,
-    stop_sequences,
     to_float,
 )
 
@@ -69,9 +95,6 @@ __all__ = [
 ]
 
 Channel: TypeAlias = Literal["content", "thinking"]
-
-#: Tool names every major vendor accepts: 1-64 of ASCII letters, digits, ``_`` and ``-``.
-_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def new_id() -> str:
@@ -141,87 +164,6 @@ CUT_SHORT: Mapping[FinishReason, str] = MappingProxyType(
 )
 
 
-# ---------------------------------------------------------------------------------------------
-# Validation helpers (each raises ValidationError naming "Class.field").
-
-
-def _fail(owner: str, field: str, rule: str) -> ValidationError:
-    return ValidationError(f"{owner}.{field} {rule}")
-
-
-def _owner(instance: object) -> str:
-    return type(instance).__name__
-
-
-def _str(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, str):
-        raise _fail(_owner(instance), attribute.name, f"must be a str, not {type(value).__name__}")
-
-
-def _nonempty_str(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, str) or not value:
-        raise _fail(_owner(instance), attribute.name, "must be a non-empty str")
-
-
-def _optional_nonempty_str(
-    instance: object, attribute: attrs.Attribute[Any], value: object
-) -> None:
-    if value is not None:
-        _nonempty_str(instance, attribute, value)
-
-
-def _bool(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, bool):
-        raise _fail(_owner(instance), attribute.name, f"must be a bool, not {type(value).__name__}")
-
-
-def _count(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise _fail(_owner(instance), attribute.name, f"must be an int >= 0, not {value!r}")
-
-
-_E = TypeVar("_E", bound=enum.StrEnum)
-_T = TypeVar("_T")
-
-
-def _enum(cls: type[_E], value: object) -> _E:
-    if isinstance(value, cls):
-        return value
-    try:
-        return cls(value)  # type: ignore[arg-type]
-    except ValueError:
-        allowed = ", ".join(repr(member.value) for member in cls)
-        raise ValidationError(
-            f"{value!r} is not a valid {cls.__name__}; expected one of {allowed}"
-        ) from None
-
-
-def _tuple(kind: type[_T], what: str, value: object) -> tuple[_T, ...]:
-    """Any iterable (but not a str/bytes/mapping) of ``kind`` as a tuple."""
-    if type(value) is tuple:  # (the common case, without the abstract classes' checks)
-        items: tuple[Any, ...] = value
-    elif isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
-        raise ValidationError(f"{what} must be a sequence of {kind.__name__}")
-    else:
-        items = tuple(value)
-    for index, item in enumerate(items):
-        if not isinstance(item, kind):
-            raise ValidationError(
-                f"{what}[{index}] must be a {kind.__name__}, not {type(item).__name__}"
-            )
-    return items
-
-
-def _object(what: str, value: object) -> dict[str, Any]:
-    """A strict-JSON object (dict with str keys), repaired of lone surrogates."""
-    if type(value) is dict and not value:
-        return value  # (the common case: an empty object is strict JSON)
-    if not isinstance(value, Mapping):
-        raise ValidationError(f"{what} must be a JSON object, not {type(value).__name__}")
-    checked = check_json(value, what=what)
-    return checked if isinstance(checked, dict) else dict(checked)
-
-
 # Named converters, one per field (attrs' mypy plugin understands only named functions).
 def _to_role(value: Role | str) -> Role:
     return _enum(Role, value)
@@ -239,40 +181,6 @@ def _to_stop_reason(value: StopReason | str) -> StopReason:
     return _enum(StopReason, value)
 
 
-def _to_arguments(value: Mapping[str, Any]) -> dict[str, Any]:
-    return _object("ToolCall.arguments", value)
-
-
-def _to_parameters(value: Mapping[str, Any]) -> dict[str, Any]:
-    schema = _object("ToolDefinition.parameters", value)
-    rooted = object_root(schema)  # a typeless anyOf/oneOf of objects gets its "type": "object"
-    return schema if rooted is None else dict(rooted)
-
-
-def _to_schema(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    return None if value is None else _object("ProviderOptions.schema", value)
-
-
-def _to_extra(value: Mapping[str, Any]) -> dict[str, Any]:
-    return _object("ProviderOptions.extra", value)
-
-
-def _to_continuation(value: Mapping[str, Any]) -> dict[str, Any]:
-    return _object("continuation", value)
-
-
-def _to_denied(value: Mapping[str, str]) -> dict[str, str]:
-    if not isinstance(value, Mapping) or not all(
-        isinstance(key, str) and isinstance(text, str) and text for key, text in value.items()
-    ):
-        raise ValidationError("ProviderResult.denied must map call ids to non-empty strings")
-    return dict(value)
-
-
-def _to_value(value: Any) -> Any:
-    return check_json(value, what="ToolSuccess.value")
-
-
 def _to_message_calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
     return _tuple(ToolCall, "Message.calls", value)
 
@@ -281,60 +189,8 @@ def _to_result_calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
     return _tuple(ToolCall, "ProviderResult.calls", value)
 
 
-def _to_images(value: Iterable[str]) -> tuple[str, ...]:
-    return _tuple(str, "Message.images", value)
-
-
-def _to_result_images(value: Iterable[str]) -> tuple[str, ...]:
-    return _tuple(str, "ToolSuccess.images", value)
-
-
-def _check_images(
-    instance: object, attribute: attrs.Attribute[Any], value: tuple[str, ...]
-) -> None:
-    for index, image in enumerate(value):
-        if not image:
-            raise _fail(
-                _owner(instance),
-                f"{attribute.name}[{index}]",
-                "must be a non-empty base64 string or data: URL",
-            )
-
-
-def _to_stop_sequences(value: Iterable[str]) -> tuple[str, ...]:
-    return stop_sequences("ProviderOptions", value)
-
-
-def _to_breakpoints(value: Iterable[str] | None) -> tuple[str, ...] | None:
-    return None if value is None else cache_breakpoints("ProviderOptions", value)
-
-
 def _to_messages(value: Iterable[Message]) -> tuple[Message, ...]:
     return _tuple(Message, "AgentResult.messages", value)
-
-
-#: Schemas already found valid, by their exact form (``repr``: a tuple is not a list, key order
-#: kept): checking one against the meta-schema costs about a millisecond, and the same tool
-#: schemas are checked again and again (every agent made a tool, every decoded tool
-#: definition). Bounded; cleared when full.
-_VALID_SCHEMAS: dict[str, None] = {}
-_VALID_SCHEMAS_MAX = 1024
-
-
-def _check_schema(what: str, schema: Mapping[str, Any]) -> None:
-    key = repr(schema)
-    if key in _VALID_SCHEMAS:
-        return
-    try:
-        validator_for(schema).check_schema(dict(schema))
-    except SchemaError as exc:
-        location = "/".join(str(part) for part in exc.path) or "(root)"
-        raise ValidationError(
-            f"{what} is not a valid JSON Schema at {location}: {exc.message}"
-        ) from None
-    if len(_VALID_SCHEMAS) >= _VALID_SCHEMAS_MAX:
-        _VALID_SCHEMAS.clear()
-    _VALID_SCHEMAS[key] = None
 
 
 def _unique_call_ids(owner: str, calls: tuple[ToolCall, ...]) -> None:
@@ -414,17 +270,6 @@ def _check_parameters(
     _check_schema(f"ToolDefinition.parameters for {instance.name!r}", value)
 
 
-def _check_tool_name(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, str) or not _TOOL_NAME.fullmatch(value):
-        raise ValidationError(
-            f"ToolDefinition.name must be 1-64 ASCII letters, digits, '_' or '-', not {value!r}"
-        )
-
-
-def _empty_object_schema() -> dict[str, Any]:
-    return {"type": "object", "properties": {}}
-
-
 @attrs.frozen
 class ToolDefinition:
     """What a model is told about one tool: its name, a description and a JSON Schema for its
@@ -445,17 +290,6 @@ class ToolDefinition:
 
 # ---------------------------------------------------------------------------------------------
 # Messages
-
-
-def _check_created_at(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
-    if not math.isfinite(value) or value < 0:
-        raise ValidationError(f"Message.created_at must be a finite number >= 0, not {value!r}")
-
-
-def _to_timestamp(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValidationError(f"Message.created_at must be a number, not {type(value).__name__}")
-    return float(value)
 
 
 @attrs.frozen
@@ -611,28 +445,6 @@ _ALLOWED_FIELDS: dict[Role, frozenset[str]] = {
 # Provider boundary
 
 
-def _check_tool_choice(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is None or value in ("auto", "none", "required"):
-        return
-    if not isinstance(value, str) or not _TOOL_NAME.fullmatch(value):
-        raise ValidationError(
-            "ProviderOptions.tool_choice must be 'auto', 'none', 'required' or a tool name, "
-            f"not {value!r}"
-        )
-
-
-def _check_output_schema(
-    instance: object, attribute: attrs.Attribute[Any], value: dict[str, Any] | None
-) -> None:
-    if value is not None:
-        _check_schema("ProviderOptions.schema", value)
-
-
-def _optional_bool(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None:
-        _bool(instance, attribute, value)
-
-
 @attrs.frozen
 class ProviderOptions:
     """Per-call options for a provider. ``None`` means "the provider's default".
@@ -737,16 +549,6 @@ class ProviderOptions:
         )
 
 
-def _check_channel(_: object, __: attrs.Attribute[str], value: str) -> None:
-    if value not in ("content", "thinking"):
-        raise ValidationError(f"Delta.channel must be 'content' or 'thinking', not {value!r}")
-
-
-def _check_delta_text(_: object, __: attrs.Attribute[str], value: str) -> None:
-    if not isinstance(value, str) or not value:
-        raise ValidationError("Delta.text must be a non-empty string")
-
-
 @attrs.frozen
 class Delta:
     """One streamed piece of model output on one channel. ``text`` is never empty."""
@@ -769,21 +571,6 @@ def trusted_delta(channel: Channel, text: str) -> Delta:
     _set_attribute(delta, "channel", channel)
     _set_attribute(delta, "text", text)
     return delta
-
-
-#: The longest response model name or response id a :class:`ProviderResult` holds (characters).
-_MAX_RESPONSE_NAME = 256
-
-
-def _response_name(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is None:
-        return
-    if not isinstance(value, str) or not value or len(value) > _MAX_RESPONSE_NAME:
-        raise _fail(
-            _owner(instance),
-            attribute.name,
-            f"must be None or a non-empty str of at most {_MAX_RESPONSE_NAME} characters",
-        )
 
 
 def _default_finish(result: ProviderResult) -> FinishReason:

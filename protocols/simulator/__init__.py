@@ -61,16 +61,16 @@ from ._cache import CachePrefix as CachePrefix
 from ._cache import PromptCache as PromptCache
 from ._gemini import match_route as match_route
 from ._policy import answer as answer
-from ._request import MAX_COUNT_TO as MAX_COUNT_TO
-from ._request import MEDIA_TYPES as MEDIA_TYPES
-from ._request import ROUTES as ROUTES
-from ._request import SimAnswer as SimAnswer
-from ._request import SimCall as SimCall
-from ._request import SimRequest as SimRequest
-from ._request import SimTurn as SimTurn
-from ._request import ThinkStyle as ThinkStyle
-from ._request import Vendor as Vendor
 from ._request import parse_request as parse_request
+from ._types import MAX_COUNT_TO as MAX_COUNT_TO
+from ._types import MEDIA_TYPES as MEDIA_TYPES
+from ._types import ROUTES as ROUTES
+from ._types import SimAnswer as SimAnswer
+from ._types import SimCall as SimCall
+from ._types import SimRequest as SimRequest
+from ._types import SimTurn as SimTurn
+from ._types import ThinkStyle as ThinkStyle
+from ._types import Vendor as Vendor
 
 __all__ = [
     "MAX_COUNT_TO",

@@ -14,7 +14,7 @@ from .._json import dumpb
 from ..accounting import estimate_tokens
 from ..messages import FinishReason, Usage
 from ._gemini import gemini_body, gemini_error, gemini_frames
-from ._request import (
+from ._types import (
     _ARGUMENT_FRAGMENT,
     _CREATED_AT,
     _WORDS,

@@ -21,7 +21,7 @@ from ..accounting import estimate_tokens
 from ..errors import ValidationError
 from ..messages import FinishReason
 from ..settings import ModelSettings
-from ._request import _WORDS, SimAnswer, SimCall, SimRequest, SimTurn, Vendor
+from ._types import _WORDS, SimAnswer, SimCall, SimRequest, SimTurn, Vendor
 
 #: ``/v1beta/models/{model}:streamGenerateContent`` (any API version; ``tunedModels`` too).
 _GEMINI_PATH: Final = re.compile(

@@ -13,7 +13,7 @@ from .._json import dumps, loads
 from ..accounting import estimate_tokens
 from ..errors import ProtocolError
 from ..messages import FinishReason, Usage
-from ._request import (
+from ._types import (
     _CALL,
     _COUNT,
     _SUM,

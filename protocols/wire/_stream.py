@@ -37,9 +37,9 @@ from typing import Any
 import attrs
 
 from .._json import loads
+from .._message_checks import _MAX_RESPONSE_NAME
 from ..errors import ProtocolError, ValidationError
 from ..messages import (
-    _MAX_RESPONSE_NAME,
     CUT_SHORT,
     Delta,
     FinishReason,
