@@ -1,5 +1,5 @@
 """Benchmark: durable jobs on PostgreSQL scaled out to several worker processes, the job queue
-itself against PgQueuer, and how soon an idle worker picks a submitted job up.
+itself against PgQueuer and DBOS's queue, and how soon an idle worker picks a submitted job up.
 
 Usage: ``python benchmarks/scaleout.py [--quick] [--json]``
 
@@ -33,7 +33,8 @@ first attempt, with that answer. Scenarios:
   :data:`DRAIN_POLL` s). The ratio is 4 workers' jobs/s over 1 worker's, each the median of
   :data:`SCALE_ROUNDS` rounds (1 with ``--quick``, else 2; the order of the two reversed every
   round).
-* ``queue_jobs_per_s_vs_pgqueuer`` (target >= 1.0): the queue itself, with no-op jobs (the model
+* ``queue_jobs_per_s_vs_pgqueuer`` (target >= 0.4; PgQueuer does less per job) and
+  ``queue_jobs_per_s_vs_dbos`` (target >= 3): the queue itself, with no-op jobs (the model
   answers at once): N jobs (:data:`QUEUE_JOBS`: 300 with ``--quick``, else 2000) submitted by 8
   tasks, each one job after another, then taken and completed by one worker process, jobs/s
   being N over the time from the first submit until none is left; ours against PgQueuer, on the
@@ -50,9 +51,20 @@ first attempt, with that answer. Scenarios:
   of this project: it runs in subprocesses of the Python named by
   ``TRIO_AGENTS_PGQUEUER_PYTHON`` (by default ``/tmp/pgqvenv/bin/python`` when that exists),
   from a script this benchmark writes. When it cannot run, the reason is printed and the ratio
-  left out. Each side's jobs/s is the median of :data:`QUEUE_ROUNDS` rounds (1 with
-  ``--quick``, else 3), the two sides alternating (the order reversed every round).
-* ``pickup_p99_ms`` (target <= 50): with 4 idle worker processes waiting (concurrency 2, a fresh
+  left out. DBOS likewise (``TRIO_AGENTS_DBOS_PYTHON``, by default ``/tmp/dbosvenv/bin/python``;
+  :mod:`benchmarks._pg_peers`): a consumer process running a DBOS queue of
+  ``worker_concurrency`` :data:`QUEUE_CONCURRENCY` on its PostgreSQL system database (a fresh
+  schema), polled every :data:`~benchmarks._pg_peers.DBOS_POLL` s, whose workflow does nothing,
+  and a producer process whose :data:`SUBMITTERS` threads each ``DBOSClient.enqueue`` one after
+  another; the end is when no workflow is enqueued or pending, and every one must have
+  succeeded. Each side's jobs/s is the median of :data:`QUEUE_ROUNDS` rounds (1 with
+  ``--quick``, else 3), the sides alternating (the order reversed every round). Reported with it
+  for ours: ``statements_per_job`` (target <= 8) and ``round_trips_per_job`` -- every statement
+  the stores' connections ran (``PostgresRunStore.statistics()``, which counts each
+  ``execute`` of its writer and reader connections; its listener's one ``LISTEN`` aside): the
+  submitting store's while admitting, plus the worker's from its start until the jobs were
+  done (asked for with ``SIGUSR1``; its idle looks for work included), over N.
+* ``pickup_p99_ms`` (target <= 25): with 4 idle worker processes waiting (concurrency 2, a fresh
   schema, no other jobs), no-op jobs submitted one at a time (:data:`PICKUPS`: 40 with
   ``--quick``, else 200), each once the one before has completed (its record polled) and a
   random 20-270 ms later (:data:`PICKUP_GAP`: so that the submits fall at random moments of any
@@ -62,11 +74,12 @@ first attempt, with that answer. Scenarios:
   by the provider and carried in the job's answer, so exact: it covers the worker hearing of
   the job (the notification, or its poll), acquiring it, starting its agent, and journaling its
   input and first request before the call. Reported: its p50 and p99 (nearest rank) in ms, and
-  ``pickup_p99_over_target`` (the p99 over 50 ms).
+  ``pickup_p99_over_target`` (the p99 over 25 ms).
 
-Printed, a line each: jobs/s with 1 and with 4 workers and their ratio; the queue's jobs/s
-against PgQueuer's (or why PgQueuer could not run); the pickup's p50, p99 and maximum. With
-``--json`` the last line printed is one JSON object ``{"metrics": {...}, "ratios": {...}}``.
+Printed, a line each: jobs/s with 1 and with 4 workers and their ratio; the queue's jobs/s,
+against PgQueuer's and DBOS's (or why one could not run), and its statements per job; the
+pickup's p50, p99 and maximum. With ``--json`` the last line printed is one JSON object
+``{"metrics": {...}, "ratios": {...}}``.
 """
 
 from __future__ import annotations
@@ -84,14 +97,12 @@ import json
 import math
 import os
 import random
+import signal
 import statistics
-import subprocess
 import tempfile
 import time
-import uuid
 import warnings
 from collections.abc import AsyncIterator, Sequence
-from functools import partial
 from typing import Any
 
 import trio
@@ -99,6 +110,22 @@ import trio
 from actors.durable import AgentRegistry, PostgresRunStore
 from actors.providers import ProviderStream, StreamingProvider
 from benchmarks._common import ReadyStream, Report, run_main
+from benchmarks._pg_peers import (
+    DBOS_POLL,
+    DRAIN_POLL,
+    RUN_TIMEOUT,
+    STARTUP_TIMEOUT,
+    URL_ENV,
+    DBOSQueue,
+    PgQueuer,
+    dbos_python,
+    execute,
+    first_line,
+    new_schema,
+    pgqueuer_python,
+    processes,
+    tail,
+)
 from protocols.jobs import AgentJob, JobRecord, JobStatus
 from protocols.messages import (
     Delta,
@@ -112,8 +139,8 @@ from protocols.messages import (
 ROOT = Path(__file__).resolve().parent.parent
 #: Names the PostgreSQL server to use (else a throwaway one is started).
 POSTGRES_ENV = "TRIO_AGENTS_TEST_POSTGRES"
-#: How the URL reaches the worker and PgQueuer processes (kept off their command lines).
-URL_ENV = "TRIO_AGENTS_SCALEOUT_URL"
+#: (:data:`URL_ENV` -- how the URL reaches the worker processes -- and the other shared
+#: constants are :mod:`benchmarks._pg_peers`'s.)
 #: The agents a job may name: the model answers after :data:`LATENCY`, or at once.
 IO_AGENT = "io"
 NOOP_AGENT = "noop"
@@ -131,8 +158,8 @@ SUBMITTERS = 8
 #: Jobs per run (quick, full) and rounds (quick, full) of the scale-out scenario.
 SCALE_JOBS = (160, 1000)
 SCALE_ROUNDS = (1, 2)
-#: The queue against PgQueuer: jobs per run and rounds (quick, full), and our worker's
-#: concurrency.
+#: The queue against PgQueuer and DBOS: jobs per run and rounds (quick, full), and our worker's
+#: concurrency (DBOS's queue has the same).
 QUEUE_JOBS = (300, 2000)
 QUEUE_ROUNDS = (1, 3)
 QUEUE_CONCURRENCY = 16
@@ -141,15 +168,11 @@ QUEUE_CONCURRENCY = 16
 #: a worker (its listener's 0.2 s), so that the submits do not fall into step with one.
 PICKUPS = (40, 200)
 PICKUP_GAP = (0.02, 0.27)
-#: The pickup target (ms).
-PICKUP_P99_TARGET_MS = 50.0
-#: How often the end of a run is looked for (seconds).
-DRAIN_POLL = 0.01
-#: Seconds a worker (or PgQueuer's process) may take to start, and a run to end.
-STARTUP_TIMEOUT = 60.0
-RUN_TIMEOUT = 300.0
-#: Where PgQueuer is looked for unless ``TRIO_AGENTS_PGQUEUER_PYTHON`` names a Python.
-PGQUEUER_DEFAULT_PYTHON = "/tmp/pgqvenv/bin/python"
+#: The targets: pickup p99 (ms), the queue's jobs/s over PgQueuer's, statements per job.
+PICKUP_P99_TARGET_MS = 25.0
+QUEUE_VS_PGQUEUER_TARGET = 0.4
+QUEUE_VS_DBOS_TARGET = 3.0
+STATEMENTS_TARGET = 8.0
 
 
 # -- the model -----------------------------------------------------------------------------------
@@ -220,41 +243,6 @@ def postgres_url() -> tuple[str, bool]:
     return str(server.get_uri()), True
 
 
-def new_schema() -> str:
-    """A schema name nothing else uses."""
-    return f"scaleout_{uuid.uuid4().hex[:16]}"
-
-
-def execute(url: str, *queries: str) -> list[tuple[Any, ...]]:
-    """Run ``queries`` in one autocommit connection (blocking); the last one's rows."""
-    import psycopg  # a dependency of the PostgreSQL store, imported when used
-
-    rows: list[tuple[Any, ...]] = []
-    with psycopg.connect(url, autocommit=True) as conn:
-        for query in queries:
-            cursor = conn.execute(query.encode())
-            rows = cursor.fetchall() if cursor.description is not None else []
-    return rows
-
-
-async def emptied(url: str, table: str) -> None:
-    """Return once ``table`` has no rows (polled every :data:`DRAIN_POLL` s, on one
-    connection)."""
-    import psycopg
-
-    conn = await trio.to_thread.run_sync(partial(psycopg.connect, url, autocommit=True))
-    query = f"SELECT 1 FROM {table} LIMIT 1".encode()
-    try:
-        with trio.move_on_after(RUN_TIMEOUT):
-            # Other processes empty it: the table is all there is to look at.
-            while await trio.to_thread.run_sync(lambda: conn.execute(query).fetchone()):  # noqa: ASYNC110
-                await trio.sleep(DRAIN_POLL)
-            return
-    finally:
-        await trio.to_thread.run_sync(conn.close)
-    raise SystemExit(f"{table} was not emptied within {RUN_TIMEOUT:.0f} s")
-
-
 def drop_schemas(url: str, schemas: Sequence[str]) -> None:
     """Drop ``schemas`` and what they hold (blocking)."""
     if schemas:
@@ -265,8 +253,12 @@ def drop_schemas(url: str, schemas: Sequence[str]) -> None:
 
 #: A worker process: the registry and a job queue of concurrency ``argv[2]`` on the store in the
 #: schema ``argv[1]`` of the database :data:`URL_ENV` names; prints ``ready`` once it takes jobs.
+#: On ``SIGUSR1`` it writes its store's ``statistics()`` (the statements and round trips its
+#: connections made) as JSON to ``<argv[3]>-<pid>.json``.
 WORKER_SCRIPT = """\
+import json
 import os
+import signal
 import sys
 
 import trio
@@ -278,94 +270,76 @@ from actors.durable import PostgresRunStore, open_job_queue
 from benchmarks.scaleout import URL_ENV, registry
 
 
-async def main(schema: str, concurrency: int) -> None:
+async def counts(store: PostgresRunStore, prefix: str) -> None:
+    with trio.open_signal_receiver(signal.SIGUSR1) as signals:
+        async for _ in signals:
+            path = f"{{prefix}}-{{os.getpid()}}.json"
+            with open(path + ".tmp", "w") as file:
+                json.dump(store.statistics(), file)
+            os.replace(path + ".tmp", path)
+
+
+async def main(schema: str, concurrency: int, prefix: str) -> None:
     url = os.environ[URL_ENV]
     async with open_runtime() as runtime, await PostgresRunStore.open(url, schema=schema) as store:
-        async with open_job_queue(store, registry(), runtime, concurrency=concurrency):
-            print("ready", flush=True)
-            await trio.sleep_forever()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(counts, store, prefix)
+            async with open_job_queue(store, registry(), runtime, concurrency=concurrency):
+                print("ready", flush=True)
+                await trio.sleep_forever()
 
 
-trio.run(main, sys.argv[1], int(sys.argv[2]))
+trio.run(main, sys.argv[1], int(sys.argv[2]), sys.argv[3])
 """
 
 
-class Lines:
-    """The lines a process writes to a pipe, one at a time."""
-
-    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
-        self._stream = stream
-        self._buffer = b""
-
-    async def next(self) -> bytes | None:
-        """The next line, without its end; ``None`` once the pipe has closed."""
-        while b"\n" not in self._buffer:
-            chunk = await self._stream.receive_some()
-            if not chunk:
-                return None
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return line
+#: What :func:`statements` adds up from the stores' statistics.
+COUNTED = ("statements", "round_trips")
 
 
-def tail(log: Path) -> str:
-    """The end of a log file, for an error message."""
-    return log.read_text(errors="replace")[-2000:] if log.exists() else "(no output)"
+async def worker_counts(started: Sequence[trio.Process], prefix: Path) -> dict[str, int]:
+    """The sum of the worker processes' store statistics :data:`COUNTED` (asked for with
+    ``SIGUSR1``; each answers in a file); zeros for what a store does not count."""
+    for process in started:
+        with contextlib.suppress(FileNotFoundError):
+            await trio.Path(f"{prefix}-{process.pid}.json").unlink()
+        process.send_signal(signal.SIGUSR1)
+    total = dict.fromkeys(COUNTED, 0)
+    for process in started:
+        path = trio.Path(f"{prefix}-{process.pid}.json")
+        with trio.fail_after(STARTUP_TIMEOUT):
+            while not await path.exists():  # noqa: ASYNC110 - another process writes it
+                await trio.sleep(DRAIN_POLL)
+        said = json.loads(await path.read_text())
+        for name in COUNTED:
+            total[name] += int(said.get(name, 0))
+    return total
 
 
-@contextlib.asynccontextmanager
-async def processes(
-    commands: Sequence[Sequence[str]], log: Path, env: dict[str, str]
-) -> AsyncIterator[list[trio.Process]]:
-    """Start ``commands`` (stdout piped, stderr to ``log``) for the block; once each has
-    printed its first line (returned with it), the block runs; then they are terminated."""
-    async with trio.open_nursery() as nursery:
-        started: list[trio.Process] = []
-        with log.open("ab") as stderr:
-            for command in commands:
-                run = partial(
-                    trio.run_process,
-                    list(command),
-                    stdout=subprocess.PIPE,
-                    stderr=stderr,
-                    env=env,
-                    check=False,
-                )
-                started.append(await nursery.start(run))
-        try:
-            yield started
-        finally:
-            nursery.cancel_scope.cancel()  # each is terminated (SIGTERM), and waited for
-
-
-async def first_line(process: trio.Process, log: Path, what: str) -> bytes:
-    """The first line ``process`` prints (within :data:`STARTUP_TIMEOUT`)."""
-    assert process.stdout is not None
-    with trio.move_on_after(STARTUP_TIMEOUT):
-        line = await Lines(process.stdout).next()
-        if line is None:
-            raise SystemExit(f"{what} exited before it was ready: {tail(log)}")
-        return line
-    raise SystemExit(f"{what} was not ready within {STARTUP_TIMEOUT:.0f} s: {tail(log)}")
+def own_counts(store: PostgresRunStore) -> dict[str, int]:
+    """This process's store's statistics :data:`COUNTED` (zeros for what it does not count)."""
+    said = store.statistics()
+    return {name: int(said.get(name, 0)) for name in COUNTED}
 
 
 @contextlib.asynccontextmanager
 async def workers(
     directory: Path, url: str, schema: str, count: int, concurrency: int
-) -> AsyncIterator[None]:
+) -> AsyncIterator[list[trio.Process]]:
     """``count`` worker processes of ``concurrency`` on the store in ``schema``, ready, for the
-    block."""
+    block (given it)."""
     script = directory / "worker.py"
     if not script.exists():
         script.write_text(WORKER_SCRIPT.format(root=str(ROOT)))
-    command = [sys.executable, str(script), schema, str(concurrency)]
+    prefix = directory / f"counts-{schema}"
+    command = [sys.executable, str(script), schema, str(concurrency), str(prefix)]
     log = directory / f"workers-{schema}.log"
     env = {**os.environ, URL_ENV: url}
     async with processes([command] * count, log, env) as started:
         for process in started:
             if await first_line(process, log, "a worker") != b"ready":
                 raise SystemExit(f"a worker did not start: {tail(log)}")
-        yield
+        yield started
 
 
 # -- submitting jobs and waiting for them --------------------------------------------------------
@@ -438,18 +412,29 @@ async def jobs_per_s(
     jobs: int,
     count: int,
     concurrency: int,
+    counted: dict[str, list[float]] | None = None,
 ) -> float:
     """``jobs`` jobs for ``agent`` through ``count`` worker processes of ``concurrency`` on a
-    fresh schema: jobs per second from the first submit until none is queued or running."""
+    fresh schema: jobs per second from the first submit until none is queued or running. With
+    ``counted``, each of :data:`COUNTED` per job is appended to its list there: what the
+    submitting store did while it admitted them, plus what the workers' stores did from their
+    start until the end (their idle looks for work included)."""
     schema = new_schema()
     schemas.append(schema)
     # Opened first, so the schema exists before the workers start.
     async with await PostgresRunStore.open(url, schema=schema) as store:
-        async with workers(directory, url, schema, count, concurrency):
+        async with workers(directory, url, schema, count, concurrency) as started:
             start = time.perf_counter()
+            before = own_counts(store)
             ids = await submit(store, agent, jobs)
+            admitting = own_counts(store)
             await drained(store)
             elapsed = time.perf_counter() - start
+            if counted is not None:
+                working = await worker_counts(started, directory / f"counts-{schema}")
+                for name in COUNTED:
+                    spent = admitting[name] - before[name] + working[name]
+                    counted.setdefault(name, []).append(spent / jobs)
         await check_all(store, ids)
     return jobs / elapsed
 
@@ -473,199 +458,37 @@ async def bench_scale(directory: Path, url: str, schemas: list[str], mode: int) 
     return {f"{count}": statistics.median(values) for count, values in samples.items()}
 
 
-# -- the queue against PgQueuer -----------------------------------------------------------------
+class Queued:
+    """The queue scenario's outcome: each side's median jobs/s (``"ours"``, ``"pgqueuer"``,
+    ``"dbos"``; a peer that could not run is absent, with its reason in :attr:`unavailable`),
+    what each peer said of itself (its version), and our median statements and round trips per
+    job."""
 
-#: PgQueuer, by role (``argv[1]``), on the database :data:`URL_ENV` names, its tables in the schema
-#: ``PGQUEUER_SCHEMA`` names: ``install`` installs them and prints a JSON line of its version (or
-#: ``{"unavailable": reason}``); ``consume`` runs a QueueManager whose entrypoint ``noop`` does
-#: nothing, printing ``ready`` once its listener hears notifications; ``produce N K`` enqueues N
-#: jobs for ``noop`` from K tasks on a pool of K connections, each one job after another, and
-#: prints ``{"first": time.time() as the first was submitted, "done": ... as the last was}``.
-PGQUEUER_SCRIPT = """\
-import asyncio, json, os, sys, time
-from datetime import timedelta
-
-try:
-    from importlib.metadata import version
-    import asyncpg
-    from pgqueuer.db import AsyncpgDriver, AsyncpgPoolDriver
-    from pgqueuer.models import Job
-    from pgqueuer.qm import QueueManager
-    from pgqueuer.queries import Queries
-except ImportError as error:
-    print(json.dumps({"unavailable": f"pgqueuer cannot be imported ({error})"}), flush=True)
-    raise SystemExit(0)
-
-URL = os.environ[sys.argv[-1]]
+    def __init__(self) -> None:
+        self.rates: dict[str, float] = {}
+        self.unavailable: dict[str, str] = {}
+        self.info: dict[str, dict[str, Any]] = {}
+        self.per_job: dict[str, float] = {}
 
 
-async def install() -> None:
-    connection = await asyncpg.connect(URL)
-    try:
-        await Queries(AsyncpgDriver(connection)).install()
-    finally:
-        await connection.close()
-    print(json.dumps({"version": version("pgqueuer"), "asyncpg": version("asyncpg")}), flush=True)
-
-
-async def consume() -> None:
-    connection = await asyncpg.connect(URL)
-    qm = QueueManager(Queries(AsyncpgDriver(connection)))
-
-    @qm.entrypoint("noop")
-    async def noop(job: Job) -> None:
-        pass
-
-    async def ready() -> None:
-        while True:
-            await asyncio.sleep(0.05)
-            try:
-                await qm.listener_healthy(timeout=timedelta(seconds=1))
-            except Exception:
-                continue
-            print("ready", flush=True)
-            return
-
-    task = asyncio.create_task(ready())
-    await qm.run()
-    await task
-
-
-async def produce(jobs: int, tasks: int) -> None:
-    pool = await asyncpg.create_pool(URL, min_size=tasks, max_size=tasks)
-    queries = Queries(AsyncpgPoolDriver(pool))
-    first = []
-
-    async def submitter(count: int) -> None:
-        for _ in range(count):
-            first.append(time.time())
-            await queries.enqueue("noop", None)
-
-    await asyncio.gather(
-        *(submitter(jobs // tasks + (number < jobs % tasks)) for number in range(tasks))
-    )
-    done = time.time()
-    await pool.close()
-    print(json.dumps({"first": min(first), "done": done}), flush=True)
-
-
-role = sys.argv[1]
-if role == "install":
-    asyncio.run(install())
-elif role == "consume":
-    asyncio.run(consume())
-elif role == "produce":
-    asyncio.run(produce(int(sys.argv[2]), int(sys.argv[3])))
-else:
-    raise SystemExit(f"unknown role {role!r}")
-"""
-
-
-def pgqueuer_python() -> str | None:
-    """The Python to run PgQueuer with: ``TRIO_AGENTS_PGQUEUER_PYTHON``, else the default when
-    it exists."""
-    named = os.environ.get("TRIO_AGENTS_PGQUEUER_PYTHON")
-    if named:
-        return named
-    return PGQUEUER_DEFAULT_PYTHON if os.path.exists(PGQUEUER_DEFAULT_PYTHON) else None
-
-
-class PgQueuer:
-    """PgQueuer's processes (see :data:`PGQUEUER_SCRIPT`), one round at a time."""
-
-    def __init__(self, python: str, directory: Path, url: str) -> None:
-        self.python = python
-        self.directory = directory
-        self.url = url
-        self.script = directory / "pgqueuer_bench.py"
-        self.script.write_text(PGQUEUER_SCRIPT)
-        self.info: dict[str, Any] = {}
-
-    def _env(self, schema: str) -> dict[str, str]:
-        return {
-            **os.environ,
-            URL_ENV: self.url,
-            "PGQUEUER_SCHEMA": schema,
-            # NOTIFY channels are the database's, not the schema's: one of its own.
-            "PGQUEUER_CHANNEL": f"ch_{schema}",
-        }
-
-    def _command(self, *arguments: str) -> list[str]:
-        return [self.python, str(self.script), *arguments, URL_ENV]
-
-    async def _run(self, schema: str, *arguments: str) -> dict[str, Any] | str:
-        """Run a role to its end: its JSON line, or why it failed."""
-        log = self.directory / f"pgqueuer-{schema}.log"
-        try:
-            with log.open("ab") as stderr, trio.fail_after(RUN_TIMEOUT):
-                done = await trio.run_process(
-                    self._command(*arguments),
-                    capture_stdout=True,
-                    stderr=stderr,
-                    env=self._env(schema),
-                    check=False,
-                )
-        except OSError as error:
-            return f"{self.python} cannot be run ({error})"
-        except trio.TooSlowError:
-            return f"{' '.join(arguments)} did not end within {RUN_TIMEOUT:.0f} s"
-        lines = done.stdout.decode(errors="replace").strip().splitlines()
-        if done.returncode != 0 or not lines:
-            last = tail(log).strip().splitlines()
-            return f"{arguments[0]} exited {done.returncode} ({last[-1] if last else 'no output'})"
-        try:
-            answer = json.loads(lines[-1])
-        except ValueError:
-            return f"{arguments[0]} printed {lines[-1][:200]!r}"
-        if not isinstance(answer, dict):
-            return f"{arguments[0]} printed {lines[-1][:200]!r}"
-        if "unavailable" in answer:
-            return str(answer["unavailable"])
-        return answer
-
-    async def jobs_per_s(self, schemas: list[str], jobs: int) -> float | str:
-        """One round: ``jobs`` no-op jobs enqueued by the producer process and completed by the
-        consumer process, on fresh tables; jobs per second, or why PgQueuer could not run."""
-        schema = new_schema()
-        schemas.append(schema)
-        installed = await self._run(schema, "install")
-        if isinstance(installed, str):
-            return installed
-        self.info = installed
-        log = self.directory / f"pgqueuer-{schema}.log"
-        async with processes([self._command("consume")], log, self._env(schema)) as (consumer,):
-            if await first_line(consumer, log, "PgQueuer's consumer") != b"ready":
-                return f"its consumer did not start ({tail(log).strip()[-200:]})"
-            produced = await self._run(schema, "produce", str(jobs), str(SUBMITTERS))
-            if isinstance(produced, str):
-                return produced
-            await emptied(self.url, f'"{schema}".pgqueuer')
-            end = time.time()
-        logged = await trio.to_thread.run_sync(
-            execute,
-            self.url,
-            f'SELECT status::text, count(*) FROM "{schema}".pgqueuer_log GROUP BY status',
-        )
-        counts = {str(status): int(count) for status, count in logged}
-        if counts.get("successful") != jobs:
-            raise SystemExit(f"PgQueuer logged {counts}, not {jobs} successful jobs")
-        return jobs / (end - float(produced["first"]))
-
-
-async def bench_queue(
-    directory: Path, url: str, schemas: list[str], mode: int
-) -> tuple[dict[str, float], str | None, dict[str, Any]]:
-    """The median jobs/s of no-op jobs through our queue (``"ours"``) and PgQueuer's
-    (``"pgqueuer"``, absent when it could not run: then the reason), and what PgQueuer said of
-    itself (its version)."""
-    python = pgqueuer_python()
-    other = PgQueuer(python, directory, url) if python is not None else None
-    unavailable = None if python is not None else "no Python to run it with"
-    samples: dict[str, list[float]] = {"ours": [], "pgqueuer": []}
+async def bench_queue(directory: Path, url: str, schemas: list[str], mode: int) -> Queued:
+    """No-op jobs through our queue, PgQueuer's and DBOS's, their rounds alternating (the order
+    reversed every round)."""
+    outcome = Queued()
+    peers: dict[str, PgQueuer] = {}
+    for name, python in (("pgqueuer", pgqueuer_python()), ("dbos", dbos_python())):
+        if python is None:
+            outcome.unavailable[name] = "no Python to run it with"
+        elif name == "pgqueuer":
+            peers[name] = PgQueuer(python, directory, url, SUBMITTERS)
+        else:
+            peers[name] = DBOSQueue(python, directory, url, SUBMITTERS, QUEUE_CONCURRENCY)
+    samples: dict[str, list[float]] = {"ours": [], "pgqueuer": [], "dbos": []}
+    counted: dict[str, list[float]] = {}
     jobs = QUEUE_JOBS[mode]
     for number in range(QUEUE_ROUNDS[mode]):
-        order = ["ours", "pgqueuer"] if number % 2 == 0 else ["pgqueuer", "ours"]
-        for name in order:
+        order = ["ours", "pgqueuer", "dbos"]
+        for name in order if number % 2 == 0 else order[::-1]:
             if name == "ours":
                 rate = await jobs_per_s(
                     directory,
@@ -675,20 +498,23 @@ async def bench_queue(
                     jobs=jobs,
                     count=1,
                     concurrency=QUEUE_CONCURRENCY,
+                    counted=counted,
                 )
                 samples["ours"].append(rate)
-            elif other is not None and unavailable is None:
-                measured = await other.jobs_per_s(schemas, jobs)
+            elif name in peers and name not in outcome.unavailable:
+                measured = await peers[name].jobs_per_s(schemas, jobs)
                 if isinstance(measured, str):
-                    unavailable = f"{measured} (with {python})"
+                    outcome.unavailable[name] = f"{measured} (with {peers[name].python})"
                 else:
-                    samples["pgqueuer"].append(measured)
-    medians = {name: statistics.median(values) for name, values in samples.items() if values}
-    if unavailable is not None:
-        medians.pop("pgqueuer", None)
-        return medians, unavailable, {}
-    assert other is not None
-    return medians, None, other.info
+                    samples[name].append(measured)
+    outcome.rates = {
+        name: statistics.median(values)
+        for name, values in samples.items()
+        if values and name not in outcome.unavailable
+    }
+    outcome.info = {name: peer.info for name, peer in peers.items()}
+    outcome.per_job = {name: statistics.median(values) for name, values in counted.items()}
+    return outcome
 
 
 # -- pickup by idle workers ----------------------------------------------------------------------
@@ -739,7 +565,7 @@ async def run(quick: bool) -> Report:
         directory = Path(temporary)
         try:
             scale = await bench_scale(directory, url, schemas, mode)
-            queue, unavailable, info = await bench_queue(directory, url, schemas, mode)
+            queued = await bench_queue(directory, url, schemas, mode)
             pickups = await bench_pickup(directory, url, schemas, mode)
         finally:
             with trio.CancelScope(shield=True):
@@ -751,6 +577,7 @@ async def run(quick: bool) -> Report:
 
     ms = 1e3
     one, many = scale["1"], scale[str(WORKERS)]
+    ours = queued.rates["ours"]
     metrics: dict[str, float] = {
         "jobs_per_s_1_worker": one,
         f"jobs_per_s_{WORKERS}_workers": many,
@@ -758,7 +585,7 @@ async def run(quick: bool) -> Report:
         "scale_concurrency": CONCURRENCY,
         "scale_latency_ms": LATENCY * ms,
         "scale_ceiling_jobs_per_s_1_worker": CONCURRENCY / LATENCY,
-        "queue_jobs_per_s": queue["ours"],
+        "queue_jobs_per_s": ours,
         "queue_jobs": QUEUE_JOBS[mode],
         "queue_concurrency": QUEUE_CONCURRENCY,
         "pickup_p50_ms": percentile(pickups, 0.5) * ms,
@@ -770,6 +597,9 @@ async def run(quick: bool) -> Report:
         f"jobs_per_s_{WORKERS}_workers_vs_1": many / one,
         "pickup_p99_over_target": metrics["pickup_p99_ms"] / PICKUP_P99_TARGET_MS,
     }
+    for name, value in queued.per_job.items():
+        if value > 0:  # (a store that does not count them reports none)
+            metrics[f"{name}_per_job"] = value
     rounds = SCALE_ROUNDS[mode]
     lines = [
         f"scale-out ({SCALE_JOBS[mode]} jobs whose model answers after {LATENCY * ms:.0f} ms; "
@@ -778,22 +608,35 @@ async def run(quick: bool) -> Report:
         f"{one:,.1f} jobs/s with 1 worker, {many:,.1f} with {WORKERS} "
         f"({ratios[f'jobs_per_s_{WORKERS}_workers_vs_1']:.2f}x; target >= 3.2)",
     ]
-    if "pgqueuer" in queue:
-        theirs = queue["pgqueuer"]
-        metrics["pgqueuer_jobs_per_s"] = theirs
-        ratios["queue_jobs_per_s_vs_pgqueuer"] = queue["ours"] / theirs
+    lines.append(
+        f"the queue ({QUEUE_JOBS[mode]} no-op jobs submitted by {SUBMITTERS} tasks, one worker "
+        f"process of concurrency {QUEUE_CONCURRENCY}; median of {QUEUE_ROUNDS[mode]} rounds): "
+        f"{ours:,.0f} jobs/s"
+    )
+    dbos = f"DBOS's queue (concurrency {QUEUE_CONCURRENCY}, polled every {DBOS_POLL:g} s)"
+    for name, label, target in (
+        ("pgqueuer", "PgQueuer", QUEUE_VS_PGQUEUER_TARGET),
+        ("dbos", dbos, QUEUE_VS_DBOS_TARGET),
+    ):
+        if name in queued.rates:
+            theirs = queued.rates[name]
+            version = queued.info.get(name, {}).get("version")
+            metrics[f"{name}_jobs_per_s"] = theirs
+            ratio = ratios[f"queue_jobs_per_s_vs_{name}"] = ours / theirs
+            lines.append(
+                f"  vs {label} {version}: {theirs:,.0f} jobs/s ({ratio:.2f}x; target >= {target:g})"
+            )
+        else:
+            lines.append(f"  vs {label}: no ratio, unavailable: {queued.unavailable.get(name)}")
+    if "statements_per_job" in metrics:
         lines.append(
-            f"the queue ({QUEUE_JOBS[mode]} no-op jobs submitted by {SUBMITTERS} tasks, one "
-            f"worker process; median of {QUEUE_ROUNDS[mode]} rounds): {queue['ours']:,.0f} "
-            f"jobs/s (concurrency {QUEUE_CONCURRENCY}) vs PgQueuer {info.get('version')} "
-            f"{theirs:,.0f} jobs/s ({ratios['queue_jobs_per_s_vs_pgqueuer']:.2f}x; target >= 1)"
+            f"  statements per job on PostgreSQL (every statement our stores' connections ran: "
+            f"admitting, and the worker's from its start to the end): "
+            f"{metrics['statements_per_job']:.1f} (target <= {STATEMENTS_TARGET:g}), in "
+            f"{metrics.get('round_trips_per_job', 0):.1f} round trips"
         )
     else:
-        lines += [
-            f"vs PgQueuer: unavailable: {unavailable}",
-            f"the queue ({QUEUE_JOBS[mode]} no-op jobs, one worker process of concurrency "
-            f"{QUEUE_CONCURRENCY}): {queue['ours']:,.0f} jobs/s; no ratio (PgQueuer could not run)",
-        ]
+        lines.append("  statements per job: not counted (the store does not count them)")
     lines.append(
         f"pickup by {WORKERS} idle workers ({len(pickups)} jobs one at a time; admit returned to "
         f"the model call starting in a worker): p50 {metrics['pickup_p50_ms']:.1f} ms, p99 "

@@ -11,6 +11,9 @@ reader connection), never through asyncio. A call given to a thread is never aba
 connection is never left mid-query; a connection that was lost (the server restarted, the
 backend was terminated) is replaced before the next call, and the call that saw it fail gets
 a retryable :class:`~actors.store.StoreError`.
+
+Each connection is a :class:`_Connection`, which counts the statements it runs (one round
+trip each): :meth:`PostgresRunStore.statistics`.
 """
 
 from __future__ import annotations
@@ -39,6 +42,74 @@ log = logging.getLogger("actors.store")
 
 #: The longest notification payload sent (PostgreSQL refuses 8000 bytes and more).
 _PAYLOAD = 7000
+
+
+class _Counts:
+    """Statements run and round trips made, by one thread (its only writer)."""
+
+    __slots__ = ("round_trips", "statements")
+
+    def __init__(self) -> None:
+        self.statements = 0
+        self.round_trips = 0
+
+
+class _Tally:
+    """A store's :class:`_Counts`, one per thread that runs statements (so none is lost to two
+    threads adding at once), and their sums."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._all: list[_Counts] = []
+
+    def mine(self) -> _Counts:
+        """The calling thread's counts."""
+        counts: _Counts | None = getattr(self._local, "counts", None)
+        if counts is None:
+            counts = self._local.counts = _Counts()
+            with self._lock:
+                self._all.append(counts)
+        return counts
+
+    def total(self) -> dict[str, int]:
+        """Statements and round trips so far, by every thread."""
+        with self._lock:
+            every = list(self._all)
+        return {
+            "statements": sum(counts.statements for counts in every),
+            "round_trips": sum(counts.round_trips for counts in every),
+        }
+
+
+class _Connection:
+    """A psycopg connection that counts the statements it runs (each its own round trip) in
+    ``tally``; the rest is psycopg's. Only ever used by one thread at a time (the store's
+    writer, or its reader)."""
+
+    __slots__ = ("_conn", "tally")
+
+    def __init__(self, conn: Any, tally: _Tally) -> None:
+        self._conn = conn
+        self.tally = tally
+
+    def execute(self, query: str, params: Sequence[Any] | None = None) -> Any:
+        """Run ``query``: psycopg's cursor."""
+        counts = self.tally.mine()
+        counts.statements += 1
+        counts.round_trips += 1
+        return self._conn.execute(query, params)
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._conn.closed)
+
+    @property
+    def broken(self) -> bool:
+        return bool(self._conn.broken)
+
+    def close(self) -> None:
+        self._conn.close()
 
 
 def _error() -> type[Exception]:
@@ -212,6 +283,9 @@ def dialect() -> Dialect:
         conflict=_conflict,
         numbers=_numbers,
         page=_page,
+        execution="nextval('trio_agents_job_execution')",
+        modifying_with=True,
+        late_begin=True,
     )
 
 
@@ -271,16 +345,19 @@ class PostgresRunStore(SQLRunStore):
                 raise
             return Jobs(
                 used,
-                writer,
-                reader,
+                _Connection(writer, tally),
+                _Connection(reader, tally),
                 max_bytes,
-                reconnect=lambda: connect(target, schema, migrate=False),
+                reconnect=lambda: _Connection(connect(target, schema, migrate=False), tally),
                 notify=notify,
             )
+
+        tally = _Tally()
 
         jobs = await open_in_worker(open_database, Jobs.close, trio.CapacityLimiter(1))
         log.debug("opened run store %s (schema %s)", where, schema)
         store = cls(jobs, f"{where} ({schema})")
+        store._tally = tally
         token = trio.lowlevel.current_trio_token()
 
         def deliver(payloads: list[str] | None) -> None:
@@ -301,14 +378,20 @@ class PostgresRunStore(SQLRunStore):
         return store
 
     _listener: _Listener | None = None
+    _tally: _Tally | None = None
 
     def statistics(self) -> dict[str, int]:
         """How often the listener for other processes' changes had to reconnect
-        (``listener_reconnects``), and how many writes were run again after a deadlock with
-        another worker's transaction (``write_conflicts``)."""
+        (``listener_reconnects``), how many writes were run again after a deadlock with
+        another worker's transaction (``write_conflicts``), and how many statements the store's
+        writer and reader connections ran (``statements``) in how many round trips
+        (``round_trips``) since it was opened (its listener's aside)."""
+        counted = self._tally.total() if self._tally is not None else {}
         return {
             "listener_reconnects": self._listener.reconnects if self._listener else 0,
             "write_conflicts": self._jobs.conflicts,
+            "statements": counted.get("statements", 0),
+            "round_trips": counted.get("round_trips", 0),
         }
 
     async def aclose(self) -> None:

@@ -34,7 +34,9 @@ checks them against each):
 from __future__ import annotations
 
 import builtins
+import json
 import math
+import re
 import time
 from collections.abc import Iterable, Sequence
 from types import TracebackType
@@ -43,7 +45,7 @@ from typing import Final, Protocol, runtime_checkable
 import attrs
 import trio
 
-from protocols.codec import decode, dumps, encode, loads
+from protocols.codec import MAX_DEPTH, decode, dumps, loads, to_json
 from protocols.errors import AgentsError, Category, ProtocolError, ValidationError
 from protocols.jobs import (
     AgentJob,
@@ -363,8 +365,38 @@ def _checked(text: str, max_bytes: int, what: str) -> str:
     return text
 
 
+# The standard library's C encoder, set as :func:`protocols.codec.dumps` sets it.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def fast_dumps(data: object) -> str:
+    """:func:`protocols.codec.dumps` of ``data``, the same text, faster for what a store
+    writes: JSON data a data-model object gave (:func:`protocols.codec.to_json` of a record or
+    a journal entry, whose JSON-typed fields were checked when the object was made).
+
+    The C encoder writes it without :func:`protocols.codec.check_json`'s walk in Python; the
+    strict codec stays the reference: anything the encoder refuses (a non-finite number, a
+    cycle, a type that is not JSON, an integer too long to write) and any text that may hold a
+    lone surrogate or nest deeper than :data:`~protocols.codec.MAX_DEPTH` goes through
+    :func:`~protocols.codec.dumps`, which repairs or refuses it. (Object keys are the models'
+    field names and checked JSON's keys, so strings: the encoder would turn a number key into
+    a string where the codec refuses it.)"""
+    try:
+        text = _ENCODER.encode(data)
+    except (ValueError, TypeError, RecursionError):
+        return dumps(data)
+    if (not text.isascii() and _SURROGATE.search(text) is not None) or (
+        len(text) > MAX_DEPTH and text.count("[") + text.count("{") > MAX_DEPTH
+    ):
+        return dumps(data)
+    return text
+
+
 def encode_checked(value: object, max_bytes: int, what: str) -> str:
-    return _checked(encode(value), max_bytes, what)
+    """``value`` (a data-model object) as stored: :func:`protocols.codec.encode`'s text,
+    refused (``code="too_large"``) above ``max_bytes``."""
+    return _checked(fast_dumps(to_json(value)), max_bytes, what)
 
 
 def encode_entry(entry: Entry, max_bytes: int, at: float | None = None) -> str:
@@ -372,7 +404,7 @@ def encode_entry(entry: Entry, max_bytes: int, at: float | None = None) -> str:
     epoch; the time its events show, the same on every read)."""
     data = entry_to_json(entry)
     data["at"] = time.time() if at is None else at
-    return _checked(dumps(data), max_bytes, "a journal entry")
+    return _checked(fast_dumps(data), max_bytes, "a journal entry")
 
 
 def decode_record(id: str, text: str | bytes) -> JobRecord:
@@ -444,7 +476,9 @@ class MemoryRunStore:
 
     Rows are encoded JSON, exactly what the SQLite store writes, so the two behave alike. Each
     call checkpoints first and then runs without awaiting, so it happens entirely or (when
-    cancelled) not at all.
+    cancelled) not at all. Its checks read a record as last written (the object written, not
+    decoded again): records are frozen, and a caller that changes the JSON inside one in place
+    (its job's metadata, say) after writing it changes only what it may write next.
     """
 
     def __init__(self, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
@@ -452,8 +486,11 @@ class MemoryRunStore:
             raise ValidationError(f"max_bytes must be an integer >= 1, not {max_bytes!r}")
         self._max_bytes = max_bytes
         self._records: dict[str, str] = {}
-        # Records decoded for the store's own checks, by the text they were decoded from
-        # (never handed out: callers get records decoded afresh).
+        # Each record's view for the store's own checks, by the text it stands for: the record
+        # the text was encoded from when this store wrote it, else decoded. Never handed out
+        # (callers get records decoded afresh), and never the base of a record this store
+        # writes itself (acquire decodes its candidate afresh): the checks read only its
+        # fields that cannot change in place (its job compared as a whole; see the docstring).
         self._decoded: dict[str, tuple[str, JobRecord]] = {}
         self._live: dict[str, None] = {}  # the ids of jobs that have not ended, in order
         self._keys: dict[str, str] = {}
@@ -489,7 +526,8 @@ class MemoryRunStore:
         return None if text is None else decode_record(id, text)
 
     def _checked(self, id: str) -> JobRecord | None:
-        """The stored record, for the store's own checks only (decoded once per write)."""
+        """The stored record's view, for the store's own checks only (decoded at most once
+        per write, and not at all after a write of this store)."""
         text = self._records.get(id)
         if text is None:
             return None
@@ -501,9 +539,9 @@ class MemoryRunStore:
         return record
 
     def _store(self, record: JobRecord, *, announce: bool = True) -> None:
-        self._records[record.id] = encode_checked(
-            record, self._max_bytes, f"the record of job {record.id!r}"
-        )
+        text = encode_checked(record, self._max_bytes, f"the record of job {record.id!r}")
+        self._records[record.id] = text
+        self._decoded[record.id] = (text, record)
         if announce:
             self._announcer.announce((record.id,))
         if record.terminal:
@@ -547,6 +585,7 @@ class MemoryRunStore:
         self._next_sequence += len(records)
         for record, text in zip(records, texts, strict=True):
             self._records[record.id] = text
+            self._decoded[record.id] = (text, record)
             self._sequences[record.id] = record.sequence
             self._live[record.id] = None
             self._journals[record.id] = []
@@ -651,15 +690,15 @@ class MemoryRunStore:
         await self._enter()
         live = [record for id in self._live if (record := self._checked(id)) is not None]
         for candidate in runnable(live, now=now):
+            # Taken from the stored text, decoded afresh: the view may be a caller's object.
+            fresh = decode_record(candidate.id, self._records[candidate.id])
             taken = acquire(
-                candidate, owner=owner, now=now, lease=lease, execution=self._next_execution
+                fresh, owner=owner, now=now, lease=lease, execution=self._next_execution
             )
             if isinstance(taken, Applied):
                 if candidate.execution is None:
                     self._next_execution += 1
                 self._store(taken.record, announce=False)
-                # The caller's alone from here: the kept copy it was made from goes.
-                self._decoded.pop(candidate.id, None)
                 return taken.record
         return None
 
@@ -711,7 +750,7 @@ class MemoryRunStore:
         check_id(id)
         now = time.time() if now is None else check_time(now)
         await self._enter()
-        record = self._load(id)
+        record = self._checked(id)
         if record is None:
             return self._tombstones.get(id)
         outcome = purge(record, now=now)
