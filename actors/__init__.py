@@ -25,8 +25,6 @@ from ._core._actor import ActorStatistics as ActorStatistics
 from ._core._actor import ActorStopped as ActorStopped
 from ._core._actor import ExitKind as ExitKind
 from ._core._actor import ReplyStream as ReplyStream
-from ._core._runtime import Runtime as Runtime
-from ._core._runtime import open_runtime as open_runtime
 from ._core._supervisor import AutoShutdown as AutoShutdown
 from ._core._supervisor import Backoff as Backoff
 from ._core._supervisor import ChildSpec as ChildSpec
@@ -48,6 +46,8 @@ from ._questions import question_tool as question_tool
 from ._run_context import BudgetView as BudgetView
 from ._run_context import RunContext as RunContext
 from ._run_context import RunStep as RunStep
+from ._runtime import Runtime as Runtime
+from ._runtime import open_runtime as open_runtime
 from ._version import __version__ as __version__
 from .a2a import A2AAgent as A2AAgent
 from .a2a import A2AError as A2AError

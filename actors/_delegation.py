@@ -32,13 +32,16 @@ from protocols.messages import (
 from protocols.toolschema import validate_arguments
 
 from . import _tracing
-from ._run_context import RunStep, _tool_run
-from .agent import Agent, CycleError, RunOptions, _chain, _Request, _State
+from ._request import CycleError, _chain, _Request, _State
+from ._run_context import RunStep
+from ._run_options import RunOptions
+from ._tool_run import _tool_run
 from .conversation import Conversation
 from .tools import _raised
 
 if TYPE_CHECKING:
     from ._run_loop import AgentEvent, Chunk, _Run
+    from .agent import Agent
 
 __all__ = ["AgentTool", "HandoffTool", "handoff"]
 

@@ -26,7 +26,7 @@ import outcome
 import trio
 
 from ._core._errors import one_cause, only_cancelled
-from ._core._runtime import Runtime, open_runtime
+from ._runtime import Runtime, open_runtime
 from .providers import AnthropicMessages, HTTPProvider, OllamaChat, OpenAIChat, OpenAIResponses
 from .testing import Simulator
 

@@ -42,7 +42,7 @@ from protocols.questions import (
     question_schema,
 )
 
-from ._run_context import _tool_run
+from ._tool_run import _tool_run
 
 if TYPE_CHECKING:
     from ._run_loop import _Run

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import contextvars
 import math
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
@@ -15,6 +14,7 @@ from protocols.accounting import BudgetMeter, BudgetScope
 from protocols.messages import ToolCall
 
 from ._core._abort import Abort
+from ._questions import Unanswered, ask_question
 
 if TYPE_CHECKING:
     from protocols.questions import Answer, Question
@@ -24,11 +24,6 @@ if TYPE_CHECKING:
 __all__ = ["BudgetView", "RunContext", "RunStep"]
 
 DepsT = TypeVar("DepsT")
-
-#: The run whose tool batch the current task is executing (set around each batch).
-_tool_run: contextvars.ContextVar[_Run | None] = contextvars.ContextVar(
-    "trio_agents_tool_run", default=None
-)
 
 
 @attrs.frozen
@@ -186,12 +181,12 @@ class RunContext(Generic[DepsT]):
         is refused -- uncaught, the call's result says why -- and in a durable job, which
         cannot stop inside a tool call (its agent asks with the ``ask_user`` tool instead). A
         cut of the run while waiting cancels the question (``trio.Cancelled``)."""
-        from ._questions import Unanswered, ask_question  # noqa: PLC0415 - a cycle
-
         run = self._run
-        if run is None:
+        if run is None or run.ended:
             await trio.lowlevel.checkpoint()
-            raise Unanswered("this RunContext belongs to no run: nobody can answer")
+            raise Unanswered(
+                "this RunContext belongs to no run (or its run has ended): nobody can answer"
+            )
         call = next(
             (c for c in run.open_calls if c.id == self.call_id),
             ToolCall(self.call_id, "tool", {}),

@@ -62,8 +62,9 @@ from protocols.toolschema import validate_arguments
 
 from ._delegation import _PARAMETERS, _tool_name
 from ._egress import guarded_transport
-from ._run_context import RunStep, _tool_run
+from ._run_context import RunStep
 from ._run_loop import AgentEvent, Chunk
+from ._tool_run import _tool_run
 from .tools import _raised
 
 if TYPE_CHECKING:

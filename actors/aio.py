@@ -57,8 +57,8 @@ if TYPE_CHECKING:
     from protocols.messages import AgentResult, Message
 
     from . import agent as _agent
-    from ._core._runtime import Runtime as TrioRuntime
     from ._core._supervisor import Backoff
+    from ._runtime import Runtime as TrioRuntime
     from .durable import AgentRegistry, RunStore
     from .durable import JobQueue as TrioJobQueue
     from .providers import ProviderConnection, ProviderInterface, StreamingProvider

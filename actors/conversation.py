@@ -36,7 +36,7 @@ from ._core._actor import Actor, ActorRef, ActorState, ActorStopped
 from ._core._supervisor import Restart
 
 if TYPE_CHECKING:
-    from ._core._runtime import Runtime
+    from ._runtime import Runtime
     from .providers import ProviderInterface
     from .store import ConversationStore
 
@@ -552,6 +552,48 @@ class Conversation:
     async def stop(self) -> None:
         """Stop the actor (its state stays readable through :meth:`snapshot` until then)."""
         await self._ref.stop()
+
+
+class _LocalConversation(Conversation):
+    """A conversation with no actor, for one run in its caller's task (see
+    :class:`~actors.agent._RunAgent`): the same state and methods, every change applied in the
+    calling task, one at a time and in arrival order (a lock instead of a mailbox). It exists
+    as long as the run that made it; after :meth:`stop` it takes no change
+    (:class:`~actors.ActorStopped`)."""
+
+    def __init__(self, history: History | None = None) -> None:
+        self._state = _State(history or History(id=new_id()), None, 0, None)
+        self._lock = trio.Lock()
+        self._stopped = False
+
+    @property
+    def ref(self) -> ActorRef[Any, Any]:
+        """Refused: this conversation has no actor."""
+        raise RuntimeError("this conversation belongs to one run and has no actor")
+
+    async def _run(self, job: Callable[[_State], Awaitable[T]]) -> T:
+        if self._stopped:
+            await trio.lowlevel.checkpoint()
+            raise ActorStopped(f"conversation {self.id!r} is stopped", name=self.id)
+        state = self._state
+        state.pending += 1
+        try:
+            async with self._lock:
+                return await job(state)
+        finally:
+            state.pending -= 1
+
+    def _add_now(self, batch: Sequence[Message]) -> bool:
+        state = self._state
+        if state.pending or self._stopped:
+            return False
+        state.history = state.history.add(batch)
+        return True
+
+    async def stop(self) -> None:
+        """It takes no change from now on."""
+        self._stopped = True
+        await trio.lowlevel.checkpoint()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -37,8 +37,9 @@ from protocols.codec import dumps
 from protocols.errors import ValidationError
 from protocols.messages import Message, ToolCall, new_id
 
+from ._request import _Request
 from ._run_context import RunStep
-from .agent import Agent, RunOptions, _Request
+from .agent import Agent, RunOptions
 
 if TYPE_CHECKING:
     from ._run_loop import _Run

@@ -27,7 +27,7 @@ import inspect
 import logging
 import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol, overload, runtime_checkable
+from typing import Any, Final, Protocol, overload, runtime_checkable
 
 import attrs
 import cattrs
@@ -47,7 +47,8 @@ from protocols.toolschema import (
 )
 
 from ._core._errors import raises_one_cause
-from ._run_context import _tool_run, context_for
+from ._run_context import context_for
+from ._tool_run import _tool_run
 
 __all__ = [
     "INTERRUPTED",
@@ -74,6 +75,9 @@ _ERROR_LIMIT = 2000
 Approver = Callable[[ToolCall, Verdict], Awaitable[bool | tuple[bool, str]]]
 
 _results = cattrs.Converter()
+
+#: The types a tool's value may have that unstructure to themselves.
+_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
 
 
 def _is_pydantic_model(cls: type) -> bool:
@@ -135,8 +139,11 @@ class Tool:
     blocking: bool = False
     timeout: float | None = None
     idempotent: bool = False
+    # Whether the function is a coroutine function (asked on every call: answered once).
+    _is_async: bool = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "_is_async", inspect.iscoroutinefunction(self.function))
         if self.timeout is not None and not (
             isinstance(self.timeout, int | float)
             and self.timeout > 0
@@ -159,7 +166,7 @@ class Tool:
 
     async def _invoke(self, arguments: Mapping[str, Any]) -> Any:
         function = self.function
-        if inspect.iscoroutinefunction(function):
+        if self._is_async:
             return await function(**arguments)
         if self.blocking:
             return await trio.to_thread.run_sync(functools.partial(function, **arguments))
@@ -221,7 +228,8 @@ class Tool:
                 report(call, error)
             return ToolFailure(call.id, call.name, _bounded(f"{type(error).__name__}: {error}"))
         try:
-            plain = check_json(_results.unstructure(value))
+            # (A JSON scalar is its own unstructured form: no converter dispatch for it.)
+            plain = check_json(value if type(value) in _SCALARS else _results.unstructure(value))
         except (ValidationError, TypeError, ValueError) as error:
             message = error.message if isinstance(error, ValidationError) else str(error)
             return ToolFailure(
@@ -396,7 +404,6 @@ class ToolRegistry:
         state = batch if batch is not None else ToolBatch(calls)
         if state.calls != tuple(calls):
             raise ValidationError("the batch was made for other calls")
-        available = [t.definition.name for t in self.tools(scope)]
         # First every call is decided -- unknown ones skipped, the authority's verdicts taken,
         # every approval asked for (concurrently) -- and only then does any call run: a call
         # waiting for approval fences its whole batch, so no sibling's side effect happens
@@ -411,7 +418,7 @@ class ToolRegistry:
             target = self._tools.get(call.name)
             if target is None or (scope is not None and not scope.allows_tool(call.name)):
                 state.skipped.add(index)
-                names = ", ".join(available) or "none"
+                names = ", ".join(t.definition.name for t in self.tools(scope)) or "none"
                 state.results[index] = ToolFailure(
                     call.id,
                     call.name,

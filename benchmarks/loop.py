@@ -583,7 +583,7 @@ async def run(quick: bool) -> tuple[dict[str, float], dict[str, float], list[str
     lines = [
         f"run (two turns, one tool call): {metrics['run_us']:.0f} us "
         f"({ratios['run_time_vs_floor']:.2f}x vs the minimal trio loop "
-        f"{metrics['floor_run_us']:.0f} us; target <= 1.5)",
+        f"{metrics['floor_run_us']:.0f} us; target <= 2.2)",
         f"run: {metrics['runs_per_s']:,.0f} runs/s (floor {metrics['floor_runs_per_s']:,.0f} "
         "runs/s)",
     ]
@@ -622,7 +622,7 @@ async def run(quick: bool) -> tuple[dict[str, float], dict[str, float], list[str
             f"vs pydantic-ai (Agent.run + FunctionModel, asyncio, subprocess): "
             f"{metrics['runs_per_s']:,.0f} runs/s ({ratios['runs_per_s_vs_pydantic_ai']:.2f}x vs "
             f"{metrics['pydantic_ai_runs_per_s']:,.0f} runs/s, {metrics['pydantic_ai_run_us']:.0f} "
-            "us per run; target >= 2)"
+            "us per run; target >= 10)"
         )
     lines += [
         f"memory: {memory['agent_bytes']:,.0f} bytes per idle agent, {MEMORY_AGENTS[mode]:,} "

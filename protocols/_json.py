@@ -345,9 +345,14 @@ def dumps(value: Any, *, canonical: bool = False) -> str:
     :class:`ValidationError` for anything that is not strict JSON (see :func:`check_json`).
     """
     clean = check_json(value)
-    return json.dumps(
-        clean, ensure_ascii=False, allow_nan=False, separators=(",", ":"), sort_keys=canonical
-    )
+    return (_CANONICAL_ENCODE if canonical else _ENCODE)(clean)
+
+
+# What json.dumps makes afresh on every call with these settings, made once.
+_ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+_CANONICAL_ENCODE = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, separators=(",", ":"), sort_keys=True
+).encode
 
 
 def dumpb(value: Any, *, canonical: bool = False) -> bytes:

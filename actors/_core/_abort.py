@@ -35,7 +35,8 @@ class Abort:
         self._reason: str | None = None
         self._event: trio.Event | None = None
         self._callbacks: dict[object, Callable[[str], object]] = {}
-        self._derived: weakref.WeakSet[Abort] = weakref.WeakSet()
+        # Made when a token is first derived from this one (most tokens never are).
+        self._derived: weakref.WeakSet[Abort] | None = None
         # A derived token holds its sources strongly (so a chain of derived tokens stays intact
         # while its last link is alive); sources hold derived tokens only weakly.
         self._sources: tuple[Abort, ...] = ()
@@ -65,9 +66,10 @@ class Abort:
         callbacks, self._callbacks = self._callbacks, {}
         for callback in callbacks.values():
             callback(reason)
-        for derived in list(self._derived):
-            derived.cancel(reason)
-        self._derived = weakref.WeakSet()
+        derived_tokens, self._derived = self._derived, None
+        if derived_tokens:
+            for derived in list(derived_tokens):
+                derived.cancel(reason)
         self._sources = ()
 
     async def wait(self) -> str:
@@ -136,6 +138,8 @@ class Abort:
                 return derived
         derived._sources = tokens
         for token in tokens:
+            if token._derived is None:
+                token._derived = weakref.WeakSet()
             token._derived.add(derived)
         return derived
 

@@ -263,6 +263,18 @@ class _Cell:
         if state is ActorState.STOPPED and self._stopped is not None:
             self._stopped.set()
 
+    def let_go(self) -> None:
+        """The actor has stopped for good: the cell lets go of its last incarnation once that
+        has finished (which holds the actor, which holds the cell), so that a stopped actor is
+        freed when its last ref goes rather than left in a cycle for the garbage collector.
+        What the cell reports stays the same (its mailbox size is kept)."""
+        incarnation = self.incarnation
+        if incarnation is None or not incarnation.finished:
+            return
+        if self.mailbox_size is None:
+            self.mailbox_size = incarnation.actor.mailbox_size
+        self.incarnation = None
+
     def changed_event(self) -> trio.Event:
         """An event set at the next state change."""
         if self._changed is None:

@@ -255,5 +255,6 @@ async def run_incarnation(
         await on_exit(cell, exit)
         return
     cell.set_state(ActorState.STOPPED)
+    cell.let_go()
     if exit.kind is ExitKind.FAILED and exit.error is not None:
         raise exit.error

@@ -357,6 +357,10 @@ class Supervisor(Actor[StartChild | TerminateChild, Any]):
         if record.spec.register and self._registry.get(record.cell.name) == record.ref:
             del self._registry[record.cell.name]
         record.cell.set_state(ActorState.STOPPED)
+        # Gone for good: the child's cell no longer leads to its record (which leads back to
+        # it), so a stopped actor is freed when its last ref goes, not left to the collector.
+        record.cell.child = None
+        record.cell.let_go()
 
     async def _stop(self, record: _Child) -> None:
         """Stop one child's current incarnation on purpose (its exit triggers nothing)."""

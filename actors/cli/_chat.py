@@ -25,8 +25,8 @@ from protocols.history import ConversationSnapshot
 from protocols.messages import AgentResult, Role, ToolCall, ToolSuccess
 from protocols.questions import Answer, Question, parse_answer
 
-from .._core._runtime import Runtime, open_runtime
 from .._questions import Unanswered, ask_user
+from .._runtime import Runtime, open_runtime
 from ..agent import Agent, Chunk
 from ..conversation import Conversation, ConversationManager
 from ..providers import OpenAIChat, ProviderInterface
@@ -258,7 +258,7 @@ class ChatSession:
             self.error(self.describe(error))
 
     def describe(self, error: BaseException) -> str:
-        from ._main import describe_error  # noqa: PLC0415 - cli imports this module lazily
+        from ._errors import describe_error  # noqa: PLC0415 - cli imports this module lazily
 
         return describe_error(error, self.base_url) or str(error)
 

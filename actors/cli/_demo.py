@@ -39,7 +39,7 @@ from protocols.messages import (
 )
 from protocols.wire.openai_chat import DEFAULT_BASE_URL
 
-from .._core._runtime import open_runtime
+from .._runtime import open_runtime
 from ..agent import Agent, Chunk
 from ..conversation import ConversationManager
 from ..providers import OpenAIChat, ProviderStream, StreamingProvider
@@ -461,7 +461,7 @@ def _real_prices() -> tuple[Pricing | None, str | None]:
 
 def _why(error: AgentsError, where: str) -> str:
     """One line saying why a run failed (as the command line says it)."""
-    from ._main import describe_error  # noqa: PLC0415 - cli imports this module lazily
+    from ._errors import describe_error  # noqa: PLC0415 - cli imports this module lazily
 
     return describe_error(error, where) or str(error)
 

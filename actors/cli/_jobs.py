@@ -27,7 +27,7 @@ from protocols.messages import Message
 from protocols.questions import Question, check_answer, parse_answer
 
 if TYPE_CHECKING:
-    from actors._core._runtime import Runtime
+    from actors._runtime import Runtime
     from actors.durable import AgentRegistry, RunStore
     from protocols.jobs import JobRecord
     from protocols.live import RunEvent
@@ -190,7 +190,7 @@ class _Settings(NamedTuple):
 
 async def _worker(url: str, app: tuple[str, Any], settings: _Settings, out: TextIO) -> int:
     concurrency, lease, grace, poll = settings
-    from actors import open_runtime  # noqa: PLC0415
+    from actors._runtime import open_runtime  # noqa: PLC0415
     from actors.durable import open_job_queue  # noqa: PLC0415
 
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

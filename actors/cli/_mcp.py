@@ -45,7 +45,8 @@ async def _main(
     session_history: bool,
 ) -> int:
     http, host, port, path = where
-    from actors import Agent, open_runtime  # noqa: PLC0415
+    from actors._runtime import open_runtime  # noqa: PLC0415
+    from actors.agent import Agent  # noqa: PLC0415
     from actors.mcp import mcp_server, serve_http, serve_stdio  # noqa: PLC0415
     from actors.mcp._server import resolve_app  # noqa: PLC0415
     from actors.tools import CallableTool, ToolRegistry  # noqa: PLC0415
@@ -87,7 +88,7 @@ async def _main(
 def _cannot_listen(error: BaseException, host: str, port: int) -> None:
     """Raise the one line saying why the server could not listen, if ``error`` (alone or
     grouped) says it; else return."""
-    from ._main import _leaves  # noqa: PLC0415 - loaded: it runs this command
+    from ._errors import _leaves  # noqa: PLC0415 - loaded: it runs this command
 
     leaves = list(_leaves(error))
     if leaves and all(isinstance(leaf, OSError) for leaf in leaves):

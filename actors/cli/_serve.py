@@ -17,7 +17,7 @@ import trio
 
 from protocols.relay import is_loopback, parse_origin, split_host
 
-from .._core._runtime import Runtime, open_runtime
+from .._runtime import Runtime, open_runtime
 from ..durable import AgentRegistry, open_job_queue, open_run_store
 from ..durable._open import check_store_url
 from ..providers import OpenAIChat, StreamingProvider

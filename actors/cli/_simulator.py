@@ -11,7 +11,7 @@ from typing import TextIO
 import trio
 
 from ..testing import Simulator
-from ._main import SIMULATOR_PORT as DEFAULT_PORT
+from ._parser import SIMULATOR_PORT as DEFAULT_PORT
 
 __all__ = ["DEFAULT_PORT", "main", "run"]
 
@@ -75,7 +75,7 @@ def main(
 
 def _cannot_listen(error: BaseException) -> str | None:
     """Why the server could not listen, if that is what ``error`` (alone or grouped) says."""
-    from ._main import _leaves  # noqa: PLC0415 - loaded: it runs this command
+    from ._errors import _leaves  # noqa: PLC0415 - loaded: it runs this command
 
     leaves = list(_leaves(error))
     if not leaves or not all(isinstance(leaf, OSError) for leaf in leaves):

@@ -22,6 +22,7 @@ goes on where it was; only after that is it cut, to be continued from its journa
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Callable, Sequence
 from typing import Literal
@@ -60,7 +61,7 @@ from .._sqlite import StoreError
 from ..tools import CallableTool, ToolRegistry
 from ._store import RunStore
 
-__all__ = ["CANCELLED", "LINGER", "LOST", "RETRY_FOR", "StoreJournal"]
+__all__ = ["CANCELLED", "LINGER", "LOST", "RETRY_FOR", "StoreJournal", "WriteBehind"]
 
 #: How long an entry that is not a barrier waits for the next barrier to be written with it
 #: before it is written on its own (seconds).
@@ -83,7 +84,9 @@ class StoreJournal:
 
     ``replay`` is the journal as read when the run was continued (``None`` for a first
     attempt), ``journaled`` how many entries the stored journal held then; ``cut`` is called
-    once if the store refuses a write as fenced."""
+    once if the store refuses a write as fenced. What waits for a barrier is written by
+    ``behind`` (the :class:`WriteBehind` of many journals) when given, else by :meth:`writer`,
+    run beside the run."""
 
     def __init__(
         self,
@@ -97,6 +100,7 @@ class StoreJournal:
         answers: Sequence[ApprovalAnswer] = (),
         clock: Callable[[], float] = time.time,
         leaving: Callable[[], bool] = lambda: False,
+        behind: WriteBehind | None = None,
     ) -> None:
         self.store = store
         self.job = job
@@ -124,6 +128,8 @@ class StoreJournal:
         self._writing = False  # an append is in flight (the writer's or a barrier's)
         self._progress = trio.Event()  # set (and replaced) whenever an append ends
         self._more = trio.Event()  # the buffer has entries for the writer
+        self._behind = behind
+        self._waiting = False  # handed to ``behind``, not written yet
         self._closed = False
         #: The store failed a write (not as fenced): the run was cut; this is why.
         self.failure: StoreError | None = None
@@ -146,7 +152,7 @@ class StoreJournal:
         self._seal()
         self._buffer.extend(entries)
         if not carried:
-            self._more.set()
+            self._lingers()
 
     def stream(self, turn: int, channel: str, text: str) -> None:
         """A delta the turn in flight streamed (as the run showed it): journaled behind the
@@ -157,7 +163,16 @@ class StoreJournal:
             self._seal()
             self._stream_turn = turn
         self._deltas.append((channel, text))
-        self._more.set()
+        self._lingers()
+
+    def _lingers(self) -> None:
+        """Something buffered waits for the next barrier: have it written within
+        :data:`LINGER` seconds if none comes first."""
+        if self._behind is None:
+            self._more.set()
+        elif not self._waiting:
+            self._waiting = True
+            self._behind.later(self)
 
     def _seal(self) -> None:
         """The deltas buffered so far become one entry, in their place in the buffer."""
@@ -174,9 +189,17 @@ class StoreJournal:
             await self._more.wait()
             self._more = trio.Event()
             await trio.sleep(LINGER)
-            while (self._buffer or self._deltas) and self.holds() and not self.suspended:
-                with trio.CancelScope(shield=True):
-                    await self._write_buffer(())
+            await self._write_behind()
+
+    def _unwritten(self) -> bool:
+        """Something is buffered, and the run still writes."""
+        return bool(self._buffer or self._deltas) and self.holds() and not self.suspended
+
+    async def _write_behind(self) -> None:
+        """Write what is buffered, if the run still writes (shielded)."""
+        while self._unwritten():
+            with trio.CancelScope(shield=True):
+                await self._write_buffer(())
 
     async def _take_turn(self) -> None:
         """Become the journal's one append in flight (waiting for the one before to end);
@@ -487,6 +510,38 @@ class StoreJournal:
     def tools(self, registry: ToolRegistry) -> ToolRegistry:
         """``registry`` with each tool journaling its call's intent and result."""
         return ToolRegistry(_JournaledTool(tool, self) for tool in registry.tools())
+
+
+class WriteBehind:
+    """Writes, for many journals at once, what waits for a barrier: each journal's buffer
+    :data:`LINGER` seconds after its first entry that waits, unless a barrier carried it
+    first. One task (:meth:`run`) for every journal instead of one beside each run; the
+    journals' writes themselves run side by side (a store may commit them together)."""
+
+    def __init__(self) -> None:
+        self._due: collections.deque[tuple[float, StoreJournal]] = collections.deque()
+        self._wake = trio.Event()
+
+    def later(self, journal: StoreJournal) -> None:
+        """Write ``journal``'s buffer :data:`LINGER` seconds from now."""
+        self._due.append((trio.current_time() + LINGER, journal))
+        self._wake.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Write what is due, as it falls due, until cancelled (run it in a nursery)."""
+        async with trio.open_nursery() as writes:
+            task_status.started()
+            while True:
+                if not self._due:
+                    self._wake = trio.Event()
+                    await self._wake.wait()
+                when, journal = self._due[0]
+                await trio.sleep_until(when)
+                while self._due and self._due[0][0] <= when:
+                    _, journal = self._due.popleft()
+                    journal._waiting = False
+                    if journal._unwritten():
+                        writes.start_soon(journal._write_behind)
 
 
 class _JournaledTool:

@@ -16,55 +16,39 @@ import math
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-import attrs
 import trio
 
-from protocols.errors import AgentsError, Category, ConfigError, ValidationError
+from protocols.errors import AgentsError, Category, ValidationError
 from protocols.jobs import (
     TERMINAL,
     AgentJob,
-    Applied,
-    InputEntry,
     JobCursor,
     JobPage,
     JobRecord,
     JobStatus,
-    JournalDrift,
-    Lease,
     Priority,
-    Replay,
-    ResponseEntry,
-    TerminalEntry,
-    abandon,
-    decide,
-    finish,
-    renew,
-    replay,
-    retry,
 )
-from protocols.messages import AgentResult, Message, Role, StopReason, Usage, new_id
-from protocols.settings import ModelSettings
+from protocols.messages import AgentResult, new_id
 
 from .. import _tracing
 from .._core._abort import Abort
 from .._core._errors import OneCause
-from .._core._runtime import Runtime
-from .._run_loop import Resume
+from .._runtime import Runtime
 from .._sqlite import StoreError
-from ..agent import Agent, RunOptions, _Request
 from ._feed import JobFeed, feed_jobs
-from ._journal import StoreJournal
+from ._journal import WriteBehind
 from ._ops import answer_job, cancel_job, existing_job, purge_job
-from ._registry import AgentRegistry, AgentSpec
+from ._registry import AgentRegistry
 from ._store import RunStore
 from ._watch import JobEvents, watch_job
+from ._worker import MAX_TAKEOVERS, JobRunner, _lost_store, _Running
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
-__all__ = ["JobError", "JobQueue", "open_job_queue"]
+__all__ = ["MAX_TAKEOVERS", "JobError", "JobQueue", "open_job_queue"]
 
 log = logging.getLogger("trio_agents.jobs")
 
@@ -72,8 +56,6 @@ log = logging.getLogger("trio_agents.jobs")
 DEFAULT_LEASE = 30.0
 #: How often an idle worker looks for new jobs, by default (seconds).
 DEFAULT_POLL = 0.5
-#: How many times a job may lose its worker (its lease expiring) before it is abandoned.
-MAX_TAKEOVERS = 10
 
 
 class JobError(AgentsError):
@@ -92,17 +74,7 @@ class JobError(AgentsError):
         self.record = record
 
 
-@attrs.define
-class _Running:
-    record: JobRecord
-    token: Abort
-    done: trio.Event = attrs.field(factory=trio.Event)
-    #: Set when the store says the job's record changed (a cancel asked for elsewhere, say):
-    #: its lease keeper looks at once instead of at its next renewal.
-    changed: trio.Event = attrs.field(factory=trio.Event)
-
-
-class JobQueue:
+class JobQueue(JobRunner):
     """A worker of a durable job queue (see :func:`open_job_queue`)."""
 
     def __init__(
@@ -140,6 +112,8 @@ class JobQueue:
         self.tracer_provider = tracer_provider
         self._running: dict[str, _Running] = {}
         self._wake = trio.Event()
+        self._look = trio.Event()  # a running job's record changed: its lease keeper looks
+        self._behind = WriteBehind()  # writes what the jobs' journals buffer, for all of them
         self._finished: dict[str, trio.Event] = {}
         self._ended: dict[str, JobRecord] = {}  # final records for result() callers waiting
         self._taking = True
@@ -186,16 +160,21 @@ class JobQueue:
         """Wait until the job ends and return its result. Raises :class:`JobError` when it
         failed, was cancelled or abandoned, or ended partial on a queue without
         ``allow_partial``; :class:`~protocols.errors.ValidationError` for an unknown id."""
+        look = True
         while True:
             event = self._finished.setdefault(id, trio.Event())
-            status = await self.store.status(id)
-            if status is None:
-                raise ValidationError(f"no job {id!r} (never admitted, or purged)")
-            if status in TERMINAL:
-                self._ended.pop(id, None)
-                return self._outcome(await existing_job(self.store, id))
+            if look:
+                status = await self.store.status(id)
+                if status is None:
+                    raise ValidationError(f"no job {id!r} (never admitted, or purged)")
+                if status in TERMINAL:
+                    self._ended.pop(id, None)
+                    return self._outcome(await existing_job(self.store, id))
             with trio.move_on_after(self.poll):
                 await event.wait()
+            # A job running in this worker needs no look at the store until its run here ends:
+            # the worker then hands its final record over, or wakes this caller to look.
+            look = id not in self._running
             # Ended in this worker, which handed the final record over: no need to read it.
             ended = self._ended.pop(id, None)
             if ended is not None:
@@ -320,10 +299,6 @@ class JobQueue:
         extra = counts() if callable(counts) else {}
         return {**self._statistics, **extra, "running": len(self._running)}
 
-    def _store_failed(self, doing: str, error: StoreError) -> None:
-        self._statistics["store_errors"] += 1
-        log.warning("%s: the store failed (%s); trying again", doing, error.message)
-
     async def _watch(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Hear of the store's changes as they commit (other processes' too, where the store
         can tell): look for jobs to take, wake the callers waiting for those jobs, and have the
@@ -335,26 +310,24 @@ class JobQueue:
                 ids = await watch.next()
                 self._wake.set()
                 for id in ids or list(self._finished):
+                    if id in self._running:
+                        # Running here: its end hands the final record to the callers waiting
+                        # (or, if it ends otherwise, wakes them): no read of the store needed.
+                        continue
                     waiting = self._finished.pop(id, None)
                     if waiting is not None:
                         waiting.set()
                 for id in ids or list(self._running):
                     running = self._running.get(id)
-                    if running is not None:
-                        running.changed.set()
-
-    def _notify(self, id: str, record: JobRecord | None = None) -> None:
-        event = self._finished.pop(id, None)
-        if event is not None:
-            if record is not None:
-                self._ended[id] = record
-            event.set()
-
-    # -- the worker's side ---------------------------------------------------------------------
+                    if running is not None and not running.ending:
+                        running.look = True
+                        self._look.set()
 
     async def _work(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Take jobs while there is room, until the queue closes."""
         async with trio.open_nursery() as nursery:
+            await nursery.start(self._keep_leases)
+            await nursery.start(self._behind.run)
             task_status.started()
             pause = 0.0  # after a store failure: how long to wait before asking again
             while self._taking:
@@ -381,6 +354,7 @@ class JobQueue:
                             # again: its first run of it is fenced; cut it.
                             stale.token.cancel("this worker's older hold on the job expired")
                         running = _Running(record, Abort())
+                        running.due = trio.current_time() + self.lease / 3
                         self._running[record.id] = running
                         nursery.start_soon(self._job, running)
                         continue
@@ -412,7 +386,10 @@ class JobQueue:
     async def _job(self, running: _Running) -> None:
         record = running.record
         try:
-            await self._attempt(running)
+            with running.scope:
+                await self._attempt(running)
+            if running.failure is not None:
+                raise running.failure  # its lease keeper failed: stopped as a crash would
         except Exception as exc:
             failure = _lost_store(exc)
             if failure is None:
@@ -424,470 +401,11 @@ class JobQueue:
         finally:
             if self._running.get(record.id) is running:
                 del self._running[record.id]
+                # A caller still waiting (the job did not end here with a record handed over:
+                # suspended, dropped, or lost to the store) looks at the store again.
+                self._notify(record.id)
             running.done.set()
             self._wake.set()
-
-    async def _attempt(self, running: _Running) -> None:
-        record = running.record
-        holder = record.lease
-        assert holder is not None
-        if record.cancel_requested:
-            # Taken over after its cancel was acknowledged (its worker died first): it starts no
-            # more work. Its run is continued already cut -- the journal closed as a cut run's
-            # is -- and it ends cancelled.
-            running.token.cancel("the job was cancelled")
-        if record.takeovers > MAX_TAKEOVERS:
-            await self._end(
-                record,
-                abandon(
-                    record,
-                    now=self._clock(),
-                    error=f"its worker died {record.takeovers} times while running it",
-                    holder=holder,
-                ),
-            )
-            return
-        try:
-            spec = self.registry.get(record.job.agent)
-        except ConfigError as error:
-            await self._end(
-                record, abandon(record, now=self._clock(), error=error.message, holder=holder)
-            )
-            return
-        failed = await self._failed_child(record)
-        if failed is not None:
-            await self._finish(record, holder, JobStatus.FAILED, None, failed)
-            return
-        # The job's first acquisition (fence 1) finds an empty journal: nobody held it before.
-        entries = await self.store.journal(record.id) if record.fence > 1 else []
-        try:
-            made = replay(record.id, entries)
-        except JournalDrift as error:
-            log.error("job %s: %s", record.id, error.message)
-            await self._end(
-                record, abandon(record, now=self._clock(), error=error.message, holder=holder)
-            )
-            return
-        # What earlier attempts added after the input: the job's result covers the whole job.
-        given = len(entries[0].messages) if entries and isinstance(entries[0], InputEntry) else 0
-        earlier = made.messages[given:]
-        # The last thing journaled is a final answer (a response with no calls): the run had
-        # ended when its worker died.
-        final = entries[-1] if entries else None
-        answered = isinstance(final, ResponseEntry) and not final.message.calls
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._keep_lease, running, holder)
-            try:
-                await self._run(
-                    running, spec, made, holder, earlier, answered=answered, journaled=len(entries)
-                )
-            finally:
-                nursery.cancel_scope.cancel()
-
-    async def _keep_lease(self, running: _Running, holder: Lease) -> None:
-        """Renew the lease while the job runs; on losing it (fenced), or on a cancel requested
-        from elsewhere, cut the run."""
-        interval = self.lease / 3
-        record = running.record
-        due = trio.current_time() + interval
-        while True:
-            with trio.move_on_at(due):
-                await running.changed.wait()
-            running.changed = trio.Event()
-            renewing = trio.current_time() >= due
-            if renewing:
-                due = trio.current_time() + interval
-            try:
-                current = await self.store.get(record.id)
-            except StoreError as error:
-                if not error.retryable:
-                    raise
-                self._store_failed(f"renewing the lease of job {record.id}", error)
-                continue
-            if current is None or not current.held_by(holder):
-                running.token.cancel("this worker no longer holds the job (fenced)")
-                return
-            if current.cancel_requested:
-                running.token.cancel("the job was cancelled")
-            if not renewing:
-                continue  # looked early, on a change: the lease needs no renewal yet
-            renewed = renew(current, holder, now=self._clock(), lease=self.lease)
-            try:
-                if isinstance(renewed, Applied) and await self.store.write(renewed):
-                    running.record = renewed.record
-            except StoreError as error:
-                if not error.retryable:
-                    raise
-                self._store_failed(f"renewing the lease of job {record.id}", error)
-
-    async def _run(
-        self,
-        running: _Running,
-        spec: AgentSpec,
-        made: Replay,
-        holder: Lease,
-        earlier: tuple[Message, ...] = (),
-        *,
-        answered: bool = False,
-        journaled: int = 0,
-    ) -> None:
-        record = running.record
-        job = record.job
-        last = made.messages[-1] if made.messages else None
-        if answered and last is not None and last.role is Role.ASSISTANT:
-            # Its worker died after journaling the final answer, before the end: that answer
-            # stands (asking the model again would answer twice).
-            done = AgentResult(
-                content=last.content,
-                thinking=last.thinking,
-                messages=earlier,
-                usage=made.usage,
-                turns=made.turns,
-                run_id=record.id,
-                agent=job.agent,
-            )
-            await self._finish(record, holder, JobStatus.COMPLETED, done, None)
-            return
-        journal = StoreJournal(
-            self.store,
-            record.id,
-            holder,
-            cut=running.token.cancel,
-            replay=made if made.started else None,
-            journaled=journaled,
-            answers=record.answers,
-            clock=self._clock,
-            leaving=lambda: self._leaving,
-        )
-        async with trio.open_nursery() as writes:
-            await writes.start(journal.writer)
-            try:
-                await self._journaled(running, spec, made, holder, earlier, journal=journal)
-            finally:
-                await journal.close()
-                writes.cancel_scope.cancel()
-
-    async def _journaled(
-        self,
-        running: _Running,
-        spec: AgentSpec,
-        made: Replay,
-        holder: Lease,
-        earlier: tuple[Message, ...],
-        *,
-        journal: StoreJournal,
-    ) -> None:
-        record = running.record
-        job = record.job
-        agent = await self._agent(spec, job, journal)
-        try:
-            if made.started:
-                # A continued attempt: said first in the journal (its log shows a rewind), with
-                # the approvals its batch waited for, now answered.
-                answers = [a for a in record.answers if a.call_id not in made.answers]
-                reason: Literal["takeover", "retry", "answered"]
-                if made.asked and record.answers:
-                    reason = "answered"
-                elif record.takeovers > made.takeovers:
-                    reason = "takeover"
-                else:
-                    reason = "retry"
-                await journal.attempt(record.fence, reason, answers)
-                await agent.conversation.add(made.messages)
-                resume: Resume | None = Resume(
-                    made.turns,
-                    made.usage,
-                    made.unsettled,
-                    tuple(decide(record.id, made, idempotent=spec.idempotent)),
-                    known=made.known,
-                    estimate=made.estimate,
-                )
-            else:
-                history, results = await self._background(record)
-                messages = (*history, *job.input, *results)
-                await journal.input(messages)
-                await agent.conversation.add(messages)
-                resume = None
-            if not journal.holds():
-                self._statistics["dropped"] += 1
-                return
-            request = _Request(
-                agent,
-                (),
-                RunOptions(abort=(running.token,)),
-                None,
-                run_id=record.id,
-                journal=journal,
-                resume=resume,
-            )
-            # Traced as a child of the context the job was enqueued in (in whichever process),
-            # never of this worker's task.
-            source = job.metadata.get(_tracing.TRACE_METADATA_KEY)
-            agent._traced(
-                request,
-                _tracing.extract(source if isinstance(source, dict) else None)
-                or _tracing.root_context(),
-            )
-            error: BaseException | None = None
-            result: AgentResult | None = None
-            with trio.move_on_after(
-                self.timeout if self.timeout is not None else math.inf
-            ) as attempt:
-                try:
-                    result = await agent._execute_here(request)
-                except Exception as exc:
-                    error = exc
-            if journal.suspended:
-                # Waiting for approvals (the record says so): any worker continues it once
-                # every answer is in.
-                self._statistics["suspended"] += 1
-                return
-            if journal.failure is not None:
-                # Another attempt continues it from the journal once its lease expires.
-                self._store_failed(f"journaling job {record.id}", journal.failure)
-            if not journal.holds():
-                self._statistics["dropped"] += 1
-                return
-            # What the run spent, for a job that ends without a result: its turns, and its
-            # usage when all of it is known and none of it estimated (the record has no flag).
-            run = request.run
-            spent = None
-            if run is not None:
-                spent = (run.turns_made, None if run.estimated else run.total())
-            if attempt.cancelled_caught:
-                await self._retry_or_fail(
-                    running, holder, "the attempt timed out", journal, spent=spent
-                )
-            elif error is not None:
-                if isinstance(error, AgentsError) and error.retryable:
-                    await self._retry_or_fail(
-                        running, holder, _describe(error), journal, spent=spent
-                    )
-                else:
-                    await self._finish(
-                        running.record,
-                        holder,
-                        JobStatus.FAILED,
-                        None,
-                        _describe(error),
-                        journal=journal,
-                        spent=spent,
-                    )
-            else:
-                assert result is not None
-                # The job's result: the whole job (what earlier attempts added too), answered by
-                # the agent the job named; its content the last assistant message's of the whole
-                # job (a run continued already cut adds none: its partial is an earlier one).
-                messages = (*earlier, *result.messages)
-                last = next((m for m in reversed(messages) if m.role is Role.ASSISTANT), None)
-                whole = attrs.evolve(
-                    result,
-                    messages=messages,
-                    agent=record.job.agent,
-                    content=last.content if last is not None else result.content,
-                )
-                await self._finish(
-                    running.record,
-                    holder,
-                    self._status(running, whole),
-                    whole,
-                    None,
-                    journal=journal,
-                )
-        finally:
-            with trio.CancelScope(shield=True):
-                await agent.aclose(cancel=True)
-
-    async def _agent(self, spec: AgentSpec, job: AgentJob, journal: StoreJournal) -> Agent:
-        options = dict(spec.options)
-        if job.limit is not None:
-            options["limit"] = job.limit
-        if job.timeout is not None:
-            options["timeout"] = job.timeout
-        if job.budget is not None:
-            options["budget"] = job.budget
-        if job.settings is not None:
-            options["settings"] = ModelSettings.of(options.get("settings")).merge(job.settings)
-        if self.tracer_provider is not None:
-            options.setdefault("tracer_provider", self.tracer_provider)  # a spec's own wins
-        return await Agent.start(
-            self.runtime,
-            spec.provider,
-            system=spec.system,
-            tools=spec.tools,
-            authority=spec.authority,
-            approve=journal.approve,
-            answer=journal.answer,
-            **options,
-        )
-
-    async def _background(
-        self, record: JobRecord
-    ) -> tuple[tuple[Message, ...], tuple[Message, ...]]:
-        """What a job starts from besides its input: the history of the jobs before it in its
-        thread (before the input), and the results of its children (after it)."""
-        out: list[Message] = []
-        thread = record.conversation
-        if thread is not None and record.execution is not None:
-            # The thread's jobs only (the store finds them by index): not every job there is.
-            earlier = [
-                r
-                for r in await self._all(thread=thread)
-                if r.id != record.id
-                and r.execution is not None
-                and r.execution < record.execution
-                and r.terminal
-            ]
-            if earlier:
-                # The latest one's journal holds the whole thread before it (its input began
-                # with the thread's history).
-                latest = max(earlier, key=lambda r: r.execution or 0)
-                out.extend(replay(latest.id, await self.store.journal(latest.id)).messages)
-        history = tuple(out)
-        out = []
-        if record.children:
-            lines = []
-            for position, child_id in enumerate(record.children, start=1):
-                child = await self.store.get(child_id)
-                if child is None:
-                    lines.append(f"{position}. (purged)")
-                    continue
-                text = child.result.content if child.result is not None else child.error or ""
-                lines.append(f"{position}. {child.job.agent} ({child.status.value}): {text}")
-            out.append(Message.user("Results of the sub-jobs, in order:\n" + "\n".join(lines)))
-        return history, tuple(out)
-
-    async def _failed_child(self, record: JobRecord) -> str | None:
-        """Why the job cannot run because of a child (one failed, was cancelled or abandoned, or
-        ended partial on a queue without ``allow_partial``), if it cannot."""
-        for position, child_id in enumerate(record.children, start=1):
-            child = await self.store.get(child_id)
-            if child is None:
-                continue
-            bad = child.status in (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.ABANDONED)
-            if bad or (child.status is JobStatus.PARTIAL and not self.allow_partial):
-                return (
-                    f"sub-job {position} ({child.job.agent}, {child.id}) ended {child.status.value}"
-                )
-        return None
-
-    async def _all(self, *, thread: str | None = None) -> list[JobRecord]:
-        records: list[JobRecord] = []
-        after: int | None = None
-        while True:
-            page = await self.store.list(after=after, limit=1000, thread=thread)
-            records.extend(page)
-            if len(page) < 1000:
-                return records
-            after = page[-1].sequence
-
-    def _status(self, running: _Running, result: AgentResult) -> JobStatus:
-        if result.stop is StopReason.COMPLETE:
-            return JobStatus.COMPLETED
-        if result.stop is StopReason.CANCELLED and running.token.cancelled:
-            return JobStatus.CANCELLED
-        return JobStatus.PARTIAL
-
-    async def _finish(
-        self,
-        record: JobRecord,
-        holder: Lease,
-        status: JobStatus,
-        result: AgentResult | None,
-        error: str | None,
-        *,
-        journal: StoreJournal | None = None,
-        spent: tuple[int, Usage | None] | None = None,
-    ) -> None:
-        """End the job ``status`` with its terminal journaled (with what ``journal`` still
-        holds): first from ``record`` as this worker last wrote it, and once more from the
-        stored record if that changed meanwhile (a cancel asked for elsewhere). ``spent``: what
-        a run that ended without a result spent (see :func:`protocols.jobs.finish`)."""
-        terminal = TerminalEntry(result.stop if result else None, result, error)
-        current: JobRecord | None = record
-        for fresh in (False, True):
-            if fresh:
-                current = await self.store.get(record.id)
-            if current is None or not current.held_by(holder):
-                break
-            chosen = status
-            if chosen is JobStatus.PARTIAL and current.cancel_requested:
-                chosen = JobStatus.CANCELLED
-            ended = finish(
-                current,
-                holder,
-                now=self._clock(),
-                status=chosen,
-                result=result,
-                error=error,
-                spent=spent,
-            )
-            if not isinstance(ended, Applied):
-                break
-            try:
-                if journal is not None:
-                    await journal.finish(terminal, ended)
-                else:
-                    await self.store.append(record.id, holder, [terminal], then=ended)
-            except StoreError as exc:
-                if exc.code != "fenced":
-                    raise
-                continue
-            self._statistics[ended.record.status.value] += 1
-            self._notify(record.id, ended.record)
-            return
-        self._statistics["dropped"] += 1
-
-    async def _retry_or_fail(
-        self,
-        running: _Running,
-        holder: Lease,
-        error: str,
-        journal: StoreJournal,
-        *,
-        spent: tuple[int, Usage | None] | None = None,
-    ) -> None:
-        record = running.record
-        if not await journal.flush():
-            self._statistics["dropped"] += 1
-            return
-        current = await self.store.get(record.id) or record
-        if current.cancel_requested or current.attempts > self.retries:
-            status = JobStatus.CANCELLED if current.cancel_requested else JobStatus.FAILED
-            await self._finish(current, holder, status, None, error, journal=journal, spent=spent)
-            return
-        again = retry(
-            current, holder, now=self._clock(), delay=self._backoff(current.attempts), error=error
-        )
-        if isinstance(again, Applied) and await self.store.write(again):
-            self._statistics["retried"] += 1
-            log.warning(
-                "job %s: attempt %d failed (%s); retrying", record.id, current.attempts, error
-            )
-        else:
-            self._statistics["dropped"] += 1
-
-    async def _end(self, record: JobRecord, outcome: Any) -> None:
-        if isinstance(outcome, Applied) and await self.store.write(outcome):
-            self._statistics[outcome.record.status.value] += 1
-            self._notify(record.id, outcome.record)
-
-
-def _lost_store(error: BaseException) -> StoreError | None:
-    """The retryable :class:`StoreError` ``error`` is (or, for a group, every error in it is
-    one of: the first), else ``None``."""
-    if isinstance(error, StoreError):
-        return error if error.retryable else None
-    if isinstance(error, BaseExceptionGroup):
-        found = [_lost_store(inner) for inner in error.exceptions]
-        if found and all(item is not None for item in found):
-            return found[0]
-    return None
-
-
-def _describe(error: BaseException) -> str:
-    text = error.message if isinstance(error, AgentsError) else str(error)
-    return f"{type(error).__name__}: {text}"[:2000]
 
 
 def _backoff(rng: random.Random) -> Callable[[int], float]:

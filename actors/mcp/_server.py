@@ -16,12 +16,13 @@ from protocols.messages import AgentResult, Message, ToolCall, ToolFailure, Tool
 from protocols.relay import is_loopback
 
 from .._core._errors import raises_one_cause
-from ..agent import Agent, RunOptions, _Request
+from .._request import _Request
+from ..agent import Agent, RunOptions
 from ..tools import CallableTool, ToolRegistry
 from ._client import _sdk
 
 if TYPE_CHECKING:
-    from .._core._runtime import Runtime
+    from .._runtime import Runtime
     from ..conversation import Conversation
 
 __all__ = ["PROMPT_SCHEMA", "mcp_server", "resolve_app", "serve_http", "serve_stdio"]

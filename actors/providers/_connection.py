@@ -20,7 +20,7 @@ from ._http import HTTPProvider
 from ._interface import ProviderStream, StreamingProvider
 
 if TYPE_CHECKING:
-    from .._core._runtime import Runtime
+    from .._runtime import Runtime
 
 __all__ = ["ConnectionStatistics", "ProviderConnection"]
 

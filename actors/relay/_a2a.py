@@ -39,7 +39,7 @@ from protocols.serve import a2a as wire
 from . import _a2a_jobs
 from ._admission import _TokenState
 from ._asgi import _Gone
-from ._frontends import Call, answer_json, cors
+from ._frontend_http import Call, answer_json, cors
 from ._runs import _Run
 from ._served import Refusal, answer_stream, read_request, start_run, wait_outcome
 

@@ -31,7 +31,7 @@ from protocols.serve import a2a as wire
 from .._sqlite import StoreError
 from ..durable import watch_job
 from ._asgi import _body, _HttpOut, _server_sent_events
-from ._frontends import answer_json
+from ._frontend_http import answer_json
 from ._jobs import _Refusal
 
 if TYPE_CHECKING:

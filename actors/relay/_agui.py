@@ -16,7 +16,7 @@ from protocols.errors import AgentsError
 from protocols.serve import agui as wire
 
 from ._asgi import _Gone
-from ._frontends import Call, answer_json, cors
+from ._frontend_http import Call, answer_json, cors
 from ._served import EventSource, Refusal, _known, answer_stream, invalid, read_request, start_run
 
 if TYPE_CHECKING:

@@ -1,39 +1,26 @@
 """Where the relay's served protocols are routed: the paths of AG-UI, the AI SDK's UI message
-stream, OpenAI's chat completions and A2A, with what every one of them shares -- CORS for a
-browser frontend on an allowed origin, and answers in JSON.
+stream, OpenAI's chat completions and A2A, and a browser's CORS preflight.
 
 * ``POST /v1/chat/completions``: OpenAI's chat completions (:mod:`._openai`);
 * ``POST /v1/agui`` and ``POST /v1/agui/{agent}``: AG-UI (:mod:`._agui`);
 * ``POST /v1/chat`` and ``POST /v1/chat/{agent}``, and ``GET`` of either's
   ``/{chat id}/stream``: the AI SDK's UI message stream and its resume (:mod:`._ui_stream`);
 * ``/a2a/{agent}``: A2A's JSON-RPC, and its agent card (:mod:`._a2a`).
+
+What they share (the request, CORS, answers in JSON) is ``_frontend_http``; this module imports
+the protocols' modules only when a request for one comes.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import attrs
-
-from protocols._json import dumpb
-
-from ._asgi import Receive, Scope, Send, _Gone
+from ._asgi import Receive, Scope, Send
+from ._frontend_http import Call, answer_json, cors
 
 if TYPE_CHECKING:
     from ._server import RelayServer
-
-
-@attrs.frozen
-class Call:
-    """One HTTP request to a served protocol: its ASGI scope, headers (lower-case names) and
-    channel."""
-
-    scope: Scope
-    headers: Mapping[str, str]
-    receive: Receive
-    send: Send
 
 
 #: A route: given the server, the request, and the path's parameters (its segments after the
@@ -50,21 +37,6 @@ _PREFLIGHT_AGE = b"600"
 def served(path: str) -> bool:
     """Whether ``path`` is one of the served protocols'."""
     return path.startswith(PREFIXES)
-
-
-def cors(
-    server: RelayServer, scope: Scope, headers: Mapping[str, str]
-) -> list[tuple[bytes, bytes]]:
-    """The CORS headers of an answer to a request from an allowed browser origin (none for a
-    request without ``Origin``: not a browser's; a refused origin never gets this far)."""
-    origin = headers.get("origin")
-    if origin is None or not server._origin_ok(scope, headers):
-        return []
-    return [
-        (b"access-control-allow-origin", origin.encode("latin-1")),
-        (b"access-control-expose-headers", b"x-relay-run-id, x-vercel-ai-ui-message-stream"),
-        (b"vary", b"origin"),
-    ]
 
 
 async def preflight(
@@ -84,27 +56,6 @@ async def preflight(
     ]
     await send({"type": "http.response.start", "status": 204, "headers": extra})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-async def answer_json(
-    send: Send,
-    status: int,
-    document: Any,
-    *,
-    extra: Sequence[tuple[bytes, bytes]] = (),
-) -> None:
-    """Answer ``status`` with ``document`` as JSON (a client that left is not an error)."""
-    body = dumpb(document) if not isinstance(document, bytes) else document
-    head = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"cache-control", b"no-store"),
-        (b"x-content-type-options", b"nosniff"),
-        *extra,
-    ]
-    with contextlib.suppress(OSError, _Gone):
-        await send({"type": "http.response.start", "status": status, "headers": head})
-        await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 async def http_served(

@@ -15,7 +15,7 @@ from protocols.errors import AgentsError
 from protocols.serve import openai_chat as wire
 
 from ._asgi import Send, _Gone
-from ._frontends import Call, answer_json, cors
+from ._frontend_http import Call, answer_json, cors
 from ._served import (
     EventSource,
     Refusal,

@@ -52,7 +52,7 @@ from ._runs import _Run, pump_events
 from ._session import _Failed, _stack
 
 if TYPE_CHECKING:
-    from .._core._runtime import Runtime
+    from .._runtime import Runtime
     from ..agent import AgentRun
     from ..durable import AgentRegistry
     from ._server import RelayServer

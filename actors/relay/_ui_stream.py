@@ -24,7 +24,7 @@ from protocols.serve import ui_stream as wire
 
 from ._admission import _TokenState
 from ._asgi import _Gone, _plain
-from ._frontends import Call, cors
+from ._frontend_http import Call, cors
 from ._runs import _Run
 from ._served import EventSource, Refusal, _known, answer_stream, invalid, read_request, start_run
 

@@ -52,6 +52,13 @@ class _Mismatch(Exception):
 _Structure = Callable[[Any, str], Any]
 
 
+@functools.lru_cache(maxsize=4096)
+def _root_path(name: str) -> str:
+    """The JSON path of the parameter ``name`` (a signature's names are few, and asked for on
+    every call)."""
+    return _join("$", name)
+
+
 def structure_arguments(signature: ToolSignature, arguments: dict[str, Any]) -> dict[str, Any]:
     """Turn validated JSON ``arguments`` into typed values per ``signature.types``.
 
@@ -76,7 +83,7 @@ def structure_arguments(signature: ToolSignature, arguments: dict[str, Any]) -> 
     ]
     values: dict[str, Any] = {}
     for name, annotation in signature.types.items():
-        path = _join("$", name)
+        path = _root_path(name)
         if name in arguments:
             try:
                 values[name] = _structurer(annotation)(arguments[name], path)

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from actors import open_runtime
 from actors.agent import Agent, AgentEvent
 from actors.providers import OpenAIChat, RetryEvent, RetryPolicy, Timeouts
-from actors.providers._http import parse_retry_after
+from actors.providers._http_config import parse_retry_after
 from actors.testing import FaultProviderServer
 from protocols.errors import ProviderError
 from protocols.messages import Message, StopReason
