@@ -86,3 +86,21 @@ def run_main(
     args = parser(doc, quick).parse_args(argv)
     print_report(trio.run(run, args.quick), as_json=args.json)
     return 0
+
+
+class Lines:
+    """The lines a process writes to a pipe, one at a time."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
+        self._stream = stream
+        self._buffer = b""
+
+    async def next(self) -> bytes | None:
+        """The next line, without its end; ``None`` once the pipe has closed."""
+        while b"\n" not in self._buffer:
+            chunk = await self._stream.receive_some()
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line

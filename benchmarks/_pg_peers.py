@@ -26,6 +26,8 @@ from typing import Any
 
 import trio
 
+from benchmarks._common import Lines
+
 #: How the database URL reaches the worker, PgQueuer and DBOS processes (kept off their
 #: command lines).
 URL_ENV = "TRIO_AGENTS_SCALEOUT_URL"
@@ -90,24 +92,6 @@ def drop_schemas(url: str, schemas: Sequence[str]) -> None:
 
 
 # -- processes -----------------------------------------------------------------------------------
-
-
-class Lines:
-    """The lines a process writes to a pipe, one at a time."""
-
-    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
-        self._stream = stream
-        self._buffer = b""
-
-    async def next(self) -> bytes | None:
-        """The next line, without its end; ``None`` once the pipe has closed."""
-        while b"\n" not in self._buffer:
-            chunk = await self._stream.receive_some()
-            if not chunk:
-                return None
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return line
 
 
 def tail(log: Path) -> str:

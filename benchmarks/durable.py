@@ -117,7 +117,7 @@ from actors.durable import (
     open_job_queue,
 )
 from actors.providers import ProviderStream, StreamingProvider
-from benchmarks._common import ReadyStream, Report, run_main
+from benchmarks._common import Lines, ReadyStream, Report, run_main
 from protocols.jobs import UNKNOWN_EFFECT, AgentJob, IntentEntry, JobStatus
 from protocols.messages import (
     Message,
@@ -542,24 +542,6 @@ def interpreter(variable: str, default: str | None) -> str | None:
     if named:
         return named
     return default if default is not None and os.path.exists(default) else None
-
-
-class Lines:
-    """The lines a process writes to a pipe, one at a time."""
-
-    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
-        self._stream = stream
-        self._buffer = b""
-
-    async def next(self) -> bytes | None:
-        """The next line, without its end; ``None`` once the pipe has closed."""
-        while b"\n" not in self._buffer:
-            chunk = await self._stream.receive_some()
-            if not chunk:
-                return None
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return line
 
 
 class Foreign:
