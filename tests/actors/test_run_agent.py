@@ -36,7 +36,7 @@ async def test_a_run_agent_runs_in_the_callers_task_and_starts_no_actor() -> Non
         assert result.turns == 2
         assert result.agent == "adder"
         history = await agent.conversation.history()
-        assert [m.content for m in history.messages][0] == "19 + 23?"
+        assert history.messages[0].content == "19 + 23?"
         assert len(history.messages) == 4  # the input, the call, its result, the answer
         with pytest.raises(RuntimeError, match="no actor"):
             await agent.generate("again")
