@@ -476,9 +476,8 @@ class MemoryRunStore:
 
     Rows are encoded JSON, exactly what the SQLite store writes, so the two behave alike. Each
     call checkpoints first and then runs without awaiting, so it happens entirely or (when
-    cancelled) not at all. Its checks read a record as last written (the object written, not
-    decoded again): records are frozen, and a caller that changes the JSON inside one in place
-    (its job's metadata, say) after writing it changes only what it may write next.
+    cancelled) not at all. Its checks read a record as last written (as its stored text says:
+    a caller that changes the JSON inside a written record in place changes nothing stored).
     """
 
     def __init__(self, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
@@ -489,8 +488,8 @@ class MemoryRunStore:
         # Each record's view for the store's own checks, by the text it stands for: the record
         # the text was encoded from when this store wrote it, else decoded. Never handed out
         # (callers get records decoded afresh), and never the base of a record this store
-        # writes itself (acquire decodes its candidate afresh): the checks read only its
-        # fields that cannot change in place (its job compared as a whole; see the docstring).
+        # writes itself (acquire decodes its candidate afresh); used only while it still
+        # encodes to that text (see _checked).
         self._decoded: dict[str, tuple[str, JobRecord]] = {}
         self._live: dict[str, None] = {}  # the ids of jobs that have not ended, in order
         self._keys: dict[str, str] = {}
@@ -533,7 +532,12 @@ class MemoryRunStore:
             return None
         cached = self._decoded.get(id)
         if cached is not None and cached[0] is text:
-            return cached[1]
+            view = cached[1]
+            # The object this store wrote, unless its caller changed the JSON inside it in
+            # place since (its job's metadata, say): then the text is the truth. (Encoding is
+            # the cheap way to tell: a decode costs several times as much.)
+            if fast_dumps(to_json(view)) == text:
+                return view
         record = decode_record(id, text)
         self._decoded[id] = (text, record)
         return record

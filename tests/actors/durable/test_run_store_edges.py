@@ -69,6 +69,27 @@ async def test_write_keeps_what_never_changes(store: RunStore) -> None:
     assert not written
 
 
+async def test_a_record_changed_in_place_after_it_was_written_changes_nothing_stored(
+    store: RunStore,
+) -> None:
+    # Records are frozen, but the JSON inside one (its job's metadata) is a dict: a caller that
+    # changes it in place after writing, then writes a successor of that same object, is
+    # changing the job -- refused as any change of the job is, whatever the store kept of it.
+    admitted = (await store.admit(J.AgentJob.ask("a", "1", metadata={"tag": "x"}), now=1.0)).record
+    nudged = attrs.evolve(admitted, revision=admitted.revision + 1, updated_at=2.0)
+    assert await store.write(J.Applied(nudged, admitted.revision))
+    nudged.job.metadata["tag"] = "changed in place"
+    after = J.Applied(attrs.evolve(nudged, revision=nudged.revision + 1), nudged.revision)
+    try:
+        written = await store.write(after)
+    except ValidationError:
+        written = False
+    assert not written
+    stored = await store.get(admitted.id)
+    assert stored is not None
+    assert stored.job.metadata == {"tag": "x"}
+
+
 async def test_a_caller_not_cancelled_gets_its_own_outcome_when_others_are(
     store: RunStore,
 ) -> None:
