@@ -12,6 +12,7 @@ Everything here is synchronous: the stores run it in their threads.
 from __future__ import annotations
 
 import re
+import time
 import urllib.parse
 from typing import Any, Final
 
@@ -95,6 +96,11 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
 
 #: A schema name: letters, digits and underscores, not starting with a digit.
 _SCHEMA = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+#: How often a connection cut while the store is being prepared on it is made again, and the
+#: pause before the next attempt (seconds, times the attempt's number).
+_PREPARE_ATTEMPTS: Final = 3
+_PREPARE_PAUSE: Final = 0.05
 #: Key 1 of the advisory lock migrations hold (any constant of our own).
 _MIGRATION_LOCK: Final = 7_100_423_915
 
@@ -214,28 +220,38 @@ def connect(url: str, schema: str, *, migrate: bool = True, create: bool = True)
             f"schema must be a plain SQL name (letters, digits, _), not {schema!r}"
         )
     where = redacted(url)
-    conn = _connect(psycopg, url, where)
-    try:
-        if migrate and not create:
-            found = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".{_META}',)).fetchone()
-            if found is None or found[0] is None:
-                raise StoreError(
-                    f"there is no store at {where} in schema {schema} (none of its tables)",
-                    code="missing",
-                    category=Category.USER,
-                )
-        elif migrate:
-            conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-        conn.execute(f'SET search_path TO "{schema}"')
-        if migrate:
-            _migrate(conn, where)
-    except psycopg.Error as exc:
-        conn.close()
-        raise translate_error(exc, f"preparing the store at {where}") from None
-    except BaseException:
-        conn.close()
-        raise
-    return conn
+    attempt = 1
+    while True:
+        conn = _connect(psycopg, url, where)
+        try:
+            if migrate and not create:
+                found = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".{_META}',)).fetchone()
+                if found is None or found[0] is None:
+                    raise StoreError(
+                        f"there is no store at {where} in schema {schema} (none of its tables)",
+                        code="missing",
+                        category=Category.USER,
+                    )
+            elif migrate:
+                conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+            conn.execute(f'SET search_path TO "{schema}"')
+            if migrate:
+                _migrate(conn, where)
+        except psycopg.Error as exc:
+            # Cut after it was made (the server ended it: an operator, a failover, a test's
+            # pg_terminate_backend): made again, a few times, as a running store reconnects.
+            # A server that refuses to connect is not retried here (_connect raised).
+            cut = conn.broken
+            conn.close()
+            if cut and attempt < _PREPARE_ATTEMPTS:
+                time.sleep(_PREPARE_PAUSE * attempt)  # (a store's own thread: never trio's)
+                attempt += 1
+                continue
+            raise translate_error(exc, f"preparing the store at {where}") from None
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
 
 def _migrate(conn: Any, where: str) -> None:
