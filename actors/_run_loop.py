@@ -4,7 +4,6 @@ loop it drives for each, with the chunks and events a run produces."""
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -12,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import attrs
 import trio
 
+from protocols._json import _CANONICAL_ENCODE
 from protocols.codec import dumps, loads
 from protocols.errors import (
     AgentsError,
@@ -754,15 +754,10 @@ def _provider_options(
 #: No usage (yet): a run's starting count (a usage is immutable: one for every run).
 
 
-_CANONICAL = json.JSONEncoder(
-    ensure_ascii=False, allow_nan=False, separators=(",", ":"), sort_keys=True
-).encode
-
-
 def _canonical(arguments: Mapping[str, Any]) -> str:
     """A call's arguments as canonical JSON text, the same for equal arguments (checked JSON
     already: the C encoder takes them as they are; what it cannot take goes the strict way)."""
     try:
-        return _CANONICAL(arguments)
+        return _CANONICAL_ENCODE(arguments)
     except (ValueError, TypeError, RecursionError):
         return dumps(arguments, canonical=True)

@@ -349,7 +349,8 @@ def dumps(value: Any, *, canonical: bool = False) -> str:
 
 
 # What json.dumps makes afresh on every call with these settings, made once.
-_ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+_OWN_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+_ENCODE = _OWN_ENCODER.encode
 _CANONICAL_ENCODE = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, separators=(",", ":"), sort_keys=True
 ).encode
@@ -358,9 +359,6 @@ _CANONICAL_ENCODE = json.JSONEncoder(
 def dumpb(value: Any, *, canonical: bool = False) -> bytes:
     """:func:`dumps`, encoded as UTF-8 bytes."""
     return dumps(value, canonical=canonical).encode("utf-8")
-
-
-_OWN_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def dumpb_own(value: Any) -> bytes:
