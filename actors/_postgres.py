@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 #: The schema version of a PostgreSQL store this code writes; a newer one is refused.
-POSTGRES_SCHEMA_VERSION: Final = 5
+POSTGRES_SCHEMA_VERSION: Final = 6
 
 _META: Final = "trio_agents_meta"
 
@@ -91,6 +91,36 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         "PERFORM pg_current_xact_id(); "
         "RETURN QUERY SELECT nextval(counter) FROM generate_series(1, count); "
         "END $$",
+    ),
+    # The database announces every change other processes must hear of, in the transaction
+    # that makes it (delivered as it commits): a job admitted or purged, a job whose status or
+    # cancel changed -- except a job being taken (queued to running), which nobody waits for --
+    # and a journal that grew ("~" and the job's id). No statement of the writer's own: a write
+    # that is one statement is a transaction on its own. The payload is "<sender> <id>", the
+    # sender being the writing connection's ``trio_agents.sender`` setting ("-" for anyone
+    # else's: a change made by hand is heard too); the channel is the schema's
+    # (actors.durable._postgres_store.channel).
+    6: (
+        "CREATE OR REPLACE FUNCTION trio_agents_announce() RETURNS trigger LANGUAGE plpgsql "
+        "AS $$ DECLARE channel text := 'trio_agents_' || TG_TABLE_SCHEMA; id text; BEGIN "
+        "IF length(channel) > 63 THEN channel := 'trio_agents_' || "
+        "left(encode(sha256(convert_to(TG_TABLE_SCHEMA, 'UTF8')), 'hex'), 32); END IF; "
+        f"IF TG_TABLE_NAME = '{JOURNAL}' THEN id := '~' || NEW.job; "
+        "ELSIF TG_OP = 'DELETE' THEN id := OLD.id; "
+        "ELSIF TG_OP = 'INSERT' THEN id := NEW.id; "
+        "ELSIF (NEW.status IS DISTINCT FROM OLD.status "
+        "AND NOT (OLD.status = 'queued' AND NEW.status = 'running')) "
+        "OR NEW.cancel IS DISTINCT FROM OLD.cancel THEN id := NEW.id; "
+        "ELSE RETURN NULL; END IF; "
+        "PERFORM pg_notify(channel, coalesce(nullif(current_setting('trio_agents.sender', true), "
+        "''), '-') || ' ' || id); RETURN NULL; END $$",
+        # (Made afresh: PostgreSQL 13 has no CREATE OR REPLACE TRIGGER.)
+        f"DROP TRIGGER IF EXISTS trio_agents_announce ON {JOBS}",
+        f"CREATE TRIGGER trio_agents_announce AFTER INSERT OR UPDATE OR DELETE ON {JOBS} "
+        "FOR EACH ROW EXECUTE FUNCTION trio_agents_announce()",
+        f"DROP TRIGGER IF EXISTS trio_agents_announce ON {JOURNAL}",
+        f"CREATE TRIGGER trio_agents_announce AFTER INSERT ON {JOURNAL} "
+        "FOR EACH ROW EXECUTE FUNCTION trio_agents_announce()",
     ),
 }
 
@@ -209,11 +239,19 @@ def stored_version(url: str, schema: str) -> int:
     return int(text) if text.isdecimal() else 0
 
 
-def connect(url: str, schema: str, *, migrate: bool = True, create: bool = True) -> Any:
+def connect(
+    url: str,
+    schema: str,
+    *,
+    migrate: bool = True,
+    create: bool = True,
+    sender: str | None = None,
+) -> Any:
     """A connection to the store at ``url`` in ``schema`` (created if missing), autocommit, its
     schema made current (``migrate=False``: a second connection, once one has migrated it).
     ``create=False`` creates nothing: no store in ``schema`` is a :class:`StoreError`
-    ``code="missing"``."""
+    ``code="missing"``. ``sender``: who the changes it writes are announced as (the store's
+    own listener skips them)."""
     psycopg = _psycopg()
     if not _SCHEMA.fullmatch(schema):
         raise ValidationError(
@@ -235,6 +273,8 @@ def connect(url: str, schema: str, *, migrate: bool = True, create: bool = True)
             elif migrate:
                 conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             conn.execute(f'SET search_path TO "{schema}"')
+            if sender is not None:
+                conn.execute("SELECT set_config('trio_agents.sender', %s, false)", (sender,))
             if migrate:
                 _migrate(conn, where)
         except psycopg.Error as exc:

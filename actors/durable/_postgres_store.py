@@ -40,8 +40,9 @@ __all__ = ["PostgresRunStore", "dialect"]
 
 log = logging.getLogger("actors.store")
 
-#: The longest notification payload sent (PostgreSQL refuses 8000 bytes and more).
-_PAYLOAD = 7000
+
+#: Seconds ``open`` waits for the store's listener to listen.
+LISTENING = 10.0
 
 
 class _Counts:
@@ -224,6 +225,8 @@ class _Listener:
         self._name = name
         self._deliver = deliver
         self._stop = threading.Event()
+        #: Set once it first listens: every change committed after that is heard.
+        self.listening = threading.Event()
         self.reconnects = 0
         self._thread = threading.Thread(target=self._serve, name=f"listener {name}", daemon=True)
         self._thread.start()
@@ -236,6 +239,7 @@ class _Listener:
             try:
                 conn = self._connect()
                 conn.execute(f'LISTEN "{self._name}"')
+                self.listening.set()
                 if not first:
                     # What was sent while it was away is lost: anything may have changed.
                     self.reconnects += 1
@@ -284,6 +288,7 @@ def dialect() -> Dialect:
         numbers=_numbers,
         page=_page,
         execution="nextval('trio_agents_job_execution')",
+        take_number="trio_agents_take_numbers('trio_agents_job_sequence'::regclass, 1)",
         modifying_with=True,
         late_begin=True,
     )
@@ -320,26 +325,12 @@ class PostgresRunStore(SQLRunStore):
         # commits them, and its listener skips them.
         sender = new_id()[:12]
 
-        def notify(conn: Any, ids: Sequence[str]) -> None:
-            # One notification for many ids ("sender id id ..."), under PostgreSQL's 8000-byte
-            # payload limit: one statement for all of them.
-            payloads, line = [], sender
-            for id in dict.fromkeys(ids):
-                if len(line) + 1 + len(id) > _PAYLOAD:
-                    payloads.append(line)
-                    line = sender
-                line += " " + id
-            payloads.append(line)
-            conn.execute(
-                "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload",
-                (name, payloads),
-            )
-
         def open_database() -> Jobs:
             used = dialect()
-            writer = connect(target, schema, create=create)
+            # The database announces what the writer changes (its triggers), as sent by it.
+            writer = connect(target, schema, create=create, sender=sender)
             try:
-                reader = connect(target, schema, migrate=False)
+                reader = connect(target, schema, migrate=False, sender=sender)
             except BaseException:
                 writer.close()
                 raise
@@ -348,8 +339,9 @@ class PostgresRunStore(SQLRunStore):
                 _Connection(writer, tally),
                 _Connection(reader, tally),
                 max_bytes,
-                reconnect=lambda: _Connection(connect(target, schema, migrate=False), tally),
-                notify=notify,
+                reconnect=lambda: _Connection(
+                    connect(target, schema, migrate=False, sender=sender), tally
+                ),
             )
 
         tally = _Tally()
@@ -374,7 +366,20 @@ class PostgresRunStore(SQLRunStore):
             with contextlib.suppress(trio.RunFinishedError):
                 token.run_sync_soon(store._announcer.announce, ids)
 
-        store._listener = _Listener(lambda: connect(target, schema, migrate=False), name, deliver)
+        store._listener = listener = _Listener(
+            lambda: connect(target, schema, migrate=False), name, deliver
+        )
+        # Returned once it listens (every change committed from then on is heard), or -- when
+        # the listener cannot connect yet -- after LISTENING seconds, the poll covering for it
+        # until it does (it goes on trying).
+        try:
+            await trio.to_thread.run_sync(
+                listener.listening.wait, LISTENING, abandon_on_cancel=True
+            )
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await store.aclose()
+            raise
         return store
 
     _listener: _Listener | None = None

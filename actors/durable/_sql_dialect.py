@@ -57,14 +57,19 @@ class Dialect:
     #: with the first page an acquisition looks at: no statement of its own. ``None``: the
     #: ``job_execution`` counter of :attr:`numbers` (or the meta table), when a job is taken.
     execution: str | None = None
+    #: A table function (one column) that takes one new job number, of the counter
+    #: ``job_sequence``, as :attr:`numbers` does: an admission of one job then takes its number
+    #: inside its ``INSERT`` -- one statement. ``None``: numbers are taken first.
+    take_number: str | None = None
     #: Whether an ``UPDATE`` may be a ``WITH`` query of an ``INSERT`` (PostgreSQL): a journal
     #: append that changes the record too is then one statement.
     modifying_with: bool = False
     #: Whether a group commit may begin its transaction late (PostgreSQL, in READ COMMITTED:
     #: every statement reads its own snapshot, in a transaction or not): a read that takes no
     #: lock runs before it, and a batch of one write whose one writing statement is its last
-    #: and announces nothing needs none (the statement is its own transaction). Not SQLite,
-    #: whose reads in the transaction are under its write lock.
+    #: needs none (the statement is its own transaction; what other processes must hear of it
+    #: the database announces itself, by its triggers). Not SQLite, whose reads in the
+    #: transaction are under its write lock.
     late_begin: bool = False
 
     @functools.cache  # noqa: B019 - dialects are few and live for the process

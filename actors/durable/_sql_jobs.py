@@ -15,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import attrs
 import trio
 
 from protocols.errors import ValidationError
@@ -105,12 +106,8 @@ class Jobs(Reads):
         max_bytes: int,
         *,
         reconnect: Callable[[], Any] | None = None,
-        notify: Callable[[Any, Sequence[str]], None] | None = None,
     ) -> None:
         self.dialect = dialect
-        # Tells other processes which records changed (in the transaction, once a batch's
-        # writes are done: one statement for all of them).
-        self._notify = notify
         self._announcing: list[str] = []
         self._writer: Any = writer
         self._reader: Any = reader
@@ -163,9 +160,9 @@ class Jobs(Reads):
         """Execute ``sql`` (written for SQLite, with the dialect's words for the rest) on
         ``conn``; the cursor. On the writer, inside the group commit's transaction -- begun
         now if it was left to begin late, unless ``sql`` is a read that takes no lock
-        (``unlocked``), or the last statement of the batch's only write, announcing nothing
-        (``last``: it is a transaction on its own)."""
-        alone = last and self._alone and not self._announcing
+        (``unlocked``), or the last statement of the batch's only write (``last``: it is a
+        transaction on its own)."""
+        alone = last and self._alone
         if self._late and conn is self._writer and not unlocked and not alone:
             self._begin()
         return conn.execute(self.dialect.sql(sql), arguments)
@@ -276,11 +273,6 @@ class Jobs(Reads):
                             else exc
                         )
                         return True
-            if self._notify is not None:
-                changed = [id for item in batch if item.error is None for id in item.announced]
-                if changed:
-                    self._begin()  # (a change was written: the transaction has begun)
-                    self._notify(conn, changed)
             if self._late:
                 self._late = False  # nothing to commit (or written on its own)
             else:
@@ -412,7 +404,7 @@ class Jobs(Reads):
             if skip_locked:
                 query += f" AND id IN (SELECT id FROM {JOBS} WHERE id = ? SKIP_LOCKED)"
                 arguments += (record.id,)
-            cursor = self._x(self.conn, query, arguments, last=last and not announce)
+            cursor = self._x(self.conn, query, arguments, last=last)
             if expected is not None and cursor.rowcount != 1:
                 return False
             # Kept as text (``record`` may share parts with the caller's objects): a later
@@ -435,6 +427,10 @@ class Jobs(Reads):
             ).fetchone()
             if row is not None:
                 return Admitted(decode_record(str(row[0]), row[1]), False)
+        elif self.dialect.take_number is not None and _size(job) == 1:
+            numbered = self._admit_numbered(job, now, priority)
+            if numbered is not None:
+                return Admitted(numbered, True)
         records = admit_tree(
             job,
             ids=iter(new_id, None),
@@ -446,6 +442,33 @@ class Jobs(Reads):
         for record in records:
             self._store(record, insert=True)
         return Admitted(records[-1], True, tuple(records[:-1]))
+
+    def _admit_numbered(self, job: AgentJob, now: float, priority: Priority) -> JobRecord | None:
+        """Admit ``job`` (no key, no children) in one statement that takes its number too (a
+        transaction of its own when it is the batch's only write); the record. Its text is
+        the one it encodes to with the number in place: encoded with number 0 and with 1,
+        the two texts differ in that one digit alone, which the statement replaces with the
+        number taken. ``None`` (nothing written) if they differ otherwise."""
+        assert self.dialect.take_number is not None
+        (record,) = admit_tree(
+            job, ids=(new_id(),), sequences=(0,), now=now, key=None, priority=priority
+        )
+        text, columns = self._columns(record)
+        other = self._columns(attrs.evolve(record, sequence=1))[0]
+        at = next((i for i, (a, b) in enumerate(zip(text, other, strict=False)) if a != b), -1)
+        if len(text) != len(other) or text[at] != "0" or text[at + 1 :] != other[at + 1 :]:
+            return None
+        row = self._x(
+            self.conn,
+            f"INSERT INTO {JOBS} (status, record, revision, holder, held, until, thread, rank, "
+            "cancel, id, sequence) SELECT ?, overlay(?::text PLACING n::text FROM ?::integer "
+            "FOR 1), ?, ?, ?, ?, ?, ?, ?, ?, n "
+            f"FROM {self.dialect.take_number} AS n RETURNING sequence",
+            (columns[0], text, at + 1, *columns[2:], record.id),
+            last=True,
+        ).fetchone()
+        self._announcing.append(record.id)
+        return attrs.evolve(record, sequence=int(row[0]))
 
     def write(self, transition: Applied) -> bool:
         new = transition.record
@@ -650,6 +673,7 @@ class Jobs(Reads):
                 insert + f" WHERE EXISTS (SELECT 1 FROM {JOBS} WHERE id = ? AND holder = ? "
                 "AND held = ? AND NOT (cancel AND ?) FOR_SHARE)",
                 (id, id, *texts, id, holder.owner, holder.fence, crossing),
+                last=True,  # (all or nothing: when it writes nothing, append goes on)
             )
             if cursor.rowcount != len(texts):
                 return False
@@ -674,6 +698,7 @@ class Jobs(Reads):
                     "AS entries", "AS entries, changed"
                 ),
                 (*columns, id, then.expected, holder.owner, holder.fence, crossing, id, *texts),
+                last=True,
             )
             if cursor.rowcount != len(texts):
                 return False

@@ -307,7 +307,7 @@ def test_store_migrate_creates_then_finds_the_schema_up_to_date(folder: pathlib.
     try:
         first = cli(folder, "store", "migrate", "--store", store)
         assert first.returncode == 0, first.stderr
-        assert first.stdout.endswith(": created at schema version 5\n")
+        assert first.stdout.endswith(": created at schema version 6\n")
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(
                 f'UPDATE "{schema}".trio_agents_meta SET value = %s WHERE key = %s',
@@ -317,7 +317,7 @@ def test_store_migrate_creates_then_finds_the_schema_up_to_date(folder: pathlib.
         assert newer.returncode == 1
         lines = newer.stderr.strip().splitlines()
         assert len(lines) == 1, newer.stderr
-        assert "schema version 9, newer than this trio-agents supports (5)" in lines[0]
+        assert "schema version 9, newer than this trio-agents supports (6)" in lines[0]
     finally:
         drop_schemas(schema)
 

@@ -442,7 +442,7 @@ def test_out_of_order_commits_on_postgresql_return_every_job_exactly_once(
 
 
 # ---------------------------------------------------------------------------------------------
-# PostgreSQL: the schema (version 5)
+# PostgreSQL: the schema (version 5 and later)
 
 
 def sql(query: str, *arguments: object) -> list[tuple[object, ...]]:
@@ -474,14 +474,17 @@ def numbers_are_taken_by_a_transaction_that_has_its_id(schema: str) -> None:
 async def test_a_version_4_schema_is_migrated_and_its_jobs_paged(schema: str) -> None:
     async with await open_postgres(schema) as store:
         before = await admit_all(store, 3)
-    # Version 4 had no function for numbers.
+    # Version 4 had no function for numbers (nor version 6's announcing triggers).
     sql(f'DROP FUNCTION "{schema}".trio_agents_take_numbers(regclass, integer)')
+    for table in ("trio_agents_jobs", "trio_agents_journal"):
+        sql(f'DROP TRIGGER trio_agents_announce ON "{schema}".{table}')
+    sql(f'DROP FUNCTION "{schema}".trio_agents_announce()')
     sql(f'UPDATE "{schema}".trio_agents_meta SET value = %s WHERE key = %s', "4", "schema_version")
     async with await open_postgres(schema) as store:
         assert sql(
             f'SELECT value FROM "{schema}".trio_agents_meta WHERE key = %s', "schema_version"
         ) == [(str(POSTGRES_SCHEMA_VERSION),)]
-        assert POSTGRES_SCHEMA_VERSION == 5
+        assert POSTGRES_SCHEMA_VERSION == 6
         after = await admit_all(store, 2)
         assert min(r.sequence for r in after) > max(r.sequence for r in before)
         returned, _ = await settle(store, J.JobCursor())

@@ -15,6 +15,7 @@ from postgres_server import drop_schemas, new_schema, postgres_url
 from run_store_helpers import LEASE, T0, applied, ask, holder, raises_code
 
 from actors import open_runtime
+from actors._postgres import POSTGRES_SCHEMA_VERSION
 from actors.durable import (
     AgentRegistry,
     PostgresRunStore,
@@ -218,6 +219,13 @@ async def test_a_job_admitted_through_another_connection_is_taken_at_once(schema
         assert record.result.content == "heard"
 
 
+def drop_announcing(schema: str) -> None:
+    """Take away what version 6 added: the triggers that announce changes, and their function."""
+    for table in ("trio_agents_jobs", "trio_agents_journal"):
+        sql(f'DROP TRIGGER trio_agents_announce ON "{schema}".{table}')
+    sql(f'DROP FUNCTION "{schema}".trio_agents_announce()')
+
+
 def as_version_1(schema: str) -> None:
     """Make the schema what version 1 wrote: no conversations table, and the counters as rows
     of the meta table (where they were before version 3 made them sequences), carried on from
@@ -229,6 +237,7 @@ def as_version_1(schema: str) -> None:
     sql(f'DROP TABLE "{schema}".trio_agents_conversations')
     sql(f'ALTER TABLE "{schema}".trio_agents_jobs DROP COLUMN cancel')  # (version 4's)
     sql(f'DROP FUNCTION "{schema}".trio_agents_take_numbers(regclass, integer)')  # (version 5's)
+    drop_announcing(schema)  # (version 6's)
     sql(f'UPDATE "{schema}".trio_agents_meta SET value = %s WHERE key = %s', "1", "schema_version")
 
 
@@ -249,7 +258,7 @@ async def test_a_version_1_schema_is_migrated_to_hold_conversations_too(schema: 
         await conversations.aclose()
     assert sql(
         f'SELECT value FROM "{schema}".trio_agents_meta WHERE key = %s', "schema_version"
-    ) == [("5",)]
+    ) == [(str(POSTGRES_SCHEMA_VERSION),)]
     async with await PostgresRunStore.open(postgres_url(), schema=schema) as store:
         assert await store.get(kept.id) == kept
 
@@ -347,5 +356,6 @@ async def test_a_migration_that_fails_part_way_leaves_the_schema_as_it_was(schem
         assert await store.get(kept.id) == kept
         assert await store.get(damaged.id) == damaged
     after = schema_objects(schema)
-    assert ("5",) in after
+    assert (str(POSTGRES_SCHEMA_VERSION),) in after
     assert ("trio_agents_take_numbers",) in after
+    assert ("trio_agents_announce",) in after
