@@ -9,6 +9,7 @@ from ._feed import feed_jobs as feed_jobs
 from ._journal import LINGER as LINGER
 from ._journal import RETRY_FOR as RETRY_FOR
 from ._journal import StoreJournal as StoreJournal
+from ._memory_store import MemoryRunStore as MemoryRunStore
 from ._open import check_store_url as check_store_url
 from ._open import migrate_store as migrate_store
 from ._open import open_run_store as open_run_store
@@ -26,7 +27,6 @@ from ._registry import AgentSpec as AgentSpec
 from ._sqlite_store import SQLiteRunStore as SQLiteRunStore
 from ._store import DEFAULT_MAX_BYTES as DEFAULT_MAX_BYTES
 from ._store import Admitted as Admitted
-from ._store import MemoryRunStore as MemoryRunStore
 from ._store import RunStore as RunStore
 from ._watch import JobEvents as JobEvents
 from ._watch import watch_job as watch_job

@@ -15,7 +15,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -106,6 +106,7 @@ class JobQueue(JobRunner):
         self.allow_partial = allow_partial
         self.lease = lease
         self.poll = poll
+        self._many = _many(store)
         self._clock = clock
         self._backoff = backoff
         self.approval_timeout = approval_timeout
@@ -333,11 +334,10 @@ class JobQueue(JobRunner):
             while self._taking:
                 # Made before looking: an enqueue while the store is asked still wakes us.
                 self._wake = trio.Event()
-                if len(self._running) < self.concurrency:
+                free = self.concurrency - len(self._running)
+                if free > 0:
                     try:
-                        record = await self.store.acquire(
-                            owner=self.owner, lease=self.lease, now=self._clock()
-                        )
+                        records = await self._acquire(free)
                     except StoreError as error:
                         if not error.retryable:
                             raise
@@ -346,7 +346,7 @@ class JobQueue(JobRunner):
                         await trio.sleep(pause)
                         continue
                     pause = 0.0
-                    if record is not None:
+                    for record in records:
                         self._statistics["acquired"] += 1
                         stale = self._running.get(record.id)
                         if stale is not None:
@@ -357,11 +357,24 @@ class JobQueue(JobRunner):
                         running.due = trio.current_time() + self.lease / 3
                         self._running[record.id] = running
                         nursery.start_soon(self._job, running)
+                    if records:
                         continue
                 if self.approval_timeout is not None:
                     await self._deny_overdue()
                 with trio.move_on_after(self.poll):
                     await self._wake.wait()
+
+    async def _acquire(self, free: int) -> list[JobRecord]:
+        """Take up to ``free`` jobs: in one call where the store can take several
+        (``acquire_many``: one look at the queue and one transaction for them all), else one."""
+        many = self._many
+        if many is not None and free > 1:
+            taken: list[JobRecord] = await many(
+                owner=self.owner, lease=self.lease, now=self._clock(), limit=free
+            )
+            return taken
+        record = await self.store.acquire(owner=self.owner, lease=self.lease, now=self._clock())
+        return [] if record is None else [record]
 
     async def _deny_overdue(self) -> None:
         """Deny the approvals a job has waited for longer than ``approval_timeout``."""
@@ -406,6 +419,20 @@ class JobQueue(JobRunner):
                 self._notify(record.id)
             running.done.set()
             self._wake.set()
+
+
+def _many(store: RunStore) -> Callable[..., Awaitable[list[JobRecord]]] | None:
+    """``store.acquire_many`` when it takes what ``store.acquire`` would: defined by the class
+    that defines ``acquire``, or by a subclass of it. A store whose ``acquire`` is overridden
+    below its ``acquire_many`` (a subclass adding to ``acquire`` alone), or that passes other
+    calls on to another store (``__getattr__``), has its ``acquire`` called, one job at a time."""
+    mro = type(store).__mro__
+    defines = [type_ for type_ in mro if "acquire" in vars(type_)]
+    many = [type_ for type_ in mro if "acquire_many" in vars(type_)]
+    if not defines or not many or mro.index(many[0]) > mro.index(defines[0]):
+        return None
+    found: Callable[..., Awaitable[list[JobRecord]]] = store.acquire_many  # type: ignore[attr-defined]
+    return found
 
 
 def _backoff(rng: random.Random) -> Callable[[int], float]:

@@ -491,18 +491,23 @@ class Jobs(Reads):
         self._store(transition.record, announce=noticeable(stored, transition.record))
         return True
 
-    def acquire(self, owner: str, lease: float, now: float) -> JobRecord | None:
+    def acquire(
+        self, owner: str, lease: float, now: float, limit: int = 1
+    ) -> builtins.list[JobRecord]:
+        """Take up to ``limit`` jobs (fewer if fewer may run), in the order to take them."""
         conn = self.conn
         # A running job whose lease expired comes first (its worker is presumed dead), then the
         # queued ones by rank and admission order: a page at a time (the first read with the
         # expired ones, in one statement), each page looked at with what decides whether its
         # jobs may run (their children, their threads' other jobs). Pages are read without
-        # locks; the job chosen is written only if no other worker has it locked nor changed it
+        # locks; a job chosen is written only if no other worker has it locked nor changed it
         # since -- one statement, which skips a locked row (so a worker holds no row it does
-        # not take, and waits on none).
+        # not take, and waits on none). The candidates of one look are independent (one job
+        # of a thread at most): taking one never makes another unfit to run.
         number_sql = self.dialect.execution
-        number: int | None = None
-        offset, size = 0, _FIRST_PAGE
+        numbers: builtins.list[int] = []
+        taken: builtins.list[JobRecord] = []
+        offset, size = 0, max(_FIRST_PAGE, limit)
         while True:
             if offset == 0:
                 rows = self._x(
@@ -512,8 +517,12 @@ class Jobs(Reads):
                     "UNION ALL SELECT 1, id, revision, RECORD_TEXT FROM ("
                     f"SELECT id, revision, record, rank, sequence FROM {JOBS} "
                     "WHERE status = 'queued' ORDER BY rank, sequence LIMIT ?) AS page"
-                    + (f" UNION ALL SELECT 2, NULL, {number_sql}, NULL" if number_sql else ""),
-                    (now, size),
+                    + (
+                        f" UNION ALL SELECT 2, NULL, {number_sql}, NULL FROM generate_series(1, ?)"
+                        if number_sql
+                        else ""
+                    ),
+                    (now, size, limit) if number_sql else (now, size),
                     unlocked=True,
                 ).fetchall()
             else:
@@ -528,36 +537,41 @@ class Jobs(Reads):
             queued = 0
             for part, id, revision, text in rows:
                 if part == 2:
-                    number = int(revision)  # (a new execution number, read with the page)
+                    numbers.append(int(revision))  # (new execution numbers, read with the page)
                     continue
                 queued += part
                 page.append(self._cached(str(id), int(revision), text))
+            numbers.sort(reverse=True)  # (used smallest first)
             if page:
                 mine = {record.id for record in page}
-                for candidate in runnable(self._context(page), now=now):
-                    if candidate.id not in mine:
-                        continue  # (one of the page's context: looked at with its own page)
+                candidates = [c for c in runnable(self._context(page), now=now) if c.id in mine]
+                # A transaction of its own when at most one of its statements can write: one
+                # job wanted, or one candidate and no page after this one.
+                alone = limit == 1 or (len(candidates) == 1 and queued < size)
+                for candidate in candidates:
                     if candidate.execution is not None:
                         execution = 0
-                    elif number is not None and candidate.conversation is None:
-                        execution = number
+                    elif numbers and candidate.conversation is None:
+                        execution = numbers.pop()
                     else:
                         # A thread's history follows the order of its jobs' numbers: taken
                         # now, after the read that showed the jobs before it had ended.
                         execution = self._numbers("job_execution", 1)[0]
-                    taken = acquire(
+                    chosen = acquire(
                         candidate, owner=owner, now=now, lease=lease, execution=execution
                     )
-                    if isinstance(taken, Applied) and self._store(
-                        taken.record,
+                    if isinstance(chosen, Applied) and self._store(
+                        chosen.record,
                         announce=False,
                         expected=candidate.revision,
                         skip_locked=True,
-                        last=True,
+                        last=alone,
                     ):
-                        return taken.record
+                        taken.append(chosen.record)
+                        if len(taken) == limit:
+                            return taken
             if queued < size:
-                return None
+                return taken
             offset += size
             size = _PAGE
 

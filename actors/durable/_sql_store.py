@@ -247,17 +247,25 @@ class SQLRunStore:
         self, *, owner: str, lease: float, now: float | None = None
     ) -> JobRecord | None:
         """See :meth:`RunStore.acquire <actors.durable.RunStore.acquire>`."""
+        taken = await self.acquire_many(owner=owner, lease=lease, now=now, limit=1)
+        return taken[0] if taken else None
+
+    async def acquire_many(
+        self, *, owner: str, lease: float, now: float | None = None, limit: int
+    ) -> builtins.list[JobRecord]:
+        """See :meth:`RunStore.acquire_many <actors.durable.RunStore.acquire_many>`."""
         check_id(owner, "an owner")
         held = check_lease(lease)
         moment = time.time() if now is None else check_time(now)
+        count = check_limit(limit)
         noting = not self._worker_noted  # the first of this store: see worker_seen
 
-        def work(jobs: Jobs) -> JobRecord | None:
+        def work(jobs: Jobs) -> builtins.list[JobRecord]:
             if noting:
                 jobs.note_worker(moment)
-            return jobs.acquire(owner, held, moment)
+            return jobs.acquire(owner, held, moment, count)
 
-        taken = await self._run("acquiring a job", work)
+        taken = await self._run("acquiring jobs" if count > 1 else "acquiring a job", work)
         self._worker_noted = True
         return taken
 

@@ -39,20 +39,18 @@ import math
 import re
 import time
 from collections.abc import Iterable, Sequence
-from types import TracebackType
 from typing import Final, Protocol, runtime_checkable
 
 import attrs
 import trio
 
-from protocols.codec import MAX_DEPTH, decode, dumps, loads, to_json
+from protocols.codec import MAX_DEPTH, decode, dumps, from_json, loads, to_json
 from protocols.errors import AgentsError, Category, ProtocolError, ValidationError
 from protocols.jobs import (
     AgentJob,
     Applied,
     Conflict,
     Entry,
-    Horizon,
     JobCursor,
     JobPage,
     JobRecord,
@@ -60,21 +58,13 @@ from protocols.jobs import (
     Lease,
     Priority,
     Tombstone,
-    acquire,
-    admission,
-    admit_tree,
     entry_from_json,
     entry_to_json,
-    may_append,
-    next_page,
-    purge,
-    runnable,
 )
-from protocols.messages import new_id
 
 from .._sqlite import StoreError, oversize
 
-__all__ = ["DEFAULT_MAX_BYTES", "Admitted", "Announcer", "MemoryRunStore", "RunStore", "Watch"]
+__all__ = ["DEFAULT_MAX_BYTES", "Admitted", "Announcer", "RunStore", "Watch"]
 
 #: The largest encoded record or journal entry a store accepts by default: 16 MiB.
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
@@ -149,7 +139,10 @@ class RunStore(Protocol):
     async def acquire(
         self, *, owner: str, lease: float, now: float | None = None
     ) -> JobRecord | None:
-        """Take the first runnable job for ``owner`` (``None``: nothing to run)."""
+        """Take the first runnable job for ``owner`` (``None``: nothing to run). A store may
+        also have ``acquire_many(*, owner, lease, now=None, limit)``, taking up to ``limit``
+        jobs at once (what as many ``acquire`` calls would take, in that order): a job queue
+        with free slots uses it where it exists."""
         ...
 
     async def append(
@@ -341,10 +334,13 @@ def noticeable(stored: JobRecord, new: JobRecord) -> bool:
     return stored.status is not new.status or stored.cancel_requested != new.cancel_requested
 
 
-def check_successor(stored: JobRecord, new: JobRecord) -> None:
-    """A write may change a job's state, never what the job is or where it was admitted."""
+def check_successor(stored: JobRecord, new: JobRecord, *, job: AgentJob | None = None) -> None:
+    """A write may change a job's state, never what the job is or where it was admitted.
+    ``job``: the stored job, when the store holds it apart from ``stored`` (whose own is then
+    not read)."""
     for name in ("id", "job", "sequence", "created_at", "key", "parent", "children"):
-        if getattr(stored, name) != getattr(new, name):
+        kept = job if name == "job" and job is not None else getattr(stored, name)
+        if kept != getattr(new, name):
             raise ValidationError(f"a write may not change a job's {name} (job {stored.id})")
 
 
@@ -419,6 +415,35 @@ def decode_record(id: str, text: str | bytes) -> JobRecord:
     return record
 
 
+def _stored_job(id: str, text: str | bytes) -> object:
+    """The JSON of the job a stored record (its text) holds."""
+    try:
+        data = loads(text, category=Category.SYSTEM)
+    except AgentsError as exc:
+        raise StoreError(
+            f"the stored record of job {id!r} is corrupt: {exc.message[:300]}", code="corrupt"
+        ) from exc
+    if not isinstance(data, dict) or "job" not in data:
+        raise StoreError(f"the stored record of job {id!r} holds no job", code="corrupt")
+    return data["job"]
+
+
+def stored_job_text(id: str, text: str | bytes) -> str:
+    """The job a stored record (its text) holds, as a job's own encoding (the text
+    ``fast_dumps(to_json(job))`` gives for it)."""
+    return fast_dumps(_stored_job(id, text))
+
+
+def decode_job(id: str, text: str | bytes) -> AgentJob:
+    """The job a stored record (its text) holds, decoded alone."""
+    try:
+        return from_json(AgentJob, _stored_job(id, text), category=Category.SYSTEM)
+    except AgentsError as exc:
+        raise StoreError(
+            f"the stored record of job {id!r} is corrupt: {exc.message[:300]}", code="corrupt"
+        ) from exc
+
+
 def decode_entry(id: str, text: str | bytes) -> Entry:
     return decode_timed_entry(id, text)[0]
 
@@ -469,324 +494,3 @@ def closed() -> StoreError:
 
 # ---------------------------------------------------------------------------------------------
 # The in-memory store
-
-
-class MemoryRunStore:
-    """A :class:`RunStore` in dicts, for tests and for processes that keep nothing.
-
-    Rows are encoded JSON, exactly what the SQLite store writes, so the two behave alike. Each
-    call checkpoints first and then runs without awaiting, so it happens entirely or (when
-    cancelled) not at all. Its checks read a record as last written (as its stored text says:
-    a caller that changes the JSON inside a written record in place changes nothing stored).
-    """
-
-    def __init__(self, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
-            raise ValidationError(f"max_bytes must be an integer >= 1, not {max_bytes!r}")
-        self._max_bytes = max_bytes
-        self._records: dict[str, str] = {}
-        # Each record's view for the store's own checks, by the text it stands for: the record
-        # the text was encoded from when this store wrote it, else decoded. Never handed out
-        # (callers get records decoded afresh), and never the base of a record this store
-        # writes itself (acquire decodes its candidate afresh); used only while it still
-        # encodes to that text (see _checked).
-        self._decoded: dict[str, tuple[str, JobRecord]] = {}
-        self._live: dict[str, None] = {}  # the ids of jobs that have not ended, in order
-        self._keys: dict[str, str] = {}
-        self._sequences: dict[str, int] = {}  # each job's number, in admission order
-        self._journals: dict[str, list[str]] = {}
-        self._tombstones: dict[str, Tombstone] = {}
-        self._purged_keys: dict[str, Tombstone] = {}
-        self._next_sequence = 1
-        self._next_execution = 1
-        self._closed = False
-        self._announcer = Announcer()
-
-    async def __aenter__(self) -> MemoryRunStore:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def _enter(self) -> None:
-        if self._closed:
-            raise closed()
-        await trio.lowlevel.checkpoint()
-        if self._closed:
-            raise closed()
-
-    def _load(self, id: str) -> JobRecord | None:
-        text = self._records.get(id)
-        return None if text is None else decode_record(id, text)
-
-    def _checked(self, id: str) -> JobRecord | None:
-        """The stored record's view, for the store's own checks only (decoded at most once
-        per write, and not at all after a write of this store)."""
-        text = self._records.get(id)
-        if text is None:
-            return None
-        cached = self._decoded.get(id)
-        if cached is not None and cached[0] is text:
-            view = cached[1]
-            # The object this store wrote, unless its caller changed the JSON inside it in
-            # place since (its job's metadata, say): then the text is the truth. (Encoding is
-            # the cheap way to tell: a decode costs several times as much.)
-            if fast_dumps(to_json(view)) == text:
-                return view
-        record = decode_record(id, text)
-        self._decoded[id] = (text, record)
-        return record
-
-    def _store(self, record: JobRecord, *, announce: bool = True) -> None:
-        text = encode_checked(record, self._max_bytes, f"the record of job {record.id!r}")
-        self._records[record.id] = text
-        self._decoded[record.id] = (text, record)
-        if announce:
-            self._announcer.announce((record.id,))
-        if record.terminal:
-            self._live.pop(record.id, None)
-        else:
-            self._live[record.id] = None
-
-    async def admit(
-        self,
-        job: AgentJob,
-        *,
-        now: float | None = None,
-        key: str | None = None,
-        priority: Priority = Priority.NORMAL,
-    ) -> Admitted:
-        """See :meth:`RunStore.admit`."""
-        now = check_admission(job, key, now)
-        await self._enter()
-        if key is not None:
-            stone = self._purged_keys.get(key)
-            existing = self._keys.get(key)
-            decided = admission(
-                stone if stone is not None else (self._load(existing) if existing else None), job
-            )
-            if decided.decision == "refused":
-                assert stone is not None
-                raise purged_key(key, stone)
-            if decided.decision == "duplicate":
-                assert decided.existing is not None
-                return Admitted(decided.existing, False)
-        first = self._next_sequence
-        records = admit_tree(
-            job,
-            ids=iter(new_id, None),
-            first_sequence=first,
-            now=now,
-            key=key,
-            priority=priority,
-        )
-        texts = [encode_checked(r, self._max_bytes, f"the record of job {r.id!r}") for r in records]
-        self._next_sequence += len(records)
-        for record, text in zip(records, texts, strict=True):
-            self._records[record.id] = text
-            self._decoded[record.id] = (text, record)
-            self._sequences[record.id] = record.sequence
-            self._live[record.id] = None
-            self._journals[record.id] = []
-        top = records[-1]
-        if key is not None:
-            self._keys[key] = top.id
-        self._announcer.announce(record.id for record in records)
-        return Admitted(top, True, tuple(records[:-1]))
-
-    async def get(self, id: str) -> JobRecord | None:
-        """See :meth:`RunStore.get`."""
-        check_id(id)
-        await self._enter()
-        return self._load(id)
-
-    async def status(self, id: str) -> JobStatus | None:
-        """See :meth:`RunStore.status`."""
-        check_id(id)
-        await self._enter()
-        record = self._checked(id)
-        return None if record is None else record.status
-
-    async def find(self, key: str) -> JobRecord | None:
-        """See :meth:`RunStore.find`."""
-        check_id(key, "a key")
-        await self._enter()
-        id = self._keys.get(key)
-        return None if id is None else self._load(id)
-
-    async def list(
-        self,
-        *,
-        statuses: Iterable[JobStatus] | None = None,
-        after: int | None = None,
-        limit: int = 100,
-        thread: str | None = None,
-    ) -> builtins.list[JobRecord]:
-        """See :meth:`RunStore.list`."""
-        wanted = None if statuses is None else {JobStatus(s) for s in statuses}
-        check_limit(limit)
-        check_after(after)
-        if thread is not None:
-            check_id(thread, "a thread")
-        await self._enter()
-        records = [decode_record(id, text) for id, text in self._records.items()]
-        chosen = sorted(
-            (
-                r
-                for r in records
-                if (wanted is None or r.status in wanted)
-                and (after is None or r.sequence > after)
-                and (thread is None or r.conversation == thread)
-            ),
-            key=lambda r: r.sequence,
-        )
-        return chosen[:limit]
-
-    async def page(
-        self, cursor: JobCursor | None = None, *, limit: int = 100, now: float | None = None
-    ) -> JobPage:
-        """See :meth:`RunStore.page`. Numbers are given and committed at once, in order: a
-        jump is a purged job, never a gap (:meth:`~protocols.jobs.Horizon.in_order`)."""
-        start = check_cursor(cursor)
-        check_limit(limit)
-        moment = time.time() if now is None else check_time(now)
-        await self._enter()
-        rows: list[JobRecord] = []
-        found: list[JobRecord] = []
-        # (Kept in admission order: a dict keeps the order of insertion.)
-        for id, sequence in self._sequences.items():
-            if sequence > start.position:
-                rows.append(decode_record(id, self._records[id]))
-                if len(rows) >= limit:
-                    break
-            elif start.gaps and any(sequence in gap for gap in start.gaps):
-                found.append(decode_record(id, self._records[id]))
-        return next_page(start, rows, found, now=moment, limit=limit, horizon=Horizon.in_order())
-
-    async def write(self, transition: Applied) -> bool:
-        """See :meth:`RunStore.write`."""
-        if not isinstance(transition, Applied):
-            raise ValidationError(f"write takes an Applied transition, not {transition!r}")
-        await self._enter()
-        return self._write_now(transition)
-
-    def _write_now(self, transition: Applied) -> bool:
-        record = transition.record
-        stored = self._checked(record.id)
-        if stored is None or stored.revision != transition.expected:
-            return False
-        check_successor(stored, record)
-        self._store(record, announce=noticeable(stored, record))
-        return True
-
-    async def acquire(
-        self, *, owner: str, lease: float, now: float | None = None
-    ) -> JobRecord | None:
-        """See :meth:`RunStore.acquire`."""
-        check_id(owner, "an owner")
-        lease = check_lease(lease)
-        now = time.time() if now is None else check_time(now)
-        await self._enter()
-        live = [record for id in self._live if (record := self._checked(id)) is not None]
-        for candidate in runnable(live, now=now):
-            # Taken from the stored text, decoded afresh: the view may be a caller's object.
-            fresh = decode_record(candidate.id, self._records[candidate.id])
-            taken = acquire(
-                fresh, owner=owner, now=now, lease=lease, execution=self._next_execution
-            )
-            if isinstance(taken, Applied):
-                if candidate.execution is None:
-                    self._next_execution += 1
-                self._store(taken.record, announce=False)
-                return taken.record
-        return None
-
-    async def append(
-        self,
-        id: str,
-        holder: Lease,
-        entries: Sequence[Entry],
-        *,
-        then: Applied | None = None,
-    ) -> None:
-        """See :meth:`RunStore.append`."""
-        check_id(id)
-        if then is not None and then.record.id != id:
-            raise ValidationError("append's transition must be for the same job")
-        texts = [encode_entry(entry, self._max_bytes) for entry in entries]
-        await self._enter()
-        stored = self._checked(id)
-        if stored is None:
-            raise fenced(id, holder, stored)
-        refused = may_append(stored, holder, entries)
-        if refused is not None:
-            raise cancelled(id) if refused.reason == "cancelled" else fenced(id, holder, stored)
-        if then is not None:
-            if stored.revision != then.expected:
-                raise fenced(id, holder, stored)
-            check_successor(stored, then.record)
-            self._store(then.record, announce=noticeable(stored, then.record))
-        self._journals.setdefault(id, []).extend(texts)
-        if texts:
-            self._announcer.announce((JOURNAL_GREW + id,))
-
-    async def journal(self, id: str, *, after: int = 0) -> builtins.list[Entry]:
-        """See :meth:`RunStore.journal`."""
-        check_id(id)
-        check_position(after)
-        await self._enter()
-        return [decode_entry(id, text) for text in self._journals.get(id, [])[after:]]
-
-    async def timed_journal(self, id: str, *, after: int = 0) -> builtins.list[tuple[Entry, float]]:
-        """See :meth:`RunStore.timed_journal`."""
-        check_id(id)
-        check_position(after)
-        await self._enter()
-        return [decode_timed_entry(id, text) for text in self._journals.get(id, [])[after:]]
-
-    async def purge(self, id: str, *, now: float | None = None) -> Tombstone | Conflict | None:
-        """See :meth:`RunStore.purge`."""
-        check_id(id)
-        now = time.time() if now is None else check_time(now)
-        await self._enter()
-        record = self._checked(id)
-        if record is None:
-            return self._tombstones.get(id)
-        outcome = purge(record, now=now)
-        if isinstance(outcome, Tombstone):
-            del self._records[id]
-            del self._sequences[id]
-            self._decoded.pop(id, None)
-            self._live.pop(id, None)
-            self._journals.pop(id, None)
-            self._tombstones[id] = outcome
-            self._announcer.announce((id,))
-            if record.key is not None:
-                self._keys.pop(record.key, None)
-                self._purged_keys[record.key] = outcome
-        return outcome
-
-    async def purged(self, id: str) -> Tombstone | None:
-        """See :meth:`RunStore.purged`."""
-        check_id(id)
-        await self._enter()
-        return self._tombstones.get(id)
-
-    def watch(self, *, journals: bool = False) -> Watch:
-        """See :meth:`RunStore.watch`."""
-        return self._announcer.watch(journals=journals)
-
-    async def aclose(self) -> None:
-        """Forget everything and refuse further calls (idempotent)."""
-        self._closed = True
-        self._records.clear()
-        self._sequences.clear()
-        self._decoded.clear()
-        self._live.clear()
-        self._journals.clear()
-        await trio.lowlevel.checkpoint()

@@ -148,6 +148,13 @@ class Logged:
                 until=record.lease.until, takeovers=record.takeovers)
         return record
 
+    async def acquire_many(self, *, owner, lease, now=None, limit):
+        records = await self._store.acquire_many(owner=owner, lease=lease, now=now, limit=limit)
+        for record in records:
+            log("acquire", job=record.id, fence=record.fence, now=now,
+                until=record.lease.until, takeovers=record.takeovers)
+        return records
+
     async def append(self, id, holder, entries, *, then=None):
         begun = time.time()
         try:

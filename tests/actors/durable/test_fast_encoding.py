@@ -117,7 +117,11 @@ def test_records_and_entries_are_stored_as_the_codec_encodes_them(
     record = admit("job-1", AgentJob.ask("calculator", text), sequence=1, now=0.0)
     stored = encode_checked(record, 1 << 24, "a record")
     assert stored == encode(record)
-    assert decode_record("job-1", stored) == record
+    # A lone surrogate is stored repaired (U+FFFD, as the codec repairs it): what is read back
+    # is then the repaired value, which is stored again as the same text.
+    whole = not _surrogates(text) and not _surrogates(arguments)
+    decoded = decode_record("job-1", stored)
+    assert decoded == record if whole else encode(decoded) == stored
     entries: list[Entry] = [
         ResponseEntry(Message.assistant(text, calls=(call,)), Usage(prompt=10, completion=8)),
         IntentEntry(call, "key-1"),
@@ -129,4 +133,16 @@ def test_records_and_entries_are_stored_as_the_codec_encodes_them(
         data["at"] = 1.5
         assert stored == dumps(data)
         assert loads(stored)["at"] == 1.5
-        assert decode_entry("job-1", stored) == entry
+        back = decode_entry("job-1", stored)
+        assert back == entry if whole else encode_entry(back, 1 << 24, at=1.5) == stored
+
+
+def _surrogates(value: Any) -> bool:
+    """Whether any text in ``value`` (keys too) holds a surrogate code point."""
+    if isinstance(value, str):
+        return any("\ud800" <= c <= "\udfff" for c in value)
+    if isinstance(value, dict):
+        return any(_surrogates(k) or _surrogates(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_surrogates(item) for item in value)
+    return False
