@@ -177,11 +177,13 @@ class _Request:
         Raises :class:`CycleError` when the calling task is inside a run of this agent, and
         :class:`~protocols.errors.ValidationError` when the run's settings contradict its
         ``think`` (``think=False`` with a ``reasoning_effort``)."""
-        chain = tuple(run for run in _chain.get() if run.state is _State.RUNNING)
         agent = self.agent
-        if any(run.agent is agent for run in chain):
-            self.state = _State.WITHDRAWN
-            raise CycleError([run.agent.name for run in chain], agent.name)
+        chain = _chain.get()
+        if chain:  # (a run requested from inside runs: none of them may be this agent's)
+            chain = tuple(run for run in chain if run.state is _State.RUNNING)
+            if any(run.agent is agent for run in chain):
+                self.state = _State.WITHDRAWN
+                raise CycleError([run.agent.name for run in chain], agent.name)
         settings = agent._settings(self.options)
         if settings is not None and settings.reasoning_effort is not None:
             # A contradiction is refused now, before anything is queued or committed.
@@ -192,7 +194,8 @@ class _Request:
                 raise
         self.chain = (*chain, self)
         self.open_log()
-        sources = (*agent.defaults.abort, *self.options.abort)
+        own, extra = agent.defaults.abort, self.options.abort
+        sources = (*own, *extra) if extra else own
         self.watch = watch = Abort.any(self.token, *sources) if sources else self.token
         if queued:
             self._unwatch = watch.on_cancel(self._tripped)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import attrs
 import trio
 
-from protocols._json import _CANONICAL_ENCODE
+from protocols._json import _CANONICAL_CHECKED
 from protocols.codec import dumps, loads
 from protocols.errors import (
     AgentsError,
@@ -210,10 +210,11 @@ class _Run(_RunState):
         if requested is None:
             requested = agent._option(options, "schema")  # the same option, by its first name
         spec = _OutputSpec.of(requested) if requested is not None else None
-        configured: int | None = agent._option(options, "schema_retries")
-        retries_left = 2 if configured is None else configured
+        retries_left = 0  # (answers are read against a schema only with one)
         stated: tuple[Message, ...] = ()  # the schema, stated for a provider without a JSON mode
         if spec is not None:
+            configured: int | None = agent._option(options, "schema_retries")
+            retries_left = 2 if configured is None else configured
             provider_options = attrs.evolve(provider_options, schema=spec.schema)
             self.partial = output_stream(self, spec.schema, Chunk)
         attempts = 0
@@ -243,7 +244,7 @@ class _Run(_RunState):
                     return _guarding.void_first(self, watch.trip)
             else:
                 prompt = self.prompt(stated)
-                if await self.keep_in_window(prompt):
+                if agent.window is not None and await self.keep_in_window(prompt):
                     prompt = self.prompt(stated)
                 try:
                     result = await self.provider_turn(prompt, definitions, provider_options)
@@ -555,7 +556,8 @@ class _Run(_RunState):
             if index in batch.denied and isinstance(tool_result, ToolFailure):
                 self.event("deny", call=call, result=tool_result, reason=tool_result.error)
             else:
-                self.notify("tool", call=call, result=tool_result)
+                if agent._listeners or self.request.forward_event is not None:  # (see notify)
+                    self.notify("tool", call=call, result=tool_result)
                 if index in batch.errors:
                     self.event(
                         "tool_error", call=call, result=tool_result, error=batch.errors[index]
@@ -622,7 +624,10 @@ class _Run(_RunState):
         # A cut that landed while the run was shielded (committing) stops it here, before a
         # provider call starts.
         await trio.lowlevel.checkpoint_if_cancelled()
-        self.within_window(prompt)
+        if self.agent.window is not None:
+            self.within_window(prompt)
+        else:
+            self.refused = False  # (what within_window says of an agent with no window)
         if self.pace is not None:
             # Inside the run's scope: a cancel, a deadline or a budget trip while pacing cuts
             # the run like any other wait.
@@ -758,6 +763,6 @@ def _canonical(arguments: Mapping[str, Any]) -> str:
     """A call's arguments as canonical JSON text, the same for equal arguments (checked JSON
     already: the C encoder takes them as they are; what it cannot take goes the strict way)."""
     try:
-        return _CANONICAL_ENCODE(arguments)
+        return _CANONICAL_CHECKED(arguments)
     except (ValueError, TypeError, RecursionError):
         return dumps(arguments, canonical=True)

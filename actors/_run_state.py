@@ -23,6 +23,7 @@ from protocols.messages import (
     GuardrailTrip,
     Message,
     ProviderResult,
+    Role,
     StopReason,
     ToolCall,
     ToolFailure,
@@ -225,27 +226,34 @@ class _RunState:
     def total(self) -> Usage | None:
         """What the run and the runs it delegated to spent (``None``: not all of it is known)."""
         usage, delegated = self.usage, self.delegated
+        if delegated is _NOTHING:  # (it delegated nothing: no sum to make)
+            return usage
         return None if usage is None or delegated is None else usage + delegated
 
     def result(self, stop: StopReason) -> AgentResult:
-        content = next(
-            (m.content for m in reversed(self.appended) if m.role.value == "assistant"), ""
-        )
-        return AgentResult(
-            content=content,
-            thinking="\n\n".join(t for t in self.thinking if t),
-            messages=self.appended,
-            usage=self.usage,
-            stop=stop,
-            turns=self.turns_made,
-            output=self.output,
-            estimated=self.estimated,
-            run_id=self.run_id,
-            agent=self.answered_by or self.agent.name,
-            total_usage=self.total(),
-            finish=self.finish,
-            guardrail=self.tripped if stop is StopReason.GUARDRAIL else None,
-        )
+        content = ""
+        for message in reversed(self.appended):
+            if message.role is Role.ASSISTANT:
+                content = message.content
+                break
+        # Made without AgentResult's checks: each part is valid already (messages the
+        # conversation took, usages and reasons the run's turns built) -- see _RESULT_FIELDS.
+        made: AgentResult = _new(AgentResult)
+        _set(made, "content", content)
+        _set(made, "thinking", "\n\n".join(filter(None, self.thinking)))
+        _set(made, "messages", tuple(self.appended))
+        _set(made, "usage", self.usage)
+        _set(made, "stop", stop)
+        _set(made, "partial", stop is not StopReason.COMPLETE)
+        _set(made, "turns", self.turns_made)
+        _set(made, "output", self.output)
+        _set(made, "estimated", self.estimated)
+        _set(made, "run_id", self.run_id)
+        _set(made, "agent", self.answered_by or self.agent.name)
+        _set(made, "total_usage", self.total())
+        _set(made, "finish", self.finish)
+        _set(made, "guardrail", self.tripped if stop is StopReason.GUARDRAIL else None)
+        return made
 
     def cut_reason(self) -> StopReason:
         """Why the run is being cut, as its stop reason would say."""
@@ -475,7 +483,13 @@ class _RunState:
                 draw = draw.priced(Cost.unavailable(self.currency))
         else:
             draw = result.usage
-        self.usage = None if self.usage is None or draw is None else self.usage + draw
+        usage = self.usage
+        if usage is None or draw is None:
+            self.usage = None
+        else:
+            # (Nothing spent yet: the sum is the draw itself -- no tokens and no cost add
+            # nothing.)
+            self.usage = draw if usage is _NOTHING else usage + draw
         self.finish = result.finish
         self.thinking.append(result.thinking)
         seq = 0
@@ -489,7 +503,8 @@ class _RunState:
         request = self.request
         if request.forward is not None or request.send is not None:  # (else nobody reads it)
             self.emit(Chunk("usage", "", None, None, draw, estimated, self.run_id, (), seq))
-        self.notify("usage", usage=draw, estimated=estimated, finish=result.finish)
+        if self.agent._listeners or request.forward_event is not None:  # (see notify)
+            self.notify("usage", usage=draw, estimated=estimated, finish=result.finish)
 
     async def commit_partial(self) -> None:
         """After a cancel or a failure: commit what the cut turn produced, with a result for
@@ -537,6 +552,32 @@ class _RunState:
 
 
 _NOTHING = Usage()
+
+_new = object.__new__
+_set = object.__setattr__
+
+#: The fields :meth:`_RunState.result` sets: every field of AgentResult (checked at import, so
+#: that a field added there is not left unset here).
+_RESULT_FIELDS = frozenset(
+    {
+        "content",
+        "thinking",
+        "messages",
+        "usage",
+        "stop",
+        "partial",
+        "turns",
+        "output",
+        "estimated",
+        "run_id",
+        "agent",
+        "total_usage",
+        "finish",
+        "guardrail",
+    }
+)
+if {field.name for field in attrs.fields(AgentResult)} != _RESULT_FIELDS:  # pragma: no cover
+    raise RuntimeError("_RunState.result does not set every field of AgentResult")
 
 
 #: A released run's fallback observer: it hears nothing (see :meth:`_Run.release`).

@@ -132,11 +132,11 @@ async def run_request(agent: Agent, request: _Request, number: int) -> AgentResu
     options = request.options
     limit: int = agent._option(options, "limit")
     timeout: float | None = agent._option(options, "timeout")
-    meter = _meter_for(
-        agent._option(options, "budget"),
-        request.meters,
-        agent._option(options, "pricing"),
-        agent.provider,
+    budget = agent._option(options, "budget")
+    meter = (
+        _meter_for(budget, request.meters, agent._option(options, "pricing"), agent.provider)
+        if budget is not None or request.meters
+        else None  # (nothing to count: what _meter_for says, without asking it)
     )
     run = _Run(agent, request, meter, number)
     request.run = run
@@ -156,14 +156,15 @@ async def run_request(agent: Agent, request: _Request, number: int) -> AgentResu
         run.event("abort", reason=token.reason or "budget", stop=stop)
         return run.result(stop)
     raced: BaseException | None = None
-    with trio.CancelScope() as scope:
+    deadline = request.deadline
+    if timeout is not None:
+        deadline = min(deadline, trio.current_time() + timeout)
+    # (The deadline given to the scope when it is made: setting it afterwards costs trio a
+    # context manager more on every run.)
+    with trio.CancelScope(deadline=deadline) as scope:
         # (What token.bind(scope) and observe_retries(run.retried) do, without the price of
         # two context managers on every run.)
         untie = token.on_cancel(scope.cancel)
-        deadline = request.deadline
-        if timeout is not None:
-            deadline = min(deadline, trio.current_time() + timeout)
-        scope.deadline = deadline
         run.scope = scope
         untrip = _cut_on_trip(meter, run, scope)
         observed = _RETRY_OBSERVERS.set((*_RETRY_OBSERVERS.get(), run.retried))

@@ -695,6 +695,8 @@ class Agent:
     # -- the run -------------------------------------------------------------------------------
 
     def _option(self, options: RunOptions, name: str) -> Any:
+        if options is _NO_OPTIONS:  # (a run given no options: every one is the agent's)
+            return getattr(self.defaults, name)
         value = getattr(options, name)
         return getattr(self.defaults, name) if value is None else value
 

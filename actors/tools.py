@@ -80,6 +80,24 @@ _results = cattrs.Converter()
 _SCALARS: Final = frozenset({str, int, float, bool, type(None)})
 
 
+def _success(call: ToolCall, plain: Any) -> ToolSuccess:
+    """The success of ``call`` with the value ``plain`` (checked JSON already), without
+    ToolSuccess's checks: its id and name are the call's (checked by ToolCall), it has no images,
+    and checking ``plain`` again would give ``plain``."""
+    made: ToolSuccess = _new(ToolSuccess)
+    _set(made, "id", call.id)
+    _set(made, "name", call.name)
+    _set(made, "value", plain)
+    _set(made, "images", ())
+    return made
+
+
+_new = object.__new__
+_set = object.__setattr__
+if {field.name for field in attrs.fields(ToolSuccess)} != {"id", "name", "value", "images"}:
+    raise RuntimeError("_success does not set every field of ToolSuccess")  # pragma: no cover
+
+
 def _is_pydantic_model(cls: type) -> bool:
     # Duck-typed: pydantic is optional and never imported here.
     return callable(getattr(cls, "model_dump", None)) and hasattr(cls, "__pydantic_fields__")
@@ -235,7 +253,7 @@ class Tool:
             return ToolFailure(
                 call.id, call.name, _bounded(f"the tool returned a non-JSON value: {message}")
             )
-        return ToolSuccess(call.id, call.name, plain)
+        return _success(call, plain)
 
 
 @overload

@@ -356,6 +356,33 @@ _CANONICAL_ENCODE = json.JSONEncoder(
 ).encode
 
 
+def _canonical_core() -> Callable[[Any], str]:
+    """``_CANONICAL_ENCODE`` for a value already checked (:func:`check_json`: no cycle, no
+    NaN), without what ``JSONEncoder.encode`` makes afresh on every call (its C encoder and a
+    closure): the C encoder made once, with no cycle check (a checked value has none; one too
+    deep raises ``RecursionError``). The same text; without the C encoder, ``_CANONICAL_ENCODE``.
+    """
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - CPython has it
+        return _CANONICAL_ENCODE
+    encoder = make(
+        None, _not_json, json.encoder.encode_basestring, None, ":", ",", True, False, False
+    )
+
+    def encode(value: Any) -> str:
+        return "".join(encoder(value, 0))
+
+    return encode
+
+
+def _not_json(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+#: Canonical JSON text of a checked value (see :func:`_canonical_core`).
+_CANONICAL_CHECKED = _canonical_core()
+
+
 def dumpb(value: Any, *, canonical: bool = False) -> bytes:
     """:func:`dumps`, encoded as UTF-8 bytes."""
     return dumps(value, canonical=canonical).encode("utf-8")

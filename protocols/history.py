@@ -242,23 +242,27 @@ class History:
 
         Only the new messages are checked, so appending costs little more than copying the tail
         (this is the hot path of a long-lived conversation)."""
-        new = _messages(messages)
+        new = messages if type(messages) is tuple else tuple(messages)
         if not new:
             return self
+        for message in new:
+            if type(message) is not Message:
+                new = _messages(new)  # (refuses what is no Message, naming where it is)
+                break
+        tail, sections = self._tail_ids, self.sections
         fresh: set[str] = set()
         for message in new:
-            if message.id in fresh or self._holds(message.id):
-                raise ValidationError(f"the conversation holds two messages with id {message.id!r}")
-            fresh.add(message.id)
+            key = message.id
+            if key in fresh or key in tail or (sections and self._holds(key)):
+                raise ValidationError(f"the conversation holds two messages with id {key!r}")
+            fresh.add(key)
         grown: History = object.__new__(History)
-        for name, value in (
-            ("id", self.id),
-            ("messages", self.messages + new),
-            ("sections", self.sections),
-            ("summary", self.summary),
-            ("_tail_ids", self._tail_ids | fresh),
-        ):
-            object.__setattr__(grown, name, value)
+        _set = object.__setattr__
+        _set(grown, "id", self.id)
+        _set(grown, "messages", self.messages + new)
+        _set(grown, "sections", sections)
+        _set(grown, "summary", self.summary)
+        _set(grown, "_tail_ids", tail | fresh)
         return grown
 
     def remove(self, message_ids: Iterable[str]) -> tuple[History, bool]:

@@ -59,6 +59,36 @@ def _root_path(name: str) -> str:
     return _join("$", name)
 
 
+#: Each signature's parameters as (name, JSON path, structurer), by the signature's identity
+#: (signatures are read-only): what :func:`structure_arguments` would look up on every call.
+_PLANS: dict[int, tuple[ToolSignature, tuple[tuple[str, str, _Structure], ...]]] = {}
+
+
+def _plan(signature: ToolSignature) -> tuple[tuple[str, str, _Structure], ...]:
+    cached = _PLANS.get(id(signature))
+    if cached is not None and cached[0] is signature:
+        return cached[1]
+    plan = tuple(
+        (name, _root_path(name), _planned(annotation))
+        for name, annotation in signature.types.items()
+    )
+    if len(_PLANS) >= 256:
+        _PLANS.clear()
+    _PLANS[id(signature)] = (signature, plan)
+    return plan
+
+
+def _planned(annotation: Any) -> _Structure:
+    try:
+        return _structurer(annotation)
+    except Exception:
+        # Built where it is used, each time, failing there as it would unplanned.
+        def build(value: Any, path: str) -> Any:
+            return _structurer(annotation)(value, path)
+
+        return build
+
+
 def structure_arguments(signature: ToolSignature, arguments: dict[str, Any]) -> dict[str, Any]:
     """Turn validated JSON ``arguments`` into typed values per ``signature.types``.
 
@@ -76,17 +106,21 @@ def structure_arguments(signature: ToolSignature, arguments: dict[str, Any]) -> 
             f"invalid arguments for tool {signature.name!r}: $: expected an object, "
             f"got {json_kind(arguments)}"
         )
-    problems = [
-        f"{_join('$', key)}: unknown argument {_key(key)}"
-        for key in arguments
-        if key not in signature.types
-    ]
+    types = signature.types
+    problems = (
+        []
+        if arguments.keys() <= types.keys()
+        else [
+            f"{_join('$', key)}: unknown argument {_key(key)}"
+            for key in arguments
+            if key not in types
+        ]
+    )
     values: dict[str, Any] = {}
-    for name, annotation in signature.types.items():
-        path = _root_path(name)
+    for name, path, build in _plan(signature):
         if name in arguments:
             try:
-                values[name] = _structurer(annotation)(arguments[name], path)
+                values[name] = build(arguments[name], path)
             except _Mismatch as exc:
                 problems.append(str(exc))
             except RecursionError:
