@@ -138,17 +138,22 @@ class CountingStore(MemoryRunStore):
         return taken
 
 
-async def test_a_queue_with_free_slots_takes_its_jobs_in_one_call(autojump_clock: Any) -> None:
-    store = CountingStore()
+async def six_jobs_run(admitting: Any, store: Any) -> list[str]:
+    """Six jobs admitted to ``admitting``, then run by a queue of 8 slots on ``store``: their
+    answers."""
     registry = AgentRegistry()
     registry.add("echo", ScriptedProvider(*(f"answer {n}" for n in range(6))))
-    ids = [(await store.admit(ask(f"job {n}"))).record.id for n in range(6)]
+    ids = [(await admitting.admit(ask(f"job {n}"))).record.id for n in range(6)]
     async with (
         open_runtime() as runtime,
         open_job_queue(store, registry, runtime, concurrency=8) as queue,
     ):
-        answers = sorted([(await queue.result(id)).content for id in ids])
-    assert answers == sorted(f"answer {n}" for n in range(6))
+        return sorted([(await queue.result(id)).content for id in ids])
+
+
+async def test_a_queue_with_free_slots_takes_its_jobs_in_one_call(autojump_clock: Any) -> None:
+    store = CountingStore()
+    assert await six_jobs_run(store, store) == sorted(f"answer {n}" for n in range(6))
     assert store.calls[0] == (8, 6)
 
 
@@ -192,13 +197,5 @@ async def test_a_store_whose_own_acquire_comes_first_has_it_called(
     # Its acquire is never bypassed by an acquire_many that knows nothing of it.
     inner = AddsToAcquire() if kind == "subclass" else MemoryRunStore()
     store: Any = inner if kind == "subclass" else PassesOn(inner)
-    registry = AgentRegistry()
-    registry.add("echo", ScriptedProvider(*(f"answer {n}" for n in range(6))))
-    ids = [(await inner.admit(ask(f"job {n}"))).record.id for n in range(6)]
-    async with (
-        open_runtime() as runtime,
-        open_job_queue(store, registry, runtime, concurrency=8) as queue,
-    ):
-        answers = sorted([(await queue.result(id)).content for id in ids])
-    assert answers == sorted(f"answer {n}" for n in range(6))
+    assert await six_jobs_run(inner, store) == sorted(f"answer {n}" for n in range(6))
     assert store.acquired == 6
