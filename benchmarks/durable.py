@@ -51,8 +51,11 @@ wrong one is an error, not a number. Scenarios:
   time (``sequential_jobs_per_s_vs_dbos``, not a target): our median job with ``durable=True``
   from the ``run`` scenario against the median DBOS workflow invoked directly, run in the same
   batches as our variants there, their turn alternating with ours. DBOS is a process-wide
-  singleton with threads of its own, and not a dependency of this project: it runs in a
-  subprocess of the Python named by ``TRIO_AGENTS_DBOS_PYTHON`` (by default
+  singleton with threads of its own (its queue poller, its housekeeping), and not a dependency
+  of this project: it runs in a subprocess -- stopped (``SIGSTOP``) except while it runs a
+  batch or round it was asked for, so that its threads do not compete for the CPUs while ours
+  are measured (ours sit idle, waiting, while it runs) -- of the Python named by
+  ``TRIO_AGENTS_DBOS_PYTHON`` (by default
   ``/tmp/dbosvenv/bin/python`` when that exists), from a script this benchmark writes to a
   temporary directory. When it cannot run, the reason is printed and the same comparisons are
   made with LangGraph instead -- a graph of the same two nodes compiled with its
@@ -97,6 +100,7 @@ import gc
 import json
 import math
 import os
+import signal
 import statistics
 import subprocess
 import tempfile
@@ -559,12 +563,21 @@ class Foreign:
         assert process.stdout is not None
         self._lines = Lines(process.stdout)
 
+    def _signal(self, number: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.process.send_signal(number)
+
     async def _ask(self, command: str) -> dict[str, Any]:
-        """Send one command line; its JSON answer."""
+        """Send one command line; its JSON answer. The process runs only while it is asked
+        (stopped with ``SIGSTOP`` once it answered, continued before it is asked again): its
+        background threads -- DBOS's queue poller and housekeeping -- must not compete for
+        the CPUs while ours are measured, as ours sit idle, waiting, while it runs."""
         assert self.process.stdin is not None
+        self._signal(signal.SIGCONT)
         with trio.fail_after(FOREIGN_TIMEOUT):
             await self.process.stdin.send_all(f"{command}\n".encode())
             line = await self._lines.next()
+        self._signal(signal.SIGSTOP)
         if line is None:
             said = await trio.Path(self.log).read_text()
             raise SystemExit(f"{self.label} exited while running the task: {said[-2000:]}")
@@ -624,8 +637,12 @@ async def open_foreign(
         elif "unavailable" in info:
             yield f"{info['unavailable']} with {python}"
         else:
-            yield Foreign(name, process, log, info)
+            foreign = Foreign(name, process, log, info)
+            foreign._signal(signal.SIGSTOP)  # (runs only while asked: see Foreign._ask)
+            yield foreign
     finally:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGCONT)  # (stopped between batches: see Foreign._ask)
         with trio.CancelScope(shield=True):
             assert process.stdin is not None
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
