@@ -199,7 +199,15 @@ def translate_error(exc: Exception, action: str) -> StoreError:
     )
     if isinstance(exc, busy):
         return StoreError(f"{action}: {text}", code="busy", retryable=True)
-    if isinstance(exc, psycopg.OperationalError):
+    # The server ended the session: the connection is gone, and a new one will do (these
+    # two are no OperationalError to the driver: a session left idle in a transaction past
+    # the store's stall_timeout, or a transaction past the server's transaction_timeout).
+    ended = tuple(
+        getattr(errors, name)
+        for name in ("IdleInTransactionSessionTimeout", "TransactionTimeout")
+        if hasattr(errors, name)
+    )
+    if isinstance(exc, (psycopg.OperationalError, *ended)):
         return StoreError(
             f"{action}: the database could not be reached or went away ({text})",
             code="io",
@@ -246,12 +254,15 @@ def connect(
     migrate: bool = True,
     create: bool = True,
     sender: str | None = None,
+    stall_timeout: float | None = None,
 ) -> Any:
     """A connection to the store at ``url`` in ``schema`` (created if missing), autocommit, its
     schema made current (``migrate=False``: a second connection, once one has migrated it).
     ``create=False`` creates nothing: no store in ``schema`` is a :class:`StoreError`
     ``code="missing"``. ``sender``: who the changes it writes are announced as (the store's
-    own listener skips them)."""
+    own listener skips them). ``stall_timeout``: seconds a transaction begun on it may wait on
+    this process between statements before the server ends it and the connection (PostgreSQL's
+    ``idle_in_transaction_session_timeout``), releasing its locks."""
     psycopg = _psycopg()
     if not _SCHEMA.fullmatch(schema):
         raise ValidationError(
@@ -275,6 +286,11 @@ def connect(
             conn.execute(f'SET search_path TO "{schema}"')
             if sender is not None:
                 conn.execute("SELECT set_config('trio_agents.sender', %s, false)", (sender,))
+            if stall_timeout is not None:
+                conn.execute(
+                    "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+                    (f"{max(1, round(stall_timeout * 1000))}ms",),
+                )
             if migrate:
                 _migrate(conn, where)
         except psycopg.Error as exc:

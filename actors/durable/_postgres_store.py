@@ -34,7 +34,7 @@ from protocols.messages import new_id
 from .._postgres import check_url, connect, redacted, translate_error
 from .._sqlite import JOBS, open_in_worker
 from ._sql_store import Dialect, Jobs, SQLRunStore
-from ._store import DEFAULT_MAX_BYTES
+from ._store import DEFAULT_MAX_BYTES, check_seconds
 
 __all__ = ["PostgresRunStore", "dialect"]
 
@@ -43,6 +43,9 @@ log = logging.getLogger("actors.store")
 
 #: Seconds ``open`` waits for the store's listener to listen.
 LISTENING = 10.0
+
+#: The default ``stall_timeout`` of :meth:`PostgresRunStore.open`, in seconds.
+STALL_TIMEOUT = 5.0
 
 
 class _Counts:
@@ -308,16 +311,28 @@ class PostgresRunStore(SQLRunStore):
         schema: str = "public",
         max_bytes: int = DEFAULT_MAX_BYTES,
         create: bool = True,
+        stall_timeout: float = STALL_TIMEOUT,
     ) -> PostgresRunStore:
         """Connect to the database at ``url`` (``postgresql://...``) and make the store's schema
         current in ``schema`` (created if missing). Raises :class:`~actors.store.StoreError`
         when the database cannot be used (``code="unsupported"`` without psycopg,
         ``"schema"`` for a schema newer than this code, ``"io"`` when it cannot be reached).
         ``create=False`` creates nothing -- neither ``schema`` nor the store's tables in it --
-        and raises ``code="missing"`` where there is no store (a mistyped schema name)."""
+        and raises ``code="missing"`` where there is no store (a mistyped schema name).
+
+        ``stall_timeout``: the longest this process may leave one of the store's transactions
+        waiting on it between statements -- stopped (``SIGSTOP``, a debugger), frozen or
+        swapped out -- before the database ends that transaction and its connection. Until
+        then the rows it locked stay locked, and no other worker can take over the jobs they
+        are (its leases expired or not); so a job held by a stopped process is taken over at
+        most ``stall_timeout`` seconds after its lease expires. The process, once it goes on,
+        finds its connection gone, connects again, and its writes for jobs taken over are
+        refused as fenced. (A transaction of the store's waits on it only for the Python
+        between two statements.)"""
         target = check_url(url)
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
             raise ValidationError(f"max_bytes must be an integer >= 1, not {max_bytes!r}")
+        stall = check_seconds(stall_timeout, "stall_timeout")
         where = redacted(target)
 
         name = channel(schema)
@@ -328,9 +343,9 @@ class PostgresRunStore(SQLRunStore):
         def open_database() -> Jobs:
             used = dialect()
             # The database announces what the writer changes (its triggers), as sent by it.
-            writer = connect(target, schema, create=create, sender=sender)
+            writer = connect(target, schema, create=create, sender=sender, stall_timeout=stall)
             try:
-                reader = connect(target, schema, migrate=False, sender=sender)
+                reader = connect(target, schema, migrate=False, sender=sender, stall_timeout=stall)
             except BaseException:
                 writer.close()
                 raise
@@ -340,7 +355,8 @@ class PostgresRunStore(SQLRunStore):
                 _Connection(reader, tally),
                 max_bytes,
                 reconnect=lambda: _Connection(
-                    connect(target, schema, migrate=False, sender=sender), tally
+                    connect(target, schema, migrate=False, sender=sender, stall_timeout=stall),
+                    tally,
                 ),
             )
 

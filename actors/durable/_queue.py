@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -41,7 +40,7 @@ from ._feed import JobFeed, feed_jobs
 from ._journal import WriteBehind
 from ._ops import answer_job, cancel_job, existing_job, purge_job
 from ._registry import AgentRegistry
-from ._store import RunStore
+from ._store import RunStore, check_seconds
 from ._watch import JobEvents, watch_job
 from ._worker import MAX_TAKEOVERS, JobRunner, _lost_store, _Running
 
@@ -481,12 +480,7 @@ async def open_job_queue(
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValidationError(f"{name} must be an integer >= {low}, not {value!r}")
     for name, number in (("lease", lease), ("poll", poll)):
-        if (
-            isinstance(number, bool)
-            or not isinstance(number, int | float)
-            or not 0 < number < math.inf
-        ):
-            raise ValidationError(f"{name} must be a number of seconds > 0, not {number!r}")
+        check_seconds(number, name)
     queue = JobQueue(
         store,
         registry,

@@ -322,10 +322,16 @@ def check_cursor(cursor: object) -> JobCursor:
     return cursor
 
 
+def check_seconds(value: object, what: str) -> float:
+    """``value`` as a float, if it is a finite number of seconds > 0; else a
+    :class:`ValidationError` naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ValidationError(f"{what} must be a number of seconds > 0, not {value!r}")
+    return float(value)
+
+
 def check_lease(lease: object) -> float:
-    if isinstance(lease, bool) or not isinstance(lease, int | float) or not 0 < lease < math.inf:
-        raise ValidationError(f"a lease must be a number of seconds > 0, not {lease!r}")
-    return float(lease)
+    return check_seconds(lease, "a lease")
 
 
 def noticeable(stored: JobRecord, new: JobRecord) -> bool:
