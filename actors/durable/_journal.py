@@ -59,7 +59,7 @@ from protocols.questions import Answer, Question, check_answer
 from .._questions import DECLINED, QuestionTool, Unanswered
 from .._sqlite import StoreError
 from ..tools import CallableTool, ToolRegistry
-from ._store import RunStore
+from ._store import RunStore, fenced
 
 __all__ = ["CANCELLED", "LINGER", "LOST", "RETRY_FOR", "StoreJournal", "WriteBehind"]
 
@@ -276,22 +276,28 @@ class StoreJournal:
                 else:
                     self._journaled += len(batch)
                     return
-                # Did it commit before the connection went? The stored journal says: it holds
-                # the batch, or not yet (only this holder appends to it).
+                # Did it commit before the connection went? The stored journal says -- if this
+                # holder still holds the job: then no one else has appended to it. (Read before
+                # the record: a job held now was held when its journal was read.)
                 while True:
                     await wait(failed)
                     try:
                         length = len(await self.store.journal(self.job))
+                        current = await self.store.get(self.job)
                     except StoreError as error:
                         if not error.retryable:
                             raise failed from error
                         continue
                     break
+                if then is not None and current is not None and current == then.record:
+                    self._journaled = length  # (written: the record is the one it wrote)
+                    return
+                if current is None or not current.held_by(self.holder):
+                    raise fenced(self.job, self.holder, current)
                 if length == self._journaled + len(batch):
                     self._journaled = length
                     return
-                if length != self._journaled:
-                    raise failed  # not what this holder wrote: leave it to the fence
+                # Not written: asked again.
 
     async def flush(self) -> bool:
         """Wait until everything journaled so far is written; whether it was."""

@@ -9,11 +9,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 import trio
+import trio.testing
 from run_store_helpers import KINDS, LEASE, T0, open_backend
 
 from actors.durable import RunStore, StoreJournal
+from actors.store import StoreError
 from protocols import jobs as J
-from protocols.messages import Message, ToolCall
+from protocols.messages import AgentResult, Message, ToolCall
 
 pytestmark = pytest.mark.trio
 
@@ -64,3 +66,110 @@ async def test_a_barrier_cancelled_while_it_waits_loses_nothing_buffered(store: 
             assert kinds in (["input", "response"], ["input", "response", "intent"]), (
                 f"seed {seed}, round {round}, run {n}: {kinds}"
             )
+
+
+class _CutAfterTakeover:
+    """The real store, but its first append is cut as a lost connection cuts one -- and by
+    then another worker had taken the job over (the holder's lease expired) and journaled."""
+
+    def __init__(self, store: RunStore) -> None:
+        self._store = store
+        self.taken: J.JobRecord | None = None
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+    async def append(
+        self, id: str, holder: J.Lease, entries: object, *, then: J.Applied | None = None
+    ) -> None:
+        if self.taken is None:
+            self.taken = await self._store.acquire(owner="other", lease=LEASE, now=T0 + 2 * LEASE)
+            assert self.taken is not None
+            assert self.taken.lease is not None
+            other = StoreJournal(self._store, id, self.taken.lease, cut=lambda why: None)
+            await other.input([Message.user("the other worker's")])
+            assert await other.flush()
+            raise StoreError(
+                "appending: the database could not be reached or went away",
+                code="io",
+                retryable=True,
+            )
+        await self._store.append(id, holder, entries, then=then)  # type: ignore[arg-type]
+
+
+async def test_a_write_cut_while_the_job_was_taken_over_is_refused_as_fenced(
+    store: RunStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    # The write's outcome is unknown (the connection went); the stored journal is not this
+    # holder's (another worker wrote it): asked again, the store says why -- fenced -- and
+    # the run is dropped, not reported as a journal that could not be written.
+    await store.admit(J.AgentJob.ask("a", "question"), now=T0)
+    record = await store.acquire(owner="w", lease=LEASE, now=T0)
+    assert record is not None
+    assert record.lease is not None
+    cuts: list[str] = []
+    wrapped = _CutAfterTakeover(store)
+    journal = StoreJournal(wrapped, record.id, record.lease, cut=cuts.append)  # type: ignore[arg-type]
+    await journal.input([Message.user("mine")])
+    assert not await journal.flush()
+    assert journal.dropped
+    assert journal.failure is None
+    assert cuts == ["this worker no longer holds the job (fenced)"]
+    stored = [entry.kind for entry in await store.journal(record.id)]
+    assert stored == ["input"]  # the other worker's alone
+    assert wrapped.taken is not None
+    assert (await store.get(record.id)) == wrapped.taken
+
+
+class _CommitThenCut:
+    """The real store, but its first append commits and is then cut as a lost connection cuts
+    one: the caller cannot tell it was written."""
+
+    def __init__(self, store: RunStore) -> None:
+        self._store = store
+        self.cuts = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+    async def append(
+        self, id: str, holder: J.Lease, entries: object, *, then: J.Applied | None = None
+    ) -> None:
+        await self._store.append(id, holder, entries, then=then)  # type: ignore[arg-type]
+        if not self.cuts:
+            self.cuts += 1
+            raise StoreError(
+                "appending: the database could not be reached or went away",
+                code="io",
+                retryable=True,
+            )
+
+
+@pytest.mark.parametrize("ending", [False, True])
+async def test_a_write_that_committed_before_its_connection_went_is_not_written_again(
+    store: RunStore, autojump_clock: trio.testing.MockClock, ending: bool
+) -> None:
+    # Also the one that ended the job (then: the record it wrote is no longer held by anyone).
+    await store.admit(J.AgentJob.ask("a", "question"), now=T0)
+    record = await store.acquire(owner="w", lease=LEASE, now=T0)
+    assert record is not None
+    assert record.lease is not None
+    cuts: list[str] = []
+    wrapped = _CommitThenCut(store)
+    journal = StoreJournal(wrapped, record.id, record.lease, cut=cuts.append)  # type: ignore[arg-type]
+    await journal.input([Message.user("mine")])
+    if ending:
+        result = AgentResult("done")
+        ended = J.finish(
+            record, record.lease, now=T0 + 1, status=J.JobStatus.COMPLETED, result=result
+        )
+        assert isinstance(ended, J.Applied)
+        await journal.finish(J.TerminalEntry(None, result), ended)
+        assert await store.get(record.id) == ended.record
+        kinds = ["input", "terminal"]
+    else:
+        assert await journal.flush()
+        kinds = ["input"]
+    assert wrapped.cuts == 1
+    assert (journal.dropped, journal.failure, cuts) == (False, None, [])
+    assert [entry.kind for entry in await store.journal(record.id)] == kinds
