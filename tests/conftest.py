@@ -1,6 +1,7 @@
 """Makes this folder importable for every test (``postgres_server``: where the tests'
-PostgreSQL comes from), however the tests are selected; and keeps a test from passing when a
-stray ``trio.Cancelled`` escapes it.
+PostgreSQL comes from), however the tests are selected; gives the PostgreSQL tests a schema of
+their own (``schema``); and keeps a test from passing when a stray ``trio.Cancelled`` escapes
+it.
 
 pytest-trio takes a ``trio.Cancelled`` that leaves a test for the test being shut down, and
 passes it -- also when nothing had cancelled the test, so a test that leaks one (a library
@@ -13,11 +14,22 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import pytest
 import trio
+from postgres_server import drop_schemas, new_schema
+
+
+@pytest.fixture
+async def schema() -> AsyncIterator[str]:
+    """A PostgreSQL schema no other test uses, dropped with what it holds afterwards."""
+    name = new_schema()
+    try:
+        yield name
+    finally:
+        await trio.to_thread.run_sync(drop_schemas, name)
 
 
 def _no_stray_cancelled(

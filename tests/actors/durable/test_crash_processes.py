@@ -761,12 +761,15 @@ async def test_workers_killed_at_random_lose_no_job_and_repeat_no_effect(
     tmp_path: pathlib.Path, kind: str
 ) -> None:
     async with shared_store(kind, tmp_path / "runs.db") as (store, where):
-        await _killed_at_random(tmp_path, store, where, kind)
+        tag, problems = await _killed_at_random(tmp_path, store, where, kind)
+    assert not problems, f"{tag}: " + "\n".join(problems[:40])
 
 
 async def _killed_at_random(
     tmp_path: pathlib.Path, store: RunStore, where: dict[str, str], kind: str
-) -> None:
+) -> tuple[str, list[str]]:
+    """The run's tag (its seed) and every problem :func:`check_crash_run` found (the run's own
+    bounds -- kills, cancels, connection cuts -- are checked here)."""
     seed = seeded()
     rng = random.Random(seed)
     scale = SCALES[kind]
@@ -877,8 +880,7 @@ async def _killed_at_random(
     for worker in pool.workers:
         for key, id in worker.acked().items():
             acked[key].add(id)
-    summary = check_crash_run(
-        tag=tag,
+    problems, summary = check_crash_run(
         pool=pool,
         keys=keys,
         acked=acked,
@@ -893,6 +895,7 @@ async def _killed_at_random(
         reconnected = sum(worker.reconnects() for worker in pool.workers)
         assert reconnected > 0, "no worker said it rode out a lost connection"
     print(f"{tag}: {kills} kills, {cuts} connection cuts, {summary}")
+    return tag, problems
 
 
 #: Cancels landing while the job's worker is dead: at least this many per run.
@@ -960,15 +963,14 @@ def cancel_problems(
 
 def check_crash_run(
     *,
-    tag: str,
     pool: Pool,
     keys: list[str],
     acked: dict[str, set[str]],
     records: dict[str, J.JobRecord],
     journals: dict[str, list[J.Entry]],
     cancels: dict[str, float],
-) -> str:
-    """Every check of the crash run; a summary of what happened."""
+) -> tuple[list[str], str]:
+    """Every problem the checks of the crash run found, and a summary of what happened."""
     problems: list[str] = []
     problem = problems.append
 
@@ -1086,8 +1088,7 @@ def check_crash_run(
             f"too few calls cut mid-effect: {unknown} pays answered unknown ({unknown_paid} "
             f"had paid), {reruns} notes run again ({reran_effects} twice in effect)"
         )
-    assert not problems, f"{tag}: " + "\n".join(problems[:40])
-    return (
+    return problems, (
         f"{len(records)} jobs ({len(cancels)} cancelled while their worker was dead), "
         f"{len(pool.workers)} worker processes, "
         f"{sum(r.takeovers for r in records.values())} takeovers, {unknown} pays answered "
@@ -1180,12 +1181,18 @@ async def test_a_worker_paused_past_its_lease_writes_nothing_once_continued(
     tmp_path: pathlib.Path, kind: str
 ) -> None:
     async with shared_store(kind, tmp_path / "runs.db") as (store, where):
-        await _paused_past_its_lease(tmp_path, store, where, kind)
+        late, effects = await _paused_past_its_lease(tmp_path, store, where, kind)
+    # Continued, the paused worker tried to write for each job, and each write was refused as
+    # fenced; it had no effect.
+    assert len(late) >= PAUSED_JOBS, late
+    assert all((line["ok"], line["code"]) == (False, "fenced") for line in late), late
+    assert effects == []
 
 
 async def _paused_past_its_lease(
     tmp_path: pathlib.Path, store: RunStore, where: dict[str, str], kind: str
-) -> None:
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The paused worker's writes once continued, and its effects (the rest checked here)."""
     seed = seeded()
     tag = f"CRASH_SEED={seed} ({kind})"
     lease = 1.0
@@ -1331,3 +1338,4 @@ async def _paused_past_its_lease(
     ]
     assert not said, paused.errors()
     assert not taker.errors(), taker.errors()
+    return late, paused.effects()

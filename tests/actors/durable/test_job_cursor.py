@@ -206,15 +206,6 @@ async def test_a_queue_pages_and_feeds_its_jobs(autojump_clock: Any) -> None:
 # PostgreSQL: numbers that commit out of order
 
 
-@pytest.fixture
-async def schema() -> AsyncIterator[str]:
-    name = new_schema()
-    try:
-        yield name
-    finally:
-        await trio.to_thread.run_sync(drop_schemas, name)
-
-
 class Admitting:
     """An admission transaction held open at will, on a connection of its own, running the
     store's own admission code. Blocking: call it from a thread."""
@@ -452,21 +443,26 @@ def sql(query: str, *arguments: object) -> list[tuple[object, ...]]:
 
 
 async def test_numbers_are_taken_by_a_transaction_that_has_its_id(schema: str) -> None:
-    await in_thread(numbers_are_taken_by_a_transaction_that_has_its_id, schema)
-
-
-def numbers_are_taken_by_a_transaction_that_has_its_id(schema: str) -> None:
     # What a page's proof rests on: the schema's function gives the transaction its id before
     # the sequence gives it numbers.
+    before, numbers, after = await in_thread(numbers_taken_in_a_transaction, schema)
+    assert before == (None,)
+    assert len(numbers) == 3
+    assert after != (None,)
+
+
+def numbers_taken_in_a_transaction(schema: str) -> tuple[Any, list[int], Any]:
+    """In one transaction: its id before, three numbers taken, its id after."""
     conn = connect(postgres_url(), schema, migrate=True)
     try:
         conn.execute("BEGIN")
-        assert conn.execute("SELECT pg_current_xact_id_if_assigned()").fetchone() == (None,)
-        numbers = dialect().numbers
-        assert numbers is not None
-        assert len(numbers(conn, "job_sequence", 3)) == 3
-        assert conn.execute("SELECT pg_current_xact_id_if_assigned()").fetchone() != (None,)
+        before = conn.execute("SELECT pg_current_xact_id_if_assigned()").fetchone()
+        take = dialect().numbers
+        assert take is not None
+        numbers = take(conn, "job_sequence", 3)
+        after = conn.execute("SELECT pg_current_xact_id_if_assigned()").fetchone()
         conn.execute("ROLLBACK")
+        return before, numbers, after
     finally:
         conn.close()
 
@@ -492,21 +488,23 @@ async def test_a_version_4_schema_is_migrated_and_its_jobs_paged(schema: str) ->
 
 
 async def test_the_page_read_is_one_statement_with_its_snapshot(schema: str) -> None:
-    await in_thread(the_page_read_is_one_statement_with_its_snapshot, schema)
-
-
-def the_page_read_is_one_statement_with_its_snapshot(schema: str) -> None:
     # The rows and the horizon come from one snapshot; the horizon is PostgreSQL's own.
+    fresh, found, horizon, xmin = await in_thread(a_page_and_the_xmin_after, schema)
+    assert (fresh, found) == ([], [])
+    assert horizon.ended <= horizon.begun
+    assert horizon.ended <= xmin
+
+
+def a_page_and_the_xmin_after(schema: str) -> tuple[Any, Any, J.Horizon, int]:
+    """An empty store's page (numbers 1-5 as a gap), and the xmin of a snapshot taken after."""
     conn = connect(postgres_url(), schema, migrate=True)
     try:
         page = dialect().page
         assert page is not None
         fresh, found, horizon = page(conn, 0, [(1, 5)], 10)
-        assert (fresh, found) == ([], [])
         (row,) = conn.execute(
             "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
         ).fetchall()
-        assert horizon.ended <= horizon.begun
-        assert horizon.ended <= int(str(row[0]))
+        return fresh, found, horizon, int(str(row[0]))
     finally:
         conn.close()

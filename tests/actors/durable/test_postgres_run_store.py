@@ -6,12 +6,11 @@ too (``KINDS`` in ``run_store_helpers.py``)."""
 from __future__ import annotations
 
 import pathlib
-from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
 import trio
-from postgres_server import drop_schemas, new_schema, postgres_url
+from postgres_server import postgres_url
 from run_store_helpers import LEASE, T0, applied, ask, holder, raises_code
 
 from actors import open_runtime
@@ -32,15 +31,6 @@ from protocols.history import ConversationSnapshot
 from protocols.messages import Message
 
 pytestmark = pytest.mark.trio
-
-
-@pytest.fixture
-async def schema() -> AsyncIterator[str]:
-    name = new_schema()
-    try:
-        yield name
-    finally:
-        await trio.to_thread.run_sync(drop_schemas, name)
 
 
 def sql(query: str, *arguments: object) -> list[tuple[object, ...]]:

@@ -7,11 +7,10 @@ encodes to."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
-import pytest
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,15 +21,6 @@ from actors.durable import DEFAULT_MAX_BYTES, PostgresRunStore
 from actors.durable._postgres_store import channel
 from actors.durable._store import Watch, encode_checked
 from protocols import jobs as J
-
-
-@pytest.fixture
-async def schema() -> AsyncIterator[str]:
-    name = new_schema()
-    try:
-        yield name
-    finally:
-        await trio.to_thread.run_sync(drop_schemas, name)
 
 
 def sql(query: str, *arguments: object) -> None:
@@ -202,12 +192,20 @@ def test_an_admitted_record_is_stored_as_it_encodes(
 ) -> None:
     # Whatever the job holds (digits, "sequence" keys, any character), and whatever number it
     # is given (one digit or more), the row holds the record's own text and number.
-    trio.run(_admit_and_compare, jobs)
+    for admitted, stored, sequence, read in trio.run(_admit_all, jobs):
+        assert sequence == admitted.sequence >= 98
+        assert stored == encode_checked(admitted, DEFAULT_MAX_BYTES, "a record")
+        assert read == admitted
 
 
-async def _admit_and_compare(jobs: list[tuple[str, dict[str, Any]]]) -> None:
+async def _admit_all(
+    jobs: list[tuple[str, dict[str, Any]]],
+) -> list[tuple[J.JobRecord, str, int, J.JobRecord | None]]:
+    """Each job admitted to a fresh store: its record as admit returned it, its row's text and
+    number, and the record as the store reads it back."""
     schema = new_schema()
     url = postgres_url()
+    out: list[tuple[J.JobRecord, str, int, J.JobRecord | None]] = []
     try:
         async with await PostgresRunStore.open(url, schema=schema) as store:
             # (numbers past 9 and 99: the text grows by a digit)
@@ -221,11 +219,10 @@ async def _admit_and_compare(jobs: list[tuple[str, dict[str, Any]]]) -> None:
                     f'SELECT record, sequence FROM "{schema}".trio_agents_jobs WHERE id = %s',
                     admitted.id,
                 )
-                assert sequence == admitted.sequence >= 98
-                assert stored == encode_checked(admitted, DEFAULT_MAX_BYTES, "a record")
-                assert await store.get(admitted.id) == admitted
+                out.append((admitted, stored, sequence, await store.get(admitted.id)))
     finally:
         await trio.to_thread.run_sync(drop_schemas, schema)
+    return out
 
 
 def rows(query: str, *arguments: object) -> list[tuple[Any, ...]]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import pathlib
 import urllib.parse
-from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
@@ -22,15 +21,6 @@ from actors._postgres import redacted, split_url
 from actors.durable import PostgresRunStore, SQLiteRunStore, check_store_url, open_run_store
 from actors.store import StoreError
 from protocols.errors import ConfigError
-
-
-@pytest.fixture
-async def schema() -> AsyncIterator[str]:
-    name = new_schema()
-    try:
-        yield name
-    finally:
-        await trio.to_thread.run_sync(drop_schemas, name)
 
 
 def _schemas() -> set[str]:
