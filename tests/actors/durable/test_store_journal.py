@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pathlib
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 
 import pytest
 import trio
@@ -68,33 +69,65 @@ async def test_a_barrier_cancelled_while_it_waits_loses_nothing_buffered(store: 
             )
 
 
-class _CutAfterTakeover:
-    """The real store, but its first append is cut as a lost connection cuts one -- and by
-    then another worker had taken the job over (the holder's lease expired) and journaled."""
+class _LosesAnAppend:
+    """The real store, but one append of the job is cut as a lost connection cuts one:
+    :meth:`cut` says how (the caller cannot tell whether it was written)."""
 
     def __init__(self, store: RunStore) -> None:
         self._store = store
+        self.cuts = 0
         self.taken: J.JobRecord | None = None
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._store, name)
 
+    async def cut(self, append: Coroutine[Any, Any, None], id: str) -> None:
+        raise NotImplementedError
+
     async def append(
         self, id: str, holder: J.Lease, entries: object, *, then: J.Applied | None = None
     ) -> None:
-        if self.taken is None:
-            self.taken = await self._store.acquire(owner="other", lease=LEASE, now=T0 + 2 * LEASE)
-            assert self.taken is not None
-            assert self.taken.lease is not None
-            other = StoreJournal(self._store, id, self.taken.lease, cut=lambda why: None)
-            await other.input([Message.user("the other worker's")])
-            assert await other.flush()
-            raise StoreError(
-                "appending: the database could not be reached or went away",
-                code="io",
-                retryable=True,
-            )
-        await self._store.append(id, holder, entries, then=then)  # type: ignore[arg-type]
+        append = self._store.append(id, holder, entries, then=then)  # type: ignore[arg-type]
+        if self.cuts:
+            return await append
+        self.cuts += 1
+        await self.cut(append, id)
+        raise StoreError(
+            "appending: the database could not be reached or went away", code="io", retryable=True
+        )
+
+    async def started(self) -> tuple[J.JobRecord, StoreJournal, list[str]]:
+        """A job taken, and a journal of its run (through this store), with the reasons its
+        run was cut."""
+        await self._store.admit(J.AgentJob.ask("a", "question"), now=T0)
+        record = await self._store.acquire(owner="w", lease=LEASE, now=T0)
+        assert record is not None
+        assert record.lease is not None
+        cuts: list[str] = []
+        journal = StoreJournal(self, record.id, record.lease, cut=cuts.append)  # type: ignore[arg-type]
+        await journal.input([Message.user("mine")])
+        return record, journal, cuts
+
+
+class _CutAfterTakeover(_LosesAnAppend):
+    """Not written: by then another worker had taken the job over (the holder's lease
+    expired) and journaled."""
+
+    async def cut(self, append: Coroutine[Any, Any, None], id: str) -> None:
+        append.close()  # (never run: nothing written)
+        self.taken = await self._store.acquire(owner="other", lease=LEASE, now=T0 + 2 * LEASE)
+        assert self.taken is not None
+        assert self.taken.lease is not None
+        other = StoreJournal(self._store, id, self.taken.lease, cut=lambda why: None)
+        await other.input([Message.user("the other worker's")])
+        assert await other.flush()
+
+
+class _CommitThenCut(_LosesAnAppend):
+    """Written, then cut."""
+
+    async def cut(self, append: Coroutine[Any, Any, None], id: str) -> None:
+        await append
 
 
 async def test_a_write_cut_while_the_job_was_taken_over_is_refused_as_fenced(
@@ -103,14 +136,8 @@ async def test_a_write_cut_while_the_job_was_taken_over_is_refused_as_fenced(
     # The write's outcome is unknown (the connection went); the stored journal is not this
     # holder's (another worker wrote it): asked again, the store says why -- fenced -- and
     # the run is dropped, not reported as a journal that could not be written.
-    await store.admit(J.AgentJob.ask("a", "question"), now=T0)
-    record = await store.acquire(owner="w", lease=LEASE, now=T0)
-    assert record is not None
-    assert record.lease is not None
-    cuts: list[str] = []
     wrapped = _CutAfterTakeover(store)
-    journal = StoreJournal(wrapped, record.id, record.lease, cut=cuts.append)  # type: ignore[arg-type]
-    await journal.input([Message.user("mine")])
+    record, journal, cuts = await wrapped.started()
     assert not await journal.flush()
     assert journal.dropped
     assert journal.failure is None
@@ -121,43 +148,14 @@ async def test_a_write_cut_while_the_job_was_taken_over_is_refused_as_fenced(
     assert (await store.get(record.id)) == wrapped.taken
 
 
-class _CommitThenCut:
-    """The real store, but its first append commits and is then cut as a lost connection cuts
-    one: the caller cannot tell it was written."""
-
-    def __init__(self, store: RunStore) -> None:
-        self._store = store
-        self.cuts = 0
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._store, name)
-
-    async def append(
-        self, id: str, holder: J.Lease, entries: object, *, then: J.Applied | None = None
-    ) -> None:
-        await self._store.append(id, holder, entries, then=then)  # type: ignore[arg-type]
-        if not self.cuts:
-            self.cuts += 1
-            raise StoreError(
-                "appending: the database could not be reached or went away",
-                code="io",
-                retryable=True,
-            )
-
-
 @pytest.mark.parametrize("ending", [False, True])
 async def test_a_write_that_committed_before_its_connection_went_is_not_written_again(
     store: RunStore, autojump_clock: trio.testing.MockClock, ending: bool
 ) -> None:
     # Also the one that ended the job (then: the record it wrote is no longer held by anyone).
-    await store.admit(J.AgentJob.ask("a", "question"), now=T0)
-    record = await store.acquire(owner="w", lease=LEASE, now=T0)
-    assert record is not None
-    assert record.lease is not None
-    cuts: list[str] = []
     wrapped = _CommitThenCut(store)
-    journal = StoreJournal(wrapped, record.id, record.lease, cut=cuts.append)  # type: ignore[arg-type]
-    await journal.input([Message.user("mine")])
+    record, journal, cuts = await wrapped.started()
+    assert record.lease is not None
     if ending:
         result = AgentResult("done")
         ended = J.finish(
