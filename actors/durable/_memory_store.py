@@ -42,11 +42,12 @@ from ._store import (
     Announcer,
     Watch,
     cancelled,
+    check_acquisition,
     check_admission,
     check_after,
+    check_append,
     check_cursor,
     check_id,
-    check_lease,
     check_limit,
     check_position,
     check_successor,
@@ -57,7 +58,6 @@ from ._store import (
     decode_record,
     decode_timed_entry,
     encode_checked,
-    encode_entry,
     fast_dumps,
     fenced,
     noticeable,
@@ -339,10 +339,7 @@ class MemoryRunStore:
         """Take up to ``limit`` jobs for ``owner`` at once: those that as many :meth:`acquire`
         calls would take, in that order (fewer when fewer may run). A job queue's worker with
         several free slots uses it where a store has it (the SQL stores do too)."""
-        check_id(owner, "an owner")
-        lease = check_lease(lease)
-        now = time.time() if now is None else check_time(now)
-        count = check_limit(limit)
+        lease, now, count = check_acquisition(owner, lease, now, limit)
         await self._enter()
         live = [record for id in self._live if (record := self._checked(id)) is not None]
         out: builtins.list[JobRecord] = []
@@ -371,10 +368,7 @@ class MemoryRunStore:
         then: Applied | None = None,
     ) -> None:
         """See :meth:`RunStore.append`."""
-        check_id(id)
-        if then is not None and then.record.id != id:
-            raise ValidationError("append's transition must be for the same job")
-        texts = [encode_entry(entry, self._max_bytes) for entry in entries]
+        texts = check_append(id, entries, then, self._max_bytes)
         await self._enter()
         stored = self._checked(id)
         if stored is None:

@@ -46,16 +46,16 @@ from ._store import (
     Admitted,
     Announcer,
     Watch,
+    check_acquisition,
     check_admission,
     check_after,
+    check_append,
     check_cursor,
     check_id,
-    check_lease,
     check_limit,
     check_position,
     check_time,
     closed,
-    encode_entry,
 )
 
 __all__ = ["Dialect", "Jobs", "SQLRunStore"]
@@ -254,10 +254,7 @@ class SQLRunStore:
         self, *, owner: str, lease: float, now: float | None = None, limit: int
     ) -> builtins.list[JobRecord]:
         """See :meth:`RunStore.acquire_many <actors.durable.RunStore.acquire_many>`."""
-        check_id(owner, "an owner")
-        held = check_lease(lease)
-        moment = time.time() if now is None else check_time(now)
-        count = check_limit(limit)
+        held, moment, count = check_acquisition(owner, lease, now, limit)
         noting = not self._worker_noted  # the first of this store: see worker_seen
 
         def work(jobs: Jobs) -> builtins.list[JobRecord]:
@@ -278,11 +275,7 @@ class SQLRunStore:
         then: Applied | None = None,
     ) -> None:
         """See :meth:`RunStore.append <actors.durable.RunStore.append>`."""
-        check_id(id)
-        if then is not None and then.record.id != id:
-            raise ValidationError("append's transition must be for the same job")
-        max_bytes = self._jobs.max_bytes
-        texts = [encode_entry(entry, max_bytes) for entry in entries]
+        texts = check_append(id, entries, then, self._jobs.max_bytes)
         crossing = crosses(entries)
         await self._run(
             f"appending to the journal of job {id}",

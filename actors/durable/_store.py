@@ -356,6 +356,27 @@ def check_limit(limit: object) -> int:
     return limit
 
 
+def check_acquisition(
+    owner: object, lease: object, now: object, limit: object
+) -> tuple[float, float, int]:
+    """``acquire_many``'s arguments checked: its lease, its moment (the clock's when ``now`` is
+    ``None``) and its limit."""
+    check_id(owner, "an owner")
+    held = check_lease(lease)
+    moment = time.time() if now is None else check_time(now)
+    return held, moment, check_limit(limit)
+
+
+def check_append(
+    id: object, entries: Sequence[Entry], then: Applied | None, max_bytes: int
+) -> builtins.list[str]:
+    """``append``'s arguments checked: the entries' stored texts (each within ``max_bytes``)."""
+    check_id(id)
+    if then is not None and then.record.id != id:
+        raise ValidationError("append's transition must be for the same job")
+    return [encode_entry(entry, max_bytes) for entry in entries]
+
+
 def _checked(text: str, max_bytes: int, what: str) -> str:
     size = oversize(text, max_bytes)
     if size is not None:
