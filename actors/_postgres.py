@@ -22,6 +22,7 @@ from ._sqlite import JOBS, JOURNAL, TOMBSTONES, StoreError
 
 __all__ = [
     "POSTGRES_SCHEMA_VERSION",
+    "STALL_TIMEOUT",
     "check_url",
     "connect",
     "redacted",
@@ -34,6 +35,11 @@ __all__ = [
 POSTGRES_SCHEMA_VERSION: Final = 6
 
 _META: Final = "trio_agents_meta"
+
+#: Seconds a store's transaction may wait on its process between two statements before the
+#: database ends it (and its connection), releasing its locks: a process stopped or frozen
+#: mid-transaction (a migration, a group commit) must not keep every other one waiting.
+STALL_TIMEOUT: Final = 5.0
 
 # What each migration runs, by the version it produces; all of them in one transaction, under
 # an advisory lock, so two processes opening a new database at once migrate it once.
@@ -254,7 +260,7 @@ def connect(
     migrate: bool = True,
     create: bool = True,
     sender: str | None = None,
-    stall_timeout: float | None = None,
+    stall_timeout: float = STALL_TIMEOUT,
 ) -> Any:
     """A connection to the store at ``url`` in ``schema`` (created if missing), autocommit, its
     schema made current (``migrate=False``: a second connection, once one has migrated it).
@@ -262,7 +268,7 @@ def connect(
     ``code="missing"``. ``sender``: who the changes it writes are announced as (the store's
     own listener skips them). ``stall_timeout``: seconds a transaction begun on it may wait on
     this process between statements before the server ends it and the connection (PostgreSQL's
-    ``idle_in_transaction_session_timeout``), releasing its locks."""
+    ``idle_in_transaction_session_timeout``), releasing its locks (0: never)."""
     psycopg = _psycopg()
     if not _SCHEMA.fullmatch(schema):
         raise ValidationError(
@@ -286,7 +292,7 @@ def connect(
             conn.execute(f'SET search_path TO "{schema}"')
             if sender is not None:
                 conn.execute("SELECT set_config('trio_agents.sender', %s, false)", (sender,))
-            if stall_timeout is not None:
+            if stall_timeout:
                 conn.execute(
                     "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
                     (f"{max(1, round(stall_timeout * 1000))}ms",),

@@ -31,7 +31,7 @@ from protocols.errors import ValidationError
 from protocols.jobs import Horizon
 from protocols.messages import new_id
 
-from .._postgres import check_url, connect, redacted, translate_error
+from .._postgres import STALL_TIMEOUT, check_url, connect, redacted, translate_error
 from .._sqlite import JOBS, open_in_worker
 from ._sql_store import Dialect, Jobs, SQLRunStore
 from ._store import DEFAULT_MAX_BYTES, check_seconds
@@ -43,9 +43,6 @@ log = logging.getLogger("actors.store")
 
 #: Seconds ``open`` waits for the store's listener to listen.
 LISTENING = 10.0
-
-#: The default ``stall_timeout`` of :meth:`PostgresRunStore.open`, in seconds.
-STALL_TIMEOUT = 5.0
 
 
 class _Counts:
