@@ -28,6 +28,7 @@ from protocols.jobs import (
     JobRecord,
     JobStatus,
     Priority,
+    prepare_codec,
 )
 from protocols.messages import AgentResult, new_id
 
@@ -497,6 +498,11 @@ async def open_job_queue(
         approval_timeout=approval_timeout,
         tracer_provider=tracer_provider,
     )
+    # What the first job would otherwise do on its way (milliseconds, once a process): make
+    # the codec's encoders of the durable types, and look up whether runs are traced.
+    prepare_codec()
+    if tracer_provider is None:
+        _tracing.global_tracer()
     one = OneCause()  # what the block raises comes out as itself, never in a group
     with one:
         async with trio.open_nursery() as nursery:

@@ -38,6 +38,7 @@ from ._journal import entry_from_json as entry_from_json
 from ._journal import entry_to_json as entry_to_json
 from ._journal import idempotency_key as idempotency_key
 from ._journal import replay as replay
+from ._prepare import prepare_codec as prepare_codec
 from ._record import TERMINAL as TERMINAL
 from ._record import Admission as Admission
 from ._record import Applied as Applied
@@ -121,6 +122,7 @@ __all__ = [
     "idempotency_key",
     "may_append",
     "next_page",
+    "prepare_codec",
     "purge",
     "renew",
     "replay",
