@@ -3,6 +3,7 @@ whatever is cancelled and when -- never taken from the buffer and dropped."""
 
 from __future__ import annotations
 
+import itertools
 import pathlib
 import random
 from collections.abc import AsyncIterator, Coroutine
@@ -171,3 +172,84 @@ async def test_a_write_that_committed_before_its_connection_went_is_not_written_
     assert wrapped.cuts == 1
     assert (journal.dropped, journal.failure, cuts) == (False, None, [])
     assert [entry.kind for entry in await store.journal(record.id)] == kinds
+
+
+class _Cut(_LosesAnAppend):
+    """Any of the ways: the append written or not, then the job taken over by another worker or
+    not, which journals or not."""
+
+    def __init__(self, store: RunStore, *, written: bool, taken: bool, journals: bool) -> None:
+        super().__init__(store)
+        self.written, self.takes, self.journals = written, taken, journals
+
+    async def cut(self, append: Coroutine[Any, Any, None], id: str) -> None:
+        if self.written:
+            await append
+        else:
+            append.close()
+        if not self.takes:
+            return
+        # (Nothing to take when the written append ended the job.)
+        self.taken = await self._store.acquire(owner="other", lease=LEASE, now=T0 + 2 * LEASE)
+        if self.taken is not None and self.journals:
+            assert self.taken.lease is not None
+            other = StoreJournal(self._store, id, self.taken.lease, cut=lambda why: None)
+            await other.input([Message.user("the other worker's")])
+            assert await other.flush()
+
+
+CASES = list(itertools.product([False, True], repeat=4))
+
+
+@pytest.mark.parametrize(("written", "taken", "journals", "ending"), CASES)
+async def test_a_cut_append_is_written_once_or_refused_as_fenced(
+    store: RunStore,
+    autojump_clock: trio.testing.MockClock,
+    *,
+    written: bool,
+    taken: bool,
+    journals: bool,
+    ending: bool,
+) -> None:
+    # Whatever happened behind a lost connection, the journal holds this holder's entries at
+    # most once -- exactly once if its run goes on -- and a job taken over meanwhile drops the
+    # run as fenced (not as a journal that could not be written).
+    wrapped = _Cut(store, written=written, taken=taken, journals=journals)
+    record, journal, cuts = await wrapped.started()
+    assert record.lease is not None
+    ended: J.Applied | None = None
+    refused: str | None = None
+    if ending:
+        result = AgentResult("done")
+        finished = J.finish(
+            record, record.lease, now=T0 + 1, status=J.JobStatus.COMPLETED, result=result
+        )
+        assert isinstance(finished, J.Applied)
+        ended = finished
+        try:
+            await journal.finish(J.TerminalEntry(None, result), ended)
+        except StoreError as error:
+            refused = error.code
+    else:
+        await journal.flush()
+    mine = [
+        entry
+        for entry in await store.journal(record.id)
+        if isinstance(entry, J.InputEntry) and entry.messages[0].content == "mine"
+    ]
+    assert wrapped.cuts == 1
+    assert journal.failure is None
+    if wrapped.taken is not None:
+        assert journal.dropped
+        if ending:  # (finish raises; the worker drops the run)
+            assert (refused, cuts) == ("fenced", [])
+        else:
+            assert cuts == ["this worker no longer holds the job (fenced)"]
+        assert len(mine) == (1 if written else 0)
+        assert await store.get(record.id) == wrapped.taken
+    else:
+        assert not journal.dropped
+        assert (refused, cuts) == (None, [])
+        assert len(mine) == 1
+        if ended is not None:
+            assert await store.get(record.id) == ended.record
