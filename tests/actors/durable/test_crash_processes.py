@@ -1234,6 +1234,7 @@ async def _paused_past_its_lease(
                 # (PostgreSQL ends such a transaction after stall_timeout: tested as is.)
                 while await trio.to_thread.run_sync(sqlite_write_locked, where["db"]):
                     await pool.signal(paused, signal.SIGCONT)
+                    await trio.sleep(0.005)  # (a moment to go on: it is another process)
                     await pool.signal(paused, signal.SIGSTOP)
                     await until(lambda: pool.state(paused), "stopped")
             stopped_at = time.time()
