@@ -14,7 +14,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -41,7 +41,7 @@ from ._feed import JobFeed, feed_jobs
 from ._journal import WriteBehind
 from ._ops import answer_job, cancel_job, existing_job, purge_job
 from ._registry import AgentRegistry
-from ._store import RunStore, check_seconds
+from ._store import RunStore, Watch, check_seconds
 from ._watch import JobEvents, watch_job
 from ._worker import MAX_TAKEOVERS, JobRunner, _lost_store, _Running
 
@@ -117,6 +117,11 @@ class JobQueue(JobRunner):
         self._behind = WriteBehind()  # writes what the jobs' journals buffer, for all of them
         self._finished: dict[str, trio.Event] = {}
         self._ended: dict[str, JobRecord] = {}  # final records for result() callers waiting
+        # The number of the announcement that woke a result() caller (see Watch.last), and the
+        # queue's watch (see Watch.heard): a caller woken by a change its last look saw already
+        # need not look again.
+        self._woken: dict[str, int] = {}
+        self._watching: Watch | None = None
         self._taking = True
         self._leaving = False  # the block is being left: running jobs are being cut
         self._statistics = {
@@ -162,24 +167,32 @@ class JobQueue(JobRunner):
         failed, was cancelled or abandoned, or ended partial on a queue without
         ``allow_partial``; :class:`~protocols.errors.ValidationError` for an unknown id."""
         look = True
-        while True:
-            event = self._finished.setdefault(id, trio.Event())
-            if look:
-                status = await self.store.status(id)
-                if status is None:
-                    raise ValidationError(f"no job {id!r} (never admitted, or purged)")
-                if status in TERMINAL:
-                    self._ended.pop(id, None)
-                    return self._outcome(await existing_job(self.store, id))
-            with trio.move_on_after(self.poll):
-                await event.wait()
-            # A job running in this worker needs no look at the store until its run here ends:
-            # the worker then hands its final record over, or wakes this caller to look.
-            look = id not in self._running
-            # Ended in this worker, which handed the final record over: no need to read it.
-            ended = self._ended.pop(id, None)
-            if ended is not None:
-                return self._outcome(ended)
+        seen: int | None = None  # the announcements heard before the last look began
+        try:
+            while True:
+                event = self._finished.setdefault(id, trio.Event())
+                if look:
+                    seen = self._watching.heard if self._watching is not None else None
+                    status = await self.store.status(id)
+                    if status is None:
+                        raise ValidationError(f"no job {id!r} (never admitted, or purged)")
+                    if status in TERMINAL:
+                        self._ended.pop(id, None)
+                        return self._outcome(await existing_job(self.store, id))
+                with trio.move_on_after(self.poll):
+                    await event.wait()
+                # A job running in this worker needs no look at the store until its run here
+                # ends: the worker then hands its final record over, or wakes this caller to
+                # look. Nor does a job whose change that woke this caller was announced before
+                # the last look began (its own admission, say): that look saw it.
+                woken = self._woken.pop(id, None)
+                look = id not in self._running and (woken is None or seen is None or woken > seen)
+                # Ended in this worker, which handed the final record over: no need to read it.
+                ended = self._ended.pop(id, None)
+                if ended is not None:
+                    return self._outcome(ended)
+        finally:
+            self._woken.pop(id, None)
 
     async def run(
         self, jobs: Sequence[AgentJob], *, priority: Priority | str = Priority.NORMAL
@@ -305,11 +318,12 @@ class JobQueue(JobRunner):
         can tell): look for jobs to take, wake the callers waiting for those jobs, and have the
         lease keepers of those running here look at them at once (a cancel asked for
         elsewhere)."""
-        with self.store.watch() as watch:
+        with self.store.watch() as watch, self._numbering(watch):
             task_status.started()
             while True:
                 ids = await watch.next()
                 self._wake.set()
+                heard = watch.last if isinstance(watch, Watch) else {}
                 for id in ids or list(self._finished):
                     if id in self._running:
                         # Running here: its end hands the final record to the callers waiting
@@ -317,12 +331,24 @@ class JobQueue(JobRunner):
                         continue
                     waiting = self._finished.pop(id, None)
                     if waiting is not None:
+                        if id in heard:
+                            self._woken[id] = heard[id]
                         waiting.set()
                 for id in ids or list(self._running):
                     running = self._running.get(id)
                     if running is not None and not running.ending:
                         running.look = True
                         self._look.set()
+
+    @contextlib.contextmanager
+    def _numbering(self, watch: object) -> Iterator[None]:
+        """``watch`` is the queue's, for :meth:`result` to know what it heard (a store of
+        another kind may give a watch that does not number it)."""
+        self._watching = watch if isinstance(watch, Watch) else None
+        try:
+            yield
+        finally:
+            self._watching = None
 
     async def _work(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Take jobs while there is room, until the queue closes."""

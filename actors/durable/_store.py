@@ -203,15 +203,24 @@ class Watch:
         self._announcer = announcer
         #: Also told of jobs whose journals grew.
         self.journals = journals
-        self._ids: set[str] = set()
+        #: How many announcements of changes have reached this watch so far. A change is
+        #: announced once it is committed: one announced by the time this read ``n`` was
+        #: committed before any read begun after it.
+        self.heard = 0
+        #: The ids :meth:`next` returned last, each with the number (as :attr:`heard` counts)
+        #: of its latest announcement among them (none when it returned "everything").
+        self.last: dict[str, int] = {}
+        self._ids: dict[str, int] = {}
         self._everything = False
         self._event = trio.Event()
 
     def _add(self, ids: Iterable[str] | None) -> None:
+        self.heard += 1
         if ids is None:
             self._everything = True
         elif not self._everything:
-            self._ids.update(ids)
+            for id in ids:
+                self._ids[id] = self.heard
             if len(self._ids) > self.LIMIT:
                 self._everything = True
         if self._everything:
@@ -223,7 +232,7 @@ class Watch:
         await self._event.wait()
         self._event = trio.Event()
         ids = frozenset(self._ids)
-        self._ids.clear()
+        self.last, self._ids = self._ids, {}
         self._everything = False
         return ids
 
