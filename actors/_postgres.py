@@ -290,12 +290,17 @@ def connect(
             elif migrate:
                 conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             conn.execute(f'SET search_path TO "{schema}"')
+            settings = {}
             if sender is not None:
-                conn.execute("SELECT set_config('trio_agents.sender', %s, false)", (sender,))
+                settings["trio_agents.sender"] = sender
             if stall_timeout:
+                settings["idle_in_transaction_session_timeout"] = (
+                    f"{max(1, round(stall_timeout * 1000))}ms"
+                )
+            if settings:  # (one round trip for all of them)
                 conn.execute(
-                    "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
-                    (f"{max(1, round(stall_timeout * 1000))}ms",),
+                    "SELECT " + ", ".join("set_config(%s, %s, false)" for _ in settings),
+                    [part for pair in settings.items() for part in pair],
                 )
             if migrate:
                 _migrate(conn, where)

@@ -244,7 +244,7 @@ class _Run(_RunState):
                     return _guarding.void_first(self, watch.trip)
             else:
                 prompt = self.prompt(stated)
-                if agent.window is not None and await self.keep_in_window(prompt):
+                if await self.keep_in_window(prompt):
                     prompt = self.prompt(stated)
                 try:
                     result = await self.provider_turn(prompt, definitions, provider_options)
@@ -556,8 +556,7 @@ class _Run(_RunState):
             if index in batch.denied and isinstance(tool_result, ToolFailure):
                 self.event("deny", call=call, result=tool_result, reason=tool_result.error)
             else:
-                if agent._listeners or self.request.forward_event is not None:  # (see notify)
-                    self.notify("tool", call=call, result=tool_result)
+                self.notify("tool", call=call, result=tool_result)
                 if index in batch.errors:
                     self.event(
                         "tool_error", call=call, result=tool_result, error=batch.errors[index]
@@ -624,10 +623,7 @@ class _Run(_RunState):
         # A cut that landed while the run was shielded (committing) stops it here, before a
         # provider call starts.
         await trio.lowlevel.checkpoint_if_cancelled()
-        if self.agent.window is not None:
-            self.within_window(prompt)
-        else:
-            self.refused = False  # (what within_window says of an agent with no window)
+        self.within_window(prompt)
         if self.pace is not None:
             # Inside the run's scope: a cancel, a deadline or a budget trip while pacing cuts
             # the run like any other wait.

@@ -503,8 +503,7 @@ class _RunState:
         request = self.request
         if request.forward is not None or request.send is not None:  # (else nobody reads it)
             self.emit(Chunk("usage", "", None, None, draw, estimated, self.run_id, (), seq))
-        if self.agent._listeners or request.forward_event is not None:  # (see notify)
-            self.notify("usage", usage=draw, estimated=estimated, finish=result.finish)
+        self.notify("usage", usage=draw, estimated=estimated, finish=result.finish)
 
     async def commit_partial(self) -> None:
         """After a cancel or a failure: commit what the cut turn produced, with a result for

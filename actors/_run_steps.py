@@ -132,11 +132,11 @@ async def run_request(agent: Agent, request: _Request, number: int) -> AgentResu
     options = request.options
     limit: int = agent._option(options, "limit")
     timeout: float | None = agent._option(options, "timeout")
-    budget = agent._option(options, "budget")
-    meter = (
-        _meter_for(budget, request.meters, agent._option(options, "pricing"), agent.provider)
-        if budget is not None or request.meters
-        else None  # (nothing to count: what _meter_for says, without asking it)
+    meter = _meter_for(
+        agent._option(options, "budget"),
+        request.meters,
+        agent._option(options, "pricing"),
+        agent.provider,
     )
     run = _Run(agent, request, meter, number)
     request.run = run

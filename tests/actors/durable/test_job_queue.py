@@ -41,6 +41,7 @@ from actors.durable._ops import cancel_job
 from actors.durable._queue import MAX_TAKEOVERS
 from actors.store import StoreError
 from actors.testing import Fail, Hang, Reply, ScriptedProvider
+from actors.tools import CallableTool
 from protocols.authority import Authority, Rule
 from protocols.errors import ProviderError, ValidationError
 from protocols.jobs import (
@@ -108,6 +109,21 @@ async def worker(
             )
         )
         yield queue
+
+
+def held() -> tuple[CallableTool, trio.Event, trio.Event]:
+    """A tool ``wait_here`` that, called, sets the first event (running) and waits for the
+    second (release), then returns ``"released"``."""
+    running, release = trio.Event(), trio.Event()
+
+    @tool
+    async def wait_here() -> str:
+        """Wait for the test."""
+        running.set()
+        await release.wait()
+        return "released"
+
+    return wait_here, running, release
 
 
 async def until(store: RunStore, id: str, *statuses: JobStatus, pause: float = 0.05) -> JobRecord:
@@ -1215,16 +1231,7 @@ async def test_a_cancel_the_worker_has_not_heard_of_stops_the_next_provider_call
     # connection (another process), reaches the worker's lease keeper only at its next
     # renewal, ten seconds away. The worker still starts no provider call after it: the
     # barrier before the call is refused in the store.
-    release = trio.Event()
-    running = trio.Event()
-
-    @tool
-    async def wait_here() -> str:
-        """Wait for the test."""
-        running.set()
-        await release.wait()
-        return "released"
-
+    wait_here, running, release = held()
     provider = ScriptedProvider(Reply(calls=[call("c1", "wait_here")]), Reply("second call"))
     registry = AgentRegistry()
     registry.add("waiter", provider, tools=[wait_here])

@@ -13,9 +13,8 @@ import pathlib
 from typing import Any
 
 import trio
-from test_job_queue import call, worker
+from test_job_queue import call, held, worker
 
-from actors import tool
 from actors.durable import AgentRegistry, MemoryRunStore, SQLiteRunStore
 from actors.testing import Reply, ScriptedProvider
 from protocols.jobs import AgentJob, Applied, JobStatus, finish
@@ -86,16 +85,7 @@ async def test_a_job_ended_elsewhere_wakes_its_result_at_once(autojump_clock: An
     # second job and ends it; the caller waiting for it is woken by that change, announced
     # after its look -- alone or heard together with the job's admission -- and reads it then,
     # not a poll later.
-    release = trio.Event()
-    running = trio.Event()
-
-    @tool
-    async def wait_here() -> str:
-        """Wait for the test."""
-        running.set()
-        await release.wait()
-        return "released"
-
+    wait_here, running, release = held()
     registry = AgentRegistry()
     registry.add(
         "waiter",
