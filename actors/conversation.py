@@ -592,8 +592,12 @@ class _LocalConversation(Conversation):
 
     async def stop(self) -> None:
         """It takes no change from now on."""
-        self._stopped = True
+        self.stop_now()
         await trio.lowlevel.checkpoint()
+
+    def stop_now(self) -> None:
+        """:meth:`stop`, without waiting (there is nothing to wait for)."""
+        self._stopped = True
 
 
 # ---------------------------------------------------------------------------------------------

@@ -356,7 +356,9 @@ class ToolRegistry:
         """Register tools (made with ``@tool``, or any :class:`CallableTool`); a name already
         registered raises ConfigError unless ``replace``."""
         for item in tools:
-            if not isinstance(item, CallableTool) or not isinstance(
+            # (What ``isinstance(item, CallableTool)`` asks -- a ``call`` and a definition --
+            # without a runtime protocol check's price, paid at every agent's start.)
+            if not callable(getattr(item, "call", None)) or not isinstance(
                 getattr(item, "definition", None), ToolDefinition
             ):
                 raise ConfigError(

@@ -305,8 +305,9 @@ class StoreJournal:
 
     async def close(self) -> None:
         """Write what is still buffered (unless the run was dropped) and take no more."""
-        with trio.CancelScope(shield=True):
-            await self._write_buffer(())
+        if self._writing or self._unwritten():  # (nothing to write, none in flight: no shield)
+            with trio.CancelScope(shield=True):
+                await self._write_buffer(())
         self._closed = True
 
     async def finish(self, terminal: Entry, then: Applied) -> None:

@@ -179,8 +179,13 @@ class JobQueue(JobRunner):
                     if status in TERMINAL:
                         self._ended.pop(id, None)
                         return self._outcome(await existing_job(self.store, id))
-                with trio.move_on_after(self.poll):
+                if id in self._running:
+                    # Running here: its end here wakes this caller (the worker hands the final
+                    # record over, or has it look) -- no poll needed while it runs.
                     await event.wait()
+                else:
+                    with trio.move_on_after(self.poll):
+                        await event.wait()
                 # A job running in this worker needs no look at the store until its run here
                 # ends: the worker then hands its final record over, or wakes this caller to
                 # look. Nor does a job whose change that woke this caller was announced before
@@ -355,6 +360,7 @@ class JobQueue(JobRunner):
         async with trio.open_nursery() as nursery:
             await nursery.start(self._keep_leases)
             await nursery.start(self._behind.run)
+            nursery.start_soon(self._tick)
             task_status.started()
             pause = 0.0  # after a store failure: how long to wait before asking again
             while self._taking:
@@ -387,8 +393,16 @@ class JobQueue(JobRunner):
                         continue
                 if self.approval_timeout is not None:
                     await self._deny_overdue()
-                with trio.move_on_after(self.poll):
-                    await self._wake.wait()
+                await self._wake.wait()  # (set at the latest by the next tick)
+
+    async def _tick(self) -> None:
+        """Wake the taker every ``poll`` seconds: it looks at the store at least that often
+        (for jobs no announcement tells of -- a lease that expired, a retry that fell due --
+        and another process's, where the store cannot tell). One timer for every look,
+        instead of a deadline of its own around each wait between them."""
+        while True:
+            await trio.sleep(self.poll)
+            self._wake.set()
 
     async def _acquire(self, free: int) -> list[JobRecord]:
         """Take up to ``free`` jobs: in one call where the store can take several

@@ -342,13 +342,16 @@ class JobRunner:
             )
             error: BaseException | None = None
             result: AgentResult | None = None
-            with trio.move_on_after(
-                self.timeout if self.timeout is not None else math.inf
-            ) as attempt:
-                try:
+            timed_out = False
+            try:
+                if self.timeout is None:  # (no scope of its own: the run has one)
                     result = await agent._execute_here(request)
-                except Exception as exc:
-                    error = exc
+                else:
+                    with trio.move_on_after(self.timeout) as attempt:
+                        result = await agent._execute_here(request)
+                    timed_out = attempt.cancelled_caught
+            except Exception as exc:
+                error = exc
             if journal.suspended:
                 # Waiting for approvals (the record says so): any worker continues it once
                 # every answer is in.
@@ -366,7 +369,7 @@ class JobRunner:
             spent = None
             if run is not None:
                 spent = (run.turns_made, None if run.estimated else run.total())
-            if attempt.cancelled_caught:
+            if timed_out:
                 await self._retry_or_fail(
                     running, holder, "the attempt timed out", journal, spent=spent
                 )

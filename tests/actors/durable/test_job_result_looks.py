@@ -131,3 +131,90 @@ async def test_a_job_ended_elsewhere_wakes_its_result_at_once(autojump_clock: An
                 assert trio.current_time() - finished_at < 1  # woken, not polled
             release.set()
             assert (await queue.result(busy)).content == "done"
+
+
+# While a job runs in this worker, its end here wakes the caller: the caller is not woken every
+# poll to find it still running. And the worker's taker looks at the store once a poll while
+# idle -- no more (no spinning), no less (a job no announcement tells of is found).
+
+
+class Steps(trio.abc.Instrument):
+    """Counts the steps of one task."""
+
+    def __init__(self) -> None:
+        self.task: trio.lowlevel.Task | None = None
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task is self.task:
+            self.steps += 1
+
+
+async def test_a_caller_waiting_for_a_job_running_here_is_not_woken_by_polls(
+    autojump_clock: Any,
+) -> None:
+    poll = 1.0
+    wait_here, running, release = held()
+    registry = AgentRegistry()
+    registry.add(
+        "slow",
+        ScriptedProvider(Reply(calls=[call("c1", "wait_here")]), Reply("done")),
+        tools=[wait_here],
+    )
+    steps = Steps()
+    with trio.fail_after(BOUND):
+        async with worker(Counted(), registry, poll=poll) as queue:
+            id = await queue.enqueue(AgentJob.ask("slow", "Take your time."))
+            await running.wait()  # (taken: it runs here)
+            outcome: list[AgentResult] = []
+
+            async def wait_for() -> None:
+                steps.task = trio.lowlevel.current_task()
+                outcome.append(await queue.result(id))
+
+            trio.lowlevel.add_instrument(steps)
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(wait_for)
+                    await trio.sleep(100 * poll)
+                    release.set()
+            finally:
+                trio.lowlevel.remove_instrument(steps)
+            assert [r.content for r in outcome] == ["done"]
+            # Its first step, a look, and its wake at the end: a poll's wake each would be ~100.
+            assert steps.steps <= 5, steps.steps
+
+
+class CountedTakes(MemoryRunStore):
+    """A memory store that counts the worker's looks for jobs to take."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.takes = 0
+
+    async def acquire_many(self, **options: Any) -> list[Any]:
+        self.takes += 1
+        return await super().acquire_many(**options)
+
+
+async def test_an_idle_worker_looks_once_a_poll_and_finds_a_job_no_one_announced(
+    autojump_clock: Any,
+) -> None:
+    poll = 1.0
+    registry = AgentRegistry()
+    registry.add("echo", ScriptedProvider(Reply("found")))
+    store = CountedTakes()
+    with trio.fail_after(BOUND):
+        async with worker(store, registry, poll=poll) as queue:
+            await trio.sleep(poll / 2)
+            before = store.takes
+            await trio.sleep(20 * poll)
+            assert 19 <= store.takes - before <= 21
+            # Admitted behind the worker's back: no announcement reaches it (a store of
+            # another process would not tell it either); its next poll finds the job.
+            store._announcer = type(store._announcer)()  # (the watch hears the old one)
+            admitted = await store.admit(AgentJob.ask("echo", "quietly"), now=trio.current_time())
+            start = trio.current_time()
+            result = await queue.result(admitted.record.id)
+            assert result.content == "found"
+            assert trio.current_time() - start <= poll + 0.01
