@@ -345,7 +345,7 @@ def dumps(value: Any, *, canonical: bool = False) -> str:
     :class:`ValidationError` for anything that is not strict JSON (see :func:`check_json`).
     """
     clean = check_json(value)
-    return (_CANONICAL_ENCODE if canonical else _ENCODE)(clean)
+    return (_CANONICAL_CHECKED if canonical else _COMPACT)(clean)
 
 
 # What json.dumps makes afresh on every call with these settings, made once.
@@ -356,17 +356,17 @@ _CANONICAL_ENCODE = json.JSONEncoder(
 ).encode
 
 
-def _canonical_core() -> Callable[[Any], str]:
-    """``_CANONICAL_ENCODE`` for a value already checked (:func:`check_json`: no cycle, no
-    NaN), without what ``JSONEncoder.encode`` makes afresh on every call (its C encoder and a
-    closure): the C encoder made once, with no cycle check (a checked value has none; one too
-    deep raises ``RecursionError``). The same text; without the C encoder, ``_CANONICAL_ENCODE``.
-    """
+def _compact(sort_keys: bool) -> Callable[[Any], str]:
+    """``_ENCODE`` (``_CANONICAL_ENCODE`` with ``sort_keys``) without what ``JSONEncoder.encode``
+    makes afresh on every call -- its C encoder and a closure, half its time for a small
+    value: the C encoder made once, with no cycle check (a cycle raises ``RecursionError``, as
+    nesting too deep does; ``NaN`` raises ``ValueError``, a type that is not JSON
+    ``TypeError``). The same text; without the C encoder, ``JSONEncoder``'s own."""
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:  # pragma: no cover - CPython has it
-        return _CANONICAL_ENCODE
+        return _CANONICAL_ENCODE if sort_keys else _ENCODE
     encoder = make(
-        None, _not_json, json.encoder.encode_basestring, None, ":", ",", True, False, False
+        None, _not_json, json.encoder.encode_basestring, None, ":", ",", sort_keys, False, False
     )
 
     def encode(value: Any) -> str:
@@ -379,8 +379,28 @@ def _not_json(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-#: Canonical JSON text of a checked value (see :func:`_canonical_core`).
-_CANONICAL_CHECKED = _canonical_core()
+#: Compact JSON text of a value; canonical (keys sorted) JSON text (see :func:`_compact`).
+_COMPACT = _compact(False)
+_CANONICAL_CHECKED = _compact(True)
+
+
+def dumps_own(value: Any) -> str:
+    """:func:`dumps` of JSON data this library built itself -- :func:`~protocols.codec.to_json`
+    of a record or a journal entry, whose JSON-typed fields were checked when the object was
+    made -- the same text, without :func:`check_json`'s walk in Python. Anything the fast
+    encoding refuses (a non-finite number, a cycle, a type that is not JSON, an integer too
+    long to write) and any text that may hold a lone surrogate or nest deeper than
+    :data:`MAX_DEPTH` goes through :func:`dumps`, which repairs or refuses it. Not for values
+    from outside: a number key would be written as a string where :func:`dumps` refuses it."""
+    try:
+        text = _COMPACT(value)
+    except (ValueError, TypeError, RecursionError):
+        return dumps(value)
+    if (not text.isascii() and _SURROGATE.search(text) is not None) or (
+        len(text) > MAX_DEPTH and text.count("[") + text.count("{") > MAX_DEPTH
+    ):
+        return dumps(value)
+    return text
 
 
 def dumpb(value: Any, *, canonical: bool = False) -> bytes:
@@ -397,7 +417,7 @@ def dumpb_own(value: Any) -> bytes:
     through :func:`dumpb`, which repairs or refuses it. Not for values from outside: it does
     not refuse non-string keys (it converts them), nor bound depth or integer size."""
     try:
-        return _OWN_ENCODER.encode(value).encode("utf-8")
+        return _COMPACT(value).encode("utf-8")
     except (UnicodeEncodeError, ValueError, TypeError, RecursionError):
         return dumpb(value)
 

@@ -34,9 +34,7 @@ checks them against each):
 from __future__ import annotations
 
 import builtins
-import json
 import math
-import re
 import time
 from collections.abc import Iterable, Sequence
 from typing import Final, Protocol, runtime_checkable
@@ -44,7 +42,8 @@ from typing import Final, Protocol, runtime_checkable
 import attrs
 import trio
 
-from protocols.codec import MAX_DEPTH, decode, dumps, from_json, loads, to_json
+from protocols._json import dumps_own
+from protocols.codec import decode, from_json, loads, to_json
 from protocols.errors import AgentsError, Category, ProtocolError, ValidationError
 from protocols.jobs import (
     AgentJob,
@@ -397,32 +396,9 @@ def _checked(text: str, max_bytes: int, what: str) -> str:
     return text
 
 
-# The standard library's C encoder, set as :func:`protocols.codec.dumps` sets it.
-_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def fast_dumps(data: object) -> str:
-    """:func:`protocols.codec.dumps` of ``data``, the same text, faster for what a store
-    writes: JSON data a data-model object gave (:func:`protocols.codec.to_json` of a record or
-    a journal entry, whose JSON-typed fields were checked when the object was made).
-
-    The C encoder writes it without :func:`protocols.codec.check_json`'s walk in Python; the
-    strict codec stays the reference: anything the encoder refuses (a non-finite number, a
-    cycle, a type that is not JSON, an integer too long to write) and any text that may hold a
-    lone surrogate or nest deeper than :data:`~protocols.codec.MAX_DEPTH` goes through
-    :func:`~protocols.codec.dumps`, which repairs or refuses it. (Object keys are the models'
-    field names and checked JSON's keys, so strings: the encoder would turn a number key into
-    a string where the codec refuses it.)"""
-    try:
-        text = _ENCODER.encode(data)
-    except (ValueError, TypeError, RecursionError):
-        return dumps(data)
-    if (not text.isascii() and _SURROGATE.search(text) is not None) or (
-        len(text) > MAX_DEPTH and text.count("[") + text.count("{") > MAX_DEPTH
-    ):
-        return dumps(data)
-    return text
+#: :func:`protocols.codec.dumps` of what a store writes (JSON data a data-model object gave), the
+#: same text, faster (see :func:`protocols._json.dumps_own`).
+fast_dumps = dumps_own
 
 
 def encode_checked(value: object, max_bytes: int, what: str) -> str:
