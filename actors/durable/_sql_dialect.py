@@ -42,6 +42,9 @@ class Dialect:
     #: without a lock held to the commit (PostgreSQL's sequences); ``None``: take them from the
     #: counter's row in the meta table (SQLite, whose writes are serialized anyway).
     numbers: Callable[[Any, str, int], list[int]] | None = None
+    #: Whether the meta table's counters are taken in one statement (an upsert ``RETURNING``
+    #: the new value: SQLite 3.35 and later) rather than a read, then a write.
+    counter_returning: bool = False
     #: Read a page of jobs in one consistent view (see :meth:`Jobs.page`): the rows numbered
     #: above a position (up to a limit, in order) and those inside the ranges given, each
     #: ``(id, text)``, and what the database knew of its running transactions then. ``None``:

@@ -331,6 +331,14 @@ class Jobs(Reads):
     def _counter(self, name: str, take: int) -> int:
         """Take ``take`` numbers from the counter ``name`` (in the meta table); the first."""
         conn = self.conn
+        if take and self.dialect.counter_returning:
+            (last,) = self._x(
+                conn,
+                f"INSERT INTO {_META} (key, value) VALUES (?, ?) ON CONFLICT (key) "
+                "DO UPDATE SET value = CAST(value AS INTEGER) + ? RETURNING value",
+                (name, str(1 + take), take),
+            ).fetchone()
+            return int(last) - take
         row = self._x(
             conn, f"SELECT value FROM {_META} WHERE key = ? FOR_UPDATE", (name,)
         ).fetchone()

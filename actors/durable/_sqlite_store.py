@@ -53,6 +53,7 @@ SQLITE = Dialect(
         (" FOR_SHARE", ""),
         (" SKIP_LOCKED", ""),
     ),
+    counter_returning=sqlite3.sqlite_version_info >= (3, 35, 0),
 )
 
 

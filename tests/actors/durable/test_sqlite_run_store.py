@@ -7,6 +7,7 @@ from __future__ import annotations
 import pathlib
 import sqlite3
 
+import attrs
 import pytest
 import trio
 from run_store_helpers import T0, applied, ask, holder, raises_code
@@ -242,3 +243,25 @@ async def test_a_migration_that_fails_part_way_leaves_the_file_as_it_was(
         assert await store.get(admitted.id) == admitted
         assert await store.get(damaged.id) == damaged
     assert ("4",) in schema_of(path)
+
+
+async def test_job_numbers_go_on_from_either_way_of_taking_them(tmp_path: pathlib.Path) -> None:
+    # The meta table's counters are taken in one statement where SQLite can (an upsert
+    # RETURNING the new value), else read, then written. Either way continues the other's
+    # numbers: admission numbers and execution numbers ascend, never given twice.
+    path = tmp_path / "jobs.db"
+    sequences: list[int] = []
+    executions: list[int] = []
+    for one_statement in (False, True, False, True):
+        async with await SQLiteRunStore.open(path) as store:
+            jobs = store._jobs
+            jobs.dialect = attrs.evolve(jobs.dialect, counter_returning=one_statement)
+            for n in range(3):
+                admitted = await store.admit(ask(f"job {n}"), now=T0)
+                sequences.append(admitted.record.sequence)
+                taken = await store.acquire(owner="w1", lease=30.0, now=T0 + 1)
+                assert taken is not None
+                assert taken.execution is not None
+                executions.append(taken.execution)
+    assert sequences == list(range(1, 13))
+    assert executions == list(range(1, 13))
