@@ -28,6 +28,7 @@ from ._sqlite_store import SQLiteRunStore as SQLiteRunStore
 from ._store import DEFAULT_MAX_BYTES as DEFAULT_MAX_BYTES
 from ._store import Admitted as Admitted
 from ._store import RunStore as RunStore
+from ._store import Taken as Taken
 from ._watch import JobEvents as JobEvents
 from ._watch import watch_job as watch_job
 
@@ -47,6 +48,7 @@ __all__ = [
     "RunStore",
     "SQLiteRunStore",
     "StoreJournal",
+    "Taken",
     "answer_job",
     "cancel_job",
     "check_store_url",

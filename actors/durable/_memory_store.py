@@ -40,6 +40,7 @@ from ._store import (
     JOURNAL_GREW,
     Admitted,
     Announcer,
+    Taken,
     Watch,
     cancelled,
     check_acquisition,
@@ -342,7 +343,7 @@ class MemoryRunStore:
         lease, now, count = check_acquisition(owner, lease, now, limit)
         await self._enter()
         live = [record for id in self._live if (record := self._checked(id)) is not None]
-        out: builtins.list[JobRecord] = []
+        out = Taken(rest=False)
         # (The candidates of one look are independent: one job of a thread at most.)
         for candidate in runnable(live, now=now):
             # Taken from the stored text, decoded afresh: the view may be a caller's object.
@@ -357,6 +358,18 @@ class MemoryRunStore:
                 out.append(taken.record)
                 if len(out) == count:
                     break
+        took = {record.id for record in out}
+        out.rest = any(
+            record.id not in took
+            and (
+                record.status is JobStatus.QUEUED
+                or (
+                    record.status is JobStatus.RUNNING
+                    and (record.lease is None or now >= record.lease.until)
+                )
+            )
+            for record in live
+        )
         return out
 
     async def append(

@@ -56,6 +56,8 @@ log = logging.getLogger("trio_agents.jobs")
 DEFAULT_LEASE = 30.0
 #: How often an idle worker looks for new jobs, by default (seconds).
 DEFAULT_POLL = 0.5
+#: How many of the jobs that ended here the taker remembers (their ends are no news to it).
+_DONE_KEPT = 1024
 
 
 class JobError(AgentsError):
@@ -113,6 +115,13 @@ class JobQueue(JobRunner):
         self.tracer_provider = tracer_provider
         self._running: dict[str, _Running] = {}
         self._wake = trio.Event()
+        # Whether a look for jobs may find one: the last look left some (or could not tell), or
+        # something happened since that may have made one takeable (news). Neither: the taker
+        # waits for news or its next poll instead of looking after each job it ends.
+        self._more = True
+        self._news = True
+        self._done_here: dict[str, None] = {}  # jobs that ended for good here (the latest)
+        self._looked_at: int | None = None  # the announcements heard when the last look began
         self._look = trio.Event()  # a running job's record changed: its lease keeper looks
         self._behind = WriteBehind()  # writes what the jobs' journals buffer, for all of them
         self._finished: dict[str, trio.Event] = {}
@@ -155,7 +164,7 @@ class JobQueue(JobRunner):
         admitted = await self.store.admit(
             job, now=self._clock(), key=key, priority=Priority(priority)
         )
-        self._wake.set()
+        self._heard()
         return admitted.record.id
 
     async def record(self, id: str) -> JobRecord | None:
@@ -289,7 +298,7 @@ class JobQueue(JobRunner):
             self.store, id, call_id, allow, reason, value=value, clock=self._clock
         )
         if record.status is JobStatus.QUEUED:
-            self._wake.set()
+            self._heard()
         return record
 
     async def purge(self, id: str) -> None:
@@ -318,6 +327,11 @@ class JobQueue(JobRunner):
         extra = counts() if callable(counts) else {}
         return {**self._statistics, **extra, "running": len(self._running)}
 
+    def _heard(self) -> None:
+        """Something happened that may have made a job takeable: the taker looks."""
+        self._news = True
+        self._wake.set()
+
     async def _watch(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Hear of the store's changes as they commit (other processes' too, where the store
         can tell): look for jobs to take, wake the callers waiting for those jobs, and have the
@@ -327,8 +341,18 @@ class JobQueue(JobRunner):
             task_status.started()
             while True:
                 ids = await watch.next()
-                self._wake.set()
                 heard = watch.last if isinstance(watch, Watch) else {}
+                # No news to the taker: a change to a job of its own, or one announced before
+                # its last look began (committed before it: that look saw it).
+                mine, done, looked = self._running, self._done_here, self._looked_at
+                if not ids or any(
+                    id not in mine
+                    and id not in done
+                    and (looked is None or heard.get(id, looked + 1) > looked)
+                    for id in ids
+                ):
+                    self._news = True
+                self._wake.set()
                 for id in ids or list(self._finished):
                     if id in self._running:
                         # Running here: its end hands the final record to the callers waiting
@@ -367,17 +391,22 @@ class JobQueue(JobRunner):
                 # Made before looking: an enqueue while the store is asked still wakes us.
                 self._wake = trio.Event()
                 free = self.concurrency - len(self._running)
-                if free > 0:
+                if free > 0 and (self._more or self._news):
+                    self._news = False  # (news while the store is asked: looked at again)
+                    watching = self._watching
+                    self._looked_at = watching.heard if watching is not None else None
                     try:
                         records = await self._acquire(free)
                     except StoreError as error:
                         if not error.retryable:
                             raise
+                        self._news = True
                         pause = min(max(pause * 2, 0.05), max(self.poll, 1.0))
                         self._store_failed("looking for jobs", error)
                         await trio.sleep(pause)
                         continue
                     pause = 0.0
+                    self._more = getattr(records, "rest", True)
                     for record in records:
                         self._statistics["acquired"] += 1
                         stale = self._running.get(record.id)
@@ -402,13 +431,13 @@ class JobQueue(JobRunner):
         instead of a deadline of its own around each wait between them."""
         while True:
             await trio.sleep(self.poll)
-            self._wake.set()
+            self._heard()
 
     async def _acquire(self, free: int) -> list[JobRecord]:
         """Take up to ``free`` jobs: in one call where the store can take several
         (``acquire_many``: one look at the queue and one transaction for them all), else one."""
         many = self._many
-        if many is not None and free > 1:
+        if many is not None:  # (also for one: it says whether it left any)
             taken: list[JobRecord] = await many(
                 owner=self.owner, lease=self.lease, now=self._clock(), limit=free
             )
@@ -452,6 +481,14 @@ class JobQueue(JobRunner):
                 # then it is continued from its journal (by this worker or another).
                 self._store_failed(f"running job {record.id}", failure)
         finally:
+            if running.ended:
+                # Its end (announced, maybe heard only after this) is no news to the taker.
+                done = self._done_here
+                done[record.id] = None
+                if len(done) > _DONE_KEPT:
+                    del done[next(iter(done))]
+            else:
+                self._news = True  # (queued again, suspended, lost: a look may take it)
             if self._running.get(record.id) is running:
                 del self._running[record.id]
                 # A caller still waiting (the job did not end here with a record handed over:

@@ -41,6 +41,7 @@ from ._sql_reads import _WORKER_SEEN, Reads
 from ._store import (
     JOURNAL_GREW,
     Admitted,
+    Taken,
     cancelled,
     check_successor,
     closed,
@@ -514,7 +515,8 @@ class Jobs(Reads):
         # of a thread at most): taking one never makes another unfit to run.
         number_sql = self.dialect.execution
         numbers: builtins.list[int] = []
-        taken: builtins.list[JobRecord] = []
+        taken = Taken(rest=True)
+        seen = 0  # the jobs the look read: expired and queued
         offset, size = 0, max(_FIRST_PAGE, limit)
         while True:
             if offset == 0:
@@ -549,6 +551,7 @@ class Jobs(Reads):
                     continue
                 queued += part
                 page.append(self._cached(str(id), int(revision), text))
+            seen += len(page)
             numbers.sort(reverse=True)  # (used smallest first)
             if page:
                 mine = {record.id for record in page}
@@ -577,8 +580,11 @@ class Jobs(Reads):
                     ):
                         taken.append(chosen.record)
                         if len(taken) == limit:
+                            # (Anything else read, or a page after this one: a rest.)
+                            taken.rest = seen > len(taken) or queued >= size
                             return taken
             if queued < size:
+                taken.rest = seen > len(taken)  # (every queued job read: the rest is known)
                 return taken
             offset += size
             size = _PAGE

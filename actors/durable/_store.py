@@ -141,7 +141,8 @@ class RunStore(Protocol):
         """Take the first runnable job for ``owner`` (``None``: nothing to run). A store may
         also have ``acquire_many(*, owner, lease, now=None, limit)``, taking up to ``limit``
         jobs at once (what as many ``acquire`` calls would take, in that order): a job queue
-        with free slots uses it where it exists."""
+        with free slots uses it where it exists. It may return a :class:`Taken`, which also
+        says whether its look left anything a later look might take."""
         ...
 
     async def append(
@@ -248,6 +249,20 @@ class Watch:
 
 #: How an announced id says that the job's journal grew (not its record): ``~`` before it.
 JOURNAL_GREW: Final = "~"
+
+
+class Taken(builtins.list[JobRecord]):
+    """The jobs an acquisition took, in order (a list), and ``rest``: whether its look saw
+    any job besides them that is queued (runnable or not yet) or held past its lease. When it
+    saw none, a later look can find something only after a change a store announces (an
+    admission, a job queued again, answers) or after time passes (a lease running out):
+    a job queue then waits for one of those, or its next poll, before it looks again."""
+
+    __slots__ = ("rest",)
+
+    def __init__(self, records: Iterable[JobRecord] = (), *, rest: bool) -> None:
+        super().__init__(records)
+        self.rest = rest
 
 
 class Announcer:

@@ -79,6 +79,9 @@ class _Running:
     #: The job's end is being written: a change the store reports now is that write's own, and
     #: needs no look from the lease keeper.
     ending: bool = False
+    #: Ended here, for good (its terminal record written by this worker): its end makes no
+    #: other job takeable that the queue's last look did not already see.
+    ended: bool = False
     #: Cancelled when the lease keeper fails for the job (``failure`` says how): the attempt
     #: stops where it is, as a crash would leave it.
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
@@ -555,6 +558,8 @@ class JobRunner:
                     raise
                 continue
             self._statistics[ended.record.status.value] += 1
+            if running is not None:
+                running.ended = ended.record.terminal
             self._notify(record.id, ended.record)
             return
         self._statistics["dropped"] += 1

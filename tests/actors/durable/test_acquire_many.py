@@ -199,3 +199,29 @@ async def test_a_store_whose_own_acquire_comes_first_has_it_called(
     store: Any = inner if kind == "subclass" else PassesOn(inner)
     assert await six_jobs_run(inner, store) == sorted(f"answer {n}" for n in range(6))
     assert store.acquired == 6
+
+
+async def test_it_says_whether_its_look_left_a_job_a_later_look_might_take(
+    backend: Backend,
+) -> None:
+    # ``rest``: false only when the look saw nothing but what it took -- no other queued job
+    # (runnable or not yet: a thread's second), no job held past its lease.
+    store = backend.store
+    nothing = await many(store)(owner="w1", lease=LEASE, now=T0, limit=1)
+    assert (list(nothing), nothing.rest) == ([], False)
+    only = (await store.admit(ask("only"), now=T0)).record
+    took = await many(store)(owner="w1", lease=LEASE, now=T0 + 1, limit=1)
+    assert ([r.id for r in took], took.rest) == ([only.id], False)
+    first = (await store.admit(ask("t1", conversation="thread"), now=T0 + 2)).record
+    second = (await store.admit(ask("t2", conversation="thread"), now=T0 + 2)).record
+    took = await many(store)(owner="w1", lease=LEASE, now=T0 + 3, limit=5)
+    assert ([r.id for r in took], took.rest) == ([first.id], True)  # its second waits
+    # Held by w1 until T0 + 1 + LEASE (the first job): past that, it may be taken over.
+    late = T0 + 1 + LEASE + 1
+    await end(store, took[0], now=T0 + 4)
+    took = await many(store)(owner="w2", lease=LEASE, now=late, limit=1)
+    assert took.rest is True  # two left: the expired hold and the thread's second; one taken
+    took = await many(store)(owner="w2", lease=LEASE, now=late, limit=1)
+    assert len(took) == 1
+    assert took.rest is False
+    assert {second.id, only.id} >= {r.id for r in took}

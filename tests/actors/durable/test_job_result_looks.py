@@ -218,3 +218,75 @@ async def test_an_idle_worker_looks_once_a_poll_and_finds_a_job_no_one_announced
             result = await queue.result(admitted.record.id)
             assert result.content == "found"
             assert trio.current_time() - start <= poll + 0.01
+
+
+# The worker's looks for jobs: one a job when jobs come one at a time (it does not look again
+# after each job it ends when its last look left nothing), and never a poll late for a job
+# that some change made takeable.
+
+
+class CountedTakesSQLite(SQLiteRunStore):
+    """A SQLite store that counts the worker's looks for jobs to take."""
+
+    takes = 0
+
+    async def acquire_many(self, **options: Any) -> list[Any]:
+        self.takes += 1
+        return await super().acquire_many(**options)
+
+
+async def takes_per_job(store: CountedTakes | CountedTakesSQLite) -> list[int]:
+    """Five jobs, one after another, each waited for: the worker's looks for each."""
+    registry = AgentRegistry()
+    registry.add("echo", ScriptedProvider(*(Reply(f"done {n}") for n in range(5))))
+    takes = []
+    async with worker(store, registry, poll=POLL) as queue:
+        for n in range(5):
+            before = store.takes
+            id = await queue.enqueue(AgentJob.ask("echo", f"job {n}"))
+            assert (await queue.result(id)).content == f"done {n}"
+            await queue.wait_idle()
+            takes.append(store.takes - before)
+    return takes
+
+
+async def test_a_worker_looks_once_for_each_job_that_comes_alone(autojump_clock: Any) -> None:
+    with trio.fail_after(BOUND):
+        assert await takes_per_job(CountedTakes()) == [1] * 5
+
+
+async def test_a_worker_looks_once_for_each_job_that_comes_alone_sqlite(
+    tmp_path: pathlib.Path,
+) -> None:
+    async with await CountedTakesSQLite.open(tmp_path / "jobs.db") as store:
+        with trio.fail_after(30):
+            assert await takes_per_job(store) == [1] * 5
+
+
+async def test_no_job_waits_for_a_poll_after_the_change_that_made_it_takeable(
+    autojump_clock: Any,
+) -> None:
+    # A worker of one slot whose looks leave nothing behind: each way a job becomes takeable
+    # -- admitted while the slot is busy, next in its thread once the one before ends -- is
+    # taken without waiting out the (very long) poll.
+    wait_here, running, release = held()
+    registry = AgentRegistry()
+    registry.add(
+        "waiter",
+        ScriptedProvider(Reply(calls=[call("c1", "wait_here")]), Reply("released")),
+        tools=[wait_here],
+    )
+    registry.add("chat", ScriptedProvider(Reply("one", delay=1), Reply("two", delay=1)))
+    store = CountedTakes()
+    with trio.fail_after(BOUND):
+        async with worker(store, registry, poll=POLL, concurrency=1) as queue:
+            start = trio.current_time()
+            busy = await queue.enqueue(AgentJob.ask("waiter", "Go."))
+            await running.wait()
+            behind = await queue.enqueue(AgentJob.ask("chat", "q1", conversation="t"))
+            after = await queue.enqueue(AgentJob.ask("chat", "q2", conversation="t"))
+            release.set()
+            assert (await queue.result(busy)).content == "released"
+            assert (await queue.result(behind)).content == "one"
+            assert (await queue.result(after)).content == "two"
+            assert trio.current_time() - start < POLL / 10
