@@ -10,12 +10,13 @@ Jobs run on :class:`~actors.testing.ScriptedProvider` agents over a
 from __future__ import annotations
 
 import pathlib
+from collections.abc import Callable
 from typing import Any
 
 import trio
 from test_job_queue import call, held, worker
 
-from actors.durable import AgentRegistry, MemoryRunStore, SQLiteRunStore
+from actors.durable import AgentRegistry, MemoryRunStore, RunStore, SQLiteRunStore
 from actors.testing import Reply, ScriptedProvider
 from protocols.jobs import AgentJob, Applied, JobStatus, finish
 from protocols.jobs import JobStatus as S
@@ -47,19 +48,25 @@ class CountedSQLite(SQLiteRunStore):
         return await super().status(id)
 
 
-async def looks_per_job(store: Counted | CountedSQLite) -> list[int]:
-    """Five jobs, one after another, each waited for with ``result``: its status reads."""
+async def per_job(store: RunStore, count: Callable[[], int]) -> list[int]:
+    """Five jobs, one after another, each waited for with ``result`` (and until the worker is
+    idle again): how much ``count()`` grew for each."""
     registry = AgentRegistry()
     registry.add("echo", ScriptedProvider(*(Reply(f"done {n}") for n in range(5))))
-    looks = []
+    counts = []
     async with worker(store, registry, poll=POLL) as queue:
         for n in range(5):
+            before = count()
             id = await queue.enqueue(AgentJob.ask("echo", f"job {n}"))
-            before = store.looks
-            result = await queue.result(id)
-            assert result.content == f"done {n}"
-            looks.append(store.looks - before)
-    return looks
+            assert (await queue.result(id)).content == f"done {n}"
+            await queue.wait_idle()
+            counts.append(count() - before)
+    return counts
+
+
+async def looks_per_job(store: Counted | CountedSQLite) -> list[int]:
+    """The status reads of each of five jobs (see :func:`per_job`)."""
+    return await per_job(store, lambda: store.looks)
 
 
 # Once on entry; the wake for its own admission (announced before that read) and its end here
@@ -236,18 +243,8 @@ class CountedTakesSQLite(SQLiteRunStore):
 
 
 async def takes_per_job(store: CountedTakes | CountedTakesSQLite) -> list[int]:
-    """Five jobs, one after another, each waited for: the worker's looks for each."""
-    registry = AgentRegistry()
-    registry.add("echo", ScriptedProvider(*(Reply(f"done {n}") for n in range(5))))
-    takes = []
-    async with worker(store, registry, poll=POLL) as queue:
-        for n in range(5):
-            before = store.takes
-            id = await queue.enqueue(AgentJob.ask("echo", f"job {n}"))
-            assert (await queue.result(id)).content == f"done {n}"
-            await queue.wait_idle()
-            takes.append(store.takes - before)
-    return takes
+    """The worker's looks for jobs to take, for each of five jobs (see :func:`per_job`)."""
+    return await per_job(store, lambda: store.takes)
 
 
 async def test_a_worker_looks_once_for_each_job_that_comes_alone(autojump_clock: Any) -> None:
