@@ -531,6 +531,7 @@ def test_subpackage_export_lists_are_pinned() -> None:
         "RunStore",
         "SQLiteRunStore",
         "StoreJournal",
+        "Taken",
         "answer_job",
         "cancel_job",
         "check_store_url",
