@@ -502,11 +502,10 @@ class Agent:
         if self._ref is None and self._connection is None:
             # A run's agent (no actor, a conversation in the calling task): nothing to wait
             # for, so no shield to pay for.
-            conversation = self.conversation
             if not self._owns_conversation:
                 return
-            if isinstance(conversation, _LocalConversation):
-                conversation.stop_now()
+            if isinstance(self.conversation, _LocalConversation):
+                self.conversation.stop_now()
                 return
         with trio.CancelScope(shield=True):
             if self._ref is not None:

@@ -10,6 +10,7 @@ from types import TracebackType
 
 import trio
 
+from protocols._json import dumps_own
 from protocols.codec import to_json
 from protocols.errors import ValidationError
 from protocols.jobs import (
@@ -59,7 +60,6 @@ from ._store import (
     decode_record,
     decode_timed_entry,
     encode_checked,
-    fast_dumps,
     fenced,
     noticeable,
     purged_key,
@@ -180,7 +180,7 @@ class MemoryRunStore:
         kept = self._jobs.get(id)
         if kept is None:
             kept = self._jobs[id] = stored_job_text(id, self._records[id])
-        if fast_dumps(to_json(new.job)) == kept:
+        if dumps_own(to_json(new.job)) == kept:
             check_successor(stored, new, job=new.job)
         else:
             check_successor(stored, new, job=decode_job(id, self._records[id]))

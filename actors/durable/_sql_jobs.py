@@ -584,7 +584,7 @@ class Jobs(Reads):
                             taken.rest = seen > len(taken) or queued >= size
                             return taken
             if queued < size:
-                taken.rest = seen > len(taken)  # (every queued job read: the rest is known)
+                taken.rest = seen > len(taken) or queued >= size  # (queued < size: all read)
                 return taken
             offset += size
             size = _PAGE

@@ -411,15 +411,10 @@ def _checked(text: str, max_bytes: int, what: str) -> str:
     return text
 
 
-#: :func:`protocols.codec.dumps` of what a store writes (JSON data a data-model object gave), the
-#: same text, faster (see :func:`protocols._json.dumps_own`).
-fast_dumps = dumps_own
-
-
 def encode_checked(value: object, max_bytes: int, what: str) -> str:
     """``value`` (a data-model object) as stored: :func:`protocols.codec.encode`'s text,
     refused (``code="too_large"``) above ``max_bytes``."""
-    return _checked(fast_dumps(to_json(value)), max_bytes, what)
+    return _checked(dumps_own(to_json(value)), max_bytes, what)
 
 
 def encode_entry(entry: Entry, max_bytes: int, at: float | None = None) -> str:
@@ -427,7 +422,7 @@ def encode_entry(entry: Entry, max_bytes: int, at: float | None = None) -> str:
     epoch; the time its events show, the same on every read)."""
     data = entry_to_json(entry)
     data["at"] = time.time() if at is None else at
-    return _checked(fast_dumps(data), max_bytes, "a journal entry")
+    return _checked(dumps_own(data), max_bytes, "a journal entry")
 
 
 def decode_record(id: str, text: str | bytes) -> JobRecord:
@@ -457,8 +452,8 @@ def _stored_job(id: str, text: str | bytes) -> object:
 
 def stored_job_text(id: str, text: str | bytes) -> str:
     """The job a stored record (its text) holds, as a job's own encoding (the text
-    ``fast_dumps(to_json(job))`` gives for it)."""
-    return fast_dumps(_stored_job(id, text))
+    ``dumps_own(to_json(job))`` gives for it)."""
+    return dumps_own(_stored_job(id, text))
 
 
 def decode_job(id: str, text: str | bytes) -> AgentJob:

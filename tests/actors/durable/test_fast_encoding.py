@@ -1,4 +1,4 @@
-"""The stores' fast encoder (``actors.durable._store.fast_dumps``) against the strict codec, the
+"""The stores' fast encoder (``protocols._json.dumps_own``) against the strict codec, the
 reference of what is valid: for any value it gives exactly the text ``protocols.codec.dumps``
 gives, or raises what it raises; and a record or journal entry is stored as the codec encodes
 it, and decodes back to itself."""
@@ -17,8 +17,8 @@ from actors.durable._store import (
     decode_record,
     encode_checked,
     encode_entry,
-    fast_dumps,
 )
+from protocols._json import dumps_own
 from protocols.codec import MAX_DEPTH, dumps, encode, loads
 from protocols.errors import ValidationError
 from protocols.jobs import AgentJob, Entry, IntentEntry, ResponseEntry, TerminalEntry, admit
@@ -57,7 +57,7 @@ def _outcome(encode: Any, value: Any) -> tuple[str, str]:
 
 def _both(value: Any) -> tuple[tuple[str, str], tuple[str, str]]:
     """What the fast encoder and the codec each make of ``value``: text, or a refusal."""
-    return _outcome(fast_dumps, value), _outcome(dumps, value)
+    return _outcome(dumps_own, value), _outcome(dumps, value)
 
 
 @settings(max_examples=400, deadline=None)
