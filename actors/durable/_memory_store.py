@@ -59,11 +59,11 @@ from ._store import (
     decode_job,
     decode_record,
     decode_timed_entry,
+    encode_admitted,
     encode_checked,
     fenced,
     noticeable,
     purged_key,
-    stored_job_text,
 )
 
 __all__ = ["MemoryRunStore"]
@@ -93,10 +93,9 @@ class MemoryRunStore:
         # writes itself (acquire decodes its candidate afresh); only its immutable fields are
         # read (see _checked).
         self._decoded: dict[str, tuple[str, JobRecord]] = {}
-        # Each job's AgentJob as its stored text held it (JSON) when a write was first checked
-        # against it: what a write may not change (see _successor). Every write keeps the job
-        # equal to it by value (a write may only give it another text for an equal value: 1.0
-        # for 1).
+        # Each job's AgentJob as its stored text held it (JSON) when it was admitted: what a
+        # write may not change (see _successor). Every write keeps the job equal to it by
+        # value (a write may only give it another text for an equal value: 1.0 for 1).
         self._jobs: dict[str, str] = {}
         self._live: dict[str, None] = {}  # the ids of jobs that have not ended, in order
         self._keys: dict[str, str] = {}
@@ -177,10 +176,7 @@ class MemoryRunStore:
         one (the codec decodes a job's encoding to an equal job); otherwise the stored job is
         decoded and compared as the SQL stores compare it."""
         id = stored.id
-        kept = self._jobs.get(id)
-        if kept is None:
-            kept = self._jobs[id] = stored_job_text(id, self._records[id])
-        if dumps_own(to_json(new.job)) == kept:
+        if dumps_own(to_json(new.job)) == self._jobs[id]:
             check_successor(stored, new, job=new.job)
         else:
             check_successor(stored, new, job=decode_job(id, self._records[id]))
@@ -228,10 +224,13 @@ class MemoryRunStore:
             key=key,
             priority=priority,
         )
-        texts = [encode_checked(r, self._max_bytes, f"the record of job {r.id!r}") for r in records]
+        # Each job's text kept now, from its record's encoding: the first write checked
+        # against it (see _successor) need not decode the stored record for it.
+        texts = [encode_admitted(r, self._max_bytes) for r in records]
         self._next_sequence += len(records)
-        for record, text in zip(records, texts, strict=True):
+        for record, (text, job_text) in zip(records, texts, strict=True):
             self._records[record.id] = text
+            self._jobs[record.id] = job_text
             self._view(record, text)
             self._sequences[record.id] = record.sequence
             self._live[record.id] = None

@@ -417,6 +417,14 @@ def encode_checked(value: object, max_bytes: int, what: str) -> str:
     return _checked(dumps_own(to_json(value)), max_bytes, what)
 
 
+def encode_admitted(record: JobRecord, max_bytes: int) -> tuple[str, str]:
+    """A record being admitted as stored (:func:`encode_checked`), and its job's own encoding
+    (the text ``dumps_own(to_json(record.job))`` gives) -- from the one encoding."""
+    data = to_json(record)
+    text = _checked(dumps_own(data), max_bytes, f"the record of job {record.id!r}")
+    return text, dumps_own(data["job"])
+
+
 def encode_entry(entry: Entry, max_bytes: int, at: float | None = None) -> str:
     """The entry as stored: its JSON, with ``at`` (when it was appended, seconds since the
     epoch; the time its events show, the same on every read)."""
@@ -448,12 +456,6 @@ def _stored_job(id: str, text: str | bytes) -> object:
     if not isinstance(data, dict) or "job" not in data:
         raise StoreError(f"the stored record of job {id!r} holds no job", code="corrupt")
     return data["job"]
-
-
-def stored_job_text(id: str, text: str | bytes) -> str:
-    """The job a stored record (its text) holds, as a job's own encoding (the text
-    ``dumps_own(to_json(job))`` gives for it)."""
-    return dumps_own(_stored_job(id, text))
 
 
 def decode_job(id: str, text: str | bytes) -> AgentJob:
