@@ -126,10 +126,12 @@ class JobQueue(JobRunner):
         self._behind = WriteBehind()  # writes what the jobs' journals buffer, for all of them
         self._finished: dict[str, trio.Event] = {}
         self._ended: dict[str, JobRecord] = {}  # final records for result() callers waiting
-        # The number of the announcement that woke a result() caller (see Watch.last), and the
-        # queue's watch (see Watch.heard): a caller woken by a change its last look saw already
-        # need not look again.
-        self._woken: dict[str, int] = {}
+        self._waiters: dict[str, int] = {}  # how many result() callers wait for each job
+        # The latest announcement that woke the result() callers of a job since they last took
+        # it (see Watch.last; infinite: they must look), and the queue's watch (see
+        # Watch.heard): a caller woken only by changes its last look saw already need not look
+        # again.
+        self._woken: dict[str, float] = {}
         self._watching: Watch | None = None
         self._taking = True
         self._leaving = False  # the block is being left: running jobs are being cut
@@ -177,6 +179,7 @@ class JobQueue(JobRunner):
         ``allow_partial``; :class:`~protocols.errors.ValidationError` for an unknown id."""
         look = True
         seen: int | None = None  # the announcements heard before the last look began
+        self._waiters[id] = self._waiters.get(id, 0) + 1
         try:
             while True:
                 event = self._finished.setdefault(id, trio.Event())
@@ -206,7 +209,14 @@ class JobQueue(JobRunner):
                 if ended is not None:
                     return self._outcome(ended)
         finally:
-            self._woken.pop(id, None)
+            left = self._waiters[id] - 1
+            if left:
+                self._waiters[id] = left
+            else:
+                del self._waiters[id]
+                self._woken.pop(id, None)
+                self._ended.pop(id, None)
+                self._finished.pop(id, None)
 
     async def run(
         self, jobs: Sequence[AgentJob], *, priority: Priority | str = Priority.NORMAL
@@ -353,16 +363,13 @@ class JobQueue(JobRunner):
                 ):
                     self._news = True
                 self._wake.set()
-                for id in ids or list(self._finished):
+                for id in ids or list(self._waiters):
                     if id in self._running:
                         # Running here: its end hands the final record to the callers waiting
                         # (or, if it ends otherwise, wakes them): no read of the store needed.
                         continue
-                    waiting = self._finished.pop(id, None)
-                    if waiting is not None:
-                        if id in heard:
-                            self._woken[id] = heard[id]
-                        waiting.set()
+                    if id in self._waiters:
+                        self._woke(id, heard.get(id) if ids else None)
                 for id in ids or list(self._running):
                     running = self._running.get(id)
                     if running is not None and not running.ending:

@@ -112,6 +112,8 @@ class JobRunner:
     _behind: WriteBehind
     _finished: dict[str, trio.Event]
     _ended: dict[str, JobRecord]
+    _waiters: dict[str, int]
+    _woken: dict[str, float]
     _leaving: bool
     _statistics: dict[str, int]
 
@@ -120,10 +122,25 @@ class JobRunner:
         log.warning("%s: the store failed (%s); trying again", doing, error.message)
 
     def _notify(self, id: str, record: JobRecord | None = None) -> None:
+        """Job ``id`` ended here, or its run here stopped: hand its final ``record`` (if it
+        ended) to the :meth:`JobQueue.result` callers waiting for it, or have them look at the
+        store."""
+        if id not in self._waiters:
+            return
+        if record is not None:
+            self._ended[id] = record
+        self._woke(id, None)
+
+    def _woke(self, id: str, number: int | None) -> None:
+        """Wake the :meth:`JobQueue.result` callers waiting for job ``id`` for a change
+        announced as ``number`` (``None``: one they must look at the store for). Kept until
+        they have taken it -- also when it comes while they are awake, between two waits."""
+        if number is None:
+            self._woken[id] = math.inf
+        else:
+            self._woken[id] = max(self._woken.get(id, 0), number)
         event = self._finished.pop(id, None)
         if event is not None:
-            if record is not None:
-                self._ended[id] = record
             event.set()
 
     # -- the worker's side ---------------------------------------------------------------------

@@ -13,6 +13,8 @@ import pathlib
 from collections.abc import Callable
 from typing import Any
 
+import attrs
+import pytest
 import trio
 from test_job_queue import call, held, worker
 
@@ -136,6 +138,60 @@ async def test_a_job_ended_elsewhere_wakes_its_result_at_once(autojump_clock: An
                     finished_at = trio.current_time()
                 assert [r.content for r in outcome] == ["done elsewhere"]
                 assert trio.current_time() - finished_at < 1  # woken, not polled
+            release.set()
+            assert (await queue.result(busy)).content == "done"
+
+
+@pytest.mark.parametrize("then", ["handed_over", "announced"])
+async def test_a_wake_that_comes_while_its_caller_is_awake_is_not_lost(
+    autojump_clock: Any, then: str
+) -> None:
+    # The race: the caller is woken by a change its last look saw already (its job's admission,
+    # heard late) and, before it runs again -- while no wait of its is there to be woken --
+    # the job's run here ends with its final record handed over, or a change its look did not
+    # see is announced (the job ended elsewhere, say). Either must reach it: the record taken
+    # at once, the change looked at -- not a poll (1000 s) later. Driven here step by step,
+    # the two in one go with no checkpoint between them.
+    wait_here, running, release = held()
+    registry = AgentRegistry()
+    registry.add(
+        "waiter",
+        ScriptedProvider(Reply(calls=[call("c1", "wait_here")]), Reply("done")),
+        tools=[wait_here],
+    )
+    registry.add("echo", ScriptedProvider(Reply("never run here")))
+    store = Counted()
+    with trio.fail_after(BOUND):
+        async with worker(store, registry, poll=POLL, concurrency=1) as queue:
+            busy = await queue.enqueue(AgentJob.ask("waiter", "Go."))
+            await running.wait()  # (the only slot busy: the next job stays queued)
+            id = await queue.enqueue(AgentJob.ask("echo", "ended"))
+            record = await store.get(id)
+            assert record is not None
+            ended = attrs.evolve(record, status=S.COMPLETED, result=AgentResult("handed over"))
+            outcome: list[AgentResult] = []
+
+            async def wait_for() -> None:
+                outcome.append(await queue.result(id))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(wait_for)
+                await trio.sleep(1)  # (its look done, it waits)
+                assert queue._watching is not None
+                seen = queue._watching.heard
+                looks = store.looks
+                queue._woke(id, seen)  # a change its look saw: no look needed for it
+                if then == "handed_over":
+                    queue._notify(id, ended)
+                else:
+                    queue._woke(id, seen + 1)  # one it did not see
+                    await trio.sleep(1)
+                    assert store.looks - looks == 1  # looked at once (still queued)
+                    queue._notify(id, ended)
+                finished_at = trio.current_time()
+            assert [r.content for r in outcome] == ["handed over"]
+            assert trio.current_time() - finished_at < 1  # woken, not polled
+            assert store.looks - looks == (0 if then == "handed_over" else 1)
             release.set()
             assert (await queue.result(busy)).content == "done"
 
