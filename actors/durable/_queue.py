@@ -135,6 +135,7 @@ class JobQueue(JobRunner):
         self._watching: Watch | None = None
         self._taking = True
         self._leaving = False  # the block is being left: running jobs are being cut
+        self._taker: trio.Nursery | None = None  # the taker's, while it takes jobs
         self._statistics = {
             "acquired": 0,
             "completed": 0,
@@ -392,6 +393,7 @@ class JobQueue(JobRunner):
             await nursery.start(self._keep_leases)
             await nursery.start(self._behind.run)
             nursery.start_soon(self._tick)
+            self._taker = nursery
             task_status.started()
             pause = 0.0  # after a store failure: how long to wait before asking again
             while self._taking:
@@ -430,6 +432,17 @@ class JobQueue(JobRunner):
                 if self.approval_timeout is not None:
                     await self._deny_overdue()
                 await self._wake.wait()  # (set at the latest by the next tick)
+
+    def _look_in(self, delay: float) -> None:
+        """Have the taker look for jobs ``delay`` seconds from now: a job this worker queued
+        again (a retry after its backoff) falls due then, which nothing announces -- taken on
+        time, not at the first poll after it."""
+        if self._taker is not None:
+            self._taker.start_soon(self._look_after, delay)
+
+    async def _look_after(self, delay: float) -> None:
+        await trio.sleep(delay)
+        self._heard()
 
     async def _tick(self) -> None:
         """Wake the taker every ``poll`` seconds: it looks at the store at least that often

@@ -116,6 +116,8 @@ class JobRunner:
     _woken: dict[str, float]
     _leaving: bool
     _statistics: dict[str, int]
+    #: Has the queue look for jobs that many seconds from now.
+    _look_in: Callable[[float], None]
 
     def _store_failed(self, doing: str, error: StoreError) -> None:
         self._statistics["store_errors"] += 1
@@ -599,11 +601,11 @@ class JobRunner:
             status = JobStatus.CANCELLED if current.cancel_requested else JobStatus.FAILED
             await self._finish(current, holder, status, None, error, journal=journal, spent=spent)
             return
-        again = retry(
-            current, holder, now=self._clock(), delay=self._backoff(current.attempts), error=error
-        )
+        delay = self._backoff(current.attempts)
+        again = retry(current, holder, now=self._clock(), delay=delay, error=error)
         if isinstance(again, Applied) and await self.store.write(again):
             self._statistics["retried"] += 1
+            self._look_in(delay)
             log.warning(
                 "job %s: attempt %d failed (%s); retrying", record.id, current.attempts, error
             )

@@ -680,6 +680,28 @@ async def test_a_retryable_failure_is_retried_from_the_journal_and_completes(
     assert user_texts(provider, 1) == ["hi"]
 
 
+async def test_a_retry_is_taken_when_its_backoff_ends_not_at_the_next_poll(
+    autojump_clock: Any,
+) -> None:
+    # Nothing announces that a retry's backoff has passed: the worker that queued it again
+    # looks then. With polls 1000 s apart, the job would otherwise wait for one.
+    provider = ScriptedProvider(_retryable(), _retryable(), Reply("Third time lucky."))
+    registry = AgentRegistry()
+    registry.add("flaky", provider)
+    store = MemoryRunStore()
+    async with worker(store, registry, poll=1000.0) as queue:
+        start = trio.current_time()
+        id = await queue.enqueue(AgentJob.ask("flaky", "hi"))
+        result = await queue.result(id)
+        took = trio.current_time() - start
+        record = await queue.record(id)
+    assert result.content == "Third time lucky."
+    assert record is not None
+    assert record.attempts == 3
+    # Backoffs of at most 0.5 s and 1 s (jittered down to half), and nothing else to wait for.
+    assert 0.75 <= took <= 1.5
+
+
 async def test_retries_exhausted_fail_the_job_with_the_error(autojump_clock: Any) -> None:
     provider = ScriptedProvider(_retryable("busy 1"), _retryable("busy 2"), Reply("too late"))
     registry = AgentRegistry()
