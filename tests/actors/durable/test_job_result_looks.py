@@ -50,6 +50,21 @@ class CountedSQLite(SQLiteRunStore):
         return await super().status(id)
 
 
+def holding(
+    name: str = "waiter", answer: str = "done"
+) -> tuple[AgentRegistry, trio.Event, trio.Event]:
+    """A registry whose agent ``name`` calls the tool ``wait_here`` (see ``held``), then answers
+    ``answer``; with the events that say the tool runs and release it."""
+    wait_here, running, release = held()
+    registry = AgentRegistry()
+    registry.add(
+        name,
+        ScriptedProvider(Reply(calls=[call("c1", "wait_here")]), Reply(answer)),
+        tools=[wait_here],
+    )
+    return registry, running, release
+
+
 async def per_job(store: RunStore, count: Callable[[], int]) -> list[int]:
     """Five jobs, one after another, each waited for with ``result`` (and until the worker is
     idle again): how much ``count()`` grew for each."""
@@ -94,13 +109,7 @@ async def test_a_job_ended_elsewhere_wakes_its_result_at_once(autojump_clock: An
     # second job and ends it; the caller waiting for it is woken by that change, announced
     # after its look -- alone or heard together with the job's admission -- and reads it then,
     # not a poll later.
-    wait_here, running, release = held()
-    registry = AgentRegistry()
-    registry.add(
-        "waiter",
-        ScriptedProvider(Reply(calls=[call("c1", "wait_here")]), Reply("done")),
-        tools=[wait_here],
-    )
+    registry, running, release = holding()
     registry.add("echo", ScriptedProvider(Reply("never run here")))
     store = Counted()
     with trio.fail_after(BOUND):
@@ -152,13 +161,7 @@ async def test_a_wake_that_comes_while_its_caller_is_awake_is_not_lost(
     # see is announced (the job ended elsewhere, say). Either must reach it: the record taken
     # at once, the change looked at -- not a poll (1000 s) later. Driven here step by step,
     # the two in one go with no checkpoint between them.
-    wait_here, running, release = held()
-    registry = AgentRegistry()
-    registry.add(
-        "waiter",
-        ScriptedProvider(Reply(calls=[call("c1", "wait_here")]), Reply("done")),
-        tools=[wait_here],
-    )
+    registry, running, release = holding()
     registry.add("echo", ScriptedProvider(Reply("never run here")))
     store = Counted()
     with trio.fail_after(BOUND):
@@ -217,13 +220,7 @@ async def test_a_caller_waiting_for_a_job_running_here_is_not_woken_by_polls(
     autojump_clock: Any,
 ) -> None:
     poll = 1.0
-    wait_here, running, release = held()
-    registry = AgentRegistry()
-    registry.add(
-        "slow",
-        ScriptedProvider(Reply(calls=[call("c1", "wait_here")]), Reply("done")),
-        tools=[wait_here],
-    )
+    registry, running, release = holding("slow")
     steps = Steps()
     with trio.fail_after(BOUND):
         async with worker(Counted(), registry, poll=poll) as queue:
@@ -322,13 +319,7 @@ async def test_no_job_waits_for_a_poll_after_the_change_that_made_it_takeable(
     # A worker of one slot whose looks leave nothing behind: each way a job becomes takeable
     # -- admitted while the slot is busy, next in its thread once the one before ends -- is
     # taken without waiting out the (very long) poll.
-    wait_here, running, release = held()
-    registry = AgentRegistry()
-    registry.add(
-        "waiter",
-        ScriptedProvider(Reply(calls=[call("c1", "wait_here")]), Reply("released")),
-        tools=[wait_here],
-    )
+    registry, running, release = holding(answer="released")
     registry.add("chat", ScriptedProvider(Reply("one", delay=1), Reply("two", delay=1)))
     store = CountedTakes()
     with trio.fail_after(BOUND):
