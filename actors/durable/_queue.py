@@ -190,7 +190,6 @@ class JobQueue(JobRunner):
                     if status is None:
                         raise ValidationError(f"no job {id!r} (never admitted, or purged)")
                     if status in TERMINAL:
-                        self._ended.pop(id, None)
                         return self._outcome(await existing_job(self.store, id))
                 if id in self._running:
                     # Running here: its end here wakes this caller (the worker hands the final

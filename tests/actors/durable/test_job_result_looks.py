@@ -10,7 +10,6 @@ Jobs run on :class:`~actors.testing.ScriptedProvider` agents over a
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -18,7 +17,7 @@ import pytest
 import trio
 from test_job_queue import call, held, worker
 
-from actors.durable import AgentRegistry, MemoryRunStore, RunStore, SQLiteRunStore
+from actors.durable import AgentRegistry, MemoryRunStore, SQLiteRunStore
 from actors.testing import Reply, ScriptedProvider
 from protocols.jobs import AgentJob, Applied, JobStatus, finish
 from protocols.jobs import JobStatus as S
@@ -29,25 +28,34 @@ POLL = 1_000.0  # trio seconds: a wake missed would wait this long
 
 
 class Counted(MemoryRunStore):
-    """A memory store that counts the status reads."""
+    """A memory store that counts the status reads (``looks``) and the worker's looks for jobs
+    to take (``takes``)."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.looks = 0
+    looks = 0
+    takes = 0
 
     async def status(self, id: str) -> JobStatus | None:
         self.looks += 1
         return await super().status(id)
+
+    async def acquire_many(self, **options: Any) -> list[Any]:
+        self.takes += 1
+        return await super().acquire_many(**options)
 
 
 class CountedSQLite(SQLiteRunStore):
-    """A SQLite store that counts the status reads."""
+    """A SQLite store that counts as :class:`Counted` does."""
 
     looks = 0
+    takes = 0
 
     async def status(self, id: str) -> JobStatus | None:
         self.looks += 1
         return await super().status(id)
+
+    async def acquire_many(self, **options: Any) -> list[Any]:
+        self.takes += 1
+        return await super().acquire_many(**options)
 
 
 def holding(
@@ -65,43 +73,43 @@ def holding(
     return registry, running, release
 
 
-async def per_job(store: RunStore, count: Callable[[], int]) -> list[int]:
+async def per_job(store: Counted | CountedSQLite) -> list[tuple[int, int]]:
     """Five jobs, one after another, each waited for with ``result`` (and until the worker is
-    idle again): how much ``count()`` grew for each."""
+    idle again): for each, the status reads (``result``'s looks) and the worker's looks for
+    jobs to take."""
     registry = AgentRegistry()
     registry.add("echo", ScriptedProvider(*(Reply(f"done {n}") for n in range(5))))
     counts = []
     async with worker(store, registry, poll=POLL) as queue:
         for n in range(5):
-            before = count()
+            looks, takes = store.looks, store.takes
             id = await queue.enqueue(AgentJob.ask("echo", f"job {n}"))
             assert (await queue.result(id)).content == f"done {n}"
             await queue.wait_idle()
-            counts.append(count() - before)
+            counts.append((store.looks - looks, store.takes - takes))
     return counts
 
 
-async def looks_per_job(store: Counted | CountedSQLite) -> list[int]:
-    """The status reads of each of five jobs (see :func:`per_job`)."""
-    return await per_job(store, lambda: store.looks)
+# A job that comes alone costs one status read and one look for jobs. The caller reads once on
+# entry; the wake for its own admission (announced before that read) and its end here (handed
+# over by the worker) read nothing. The worker does not look again after each job it ends when
+# its last look left nothing.
 
 
-# Once on entry; the wake for its own admission (announced before that read) and its end here
-# (handed over by the worker) read nothing.
-
-
-async def test_a_job_run_here_is_looked_at_once_by_its_result(autojump_clock: Any) -> None:
+async def test_a_job_alone_is_read_once_by_its_result_and_looked_for_once(
+    autojump_clock: Any,
+) -> None:
     with trio.fail_after(BOUND):
-        assert await looks_per_job(Counted()) == [1] * 5
+        assert await per_job(Counted()) == [(1, 1)] * 5
 
 
-async def test_a_job_run_here_is_looked_at_once_by_its_result_sqlite(
+async def test_a_job_alone_is_read_once_by_its_result_and_looked_for_once_sqlite(
     tmp_path: pathlib.Path,
 ) -> None:
     # (On the real clock: the store's threads.)
     async with await CountedSQLite.open(tmp_path / "jobs.db") as store:
         with trio.fail_after(30):
-            assert await looks_per_job(store) == [1] * 5
+            assert await per_job(store) == [(1, 1)] * 5
 
 
 async def test_a_job_ended_elsewhere_wakes_its_result_at_once(autojump_clock: Any) -> None:
@@ -245,25 +253,13 @@ async def test_a_caller_waiting_for_a_job_running_here_is_not_woken_by_polls(
             assert steps.steps <= 5, steps.steps
 
 
-class CountedTakes(MemoryRunStore):
-    """A memory store that counts the worker's looks for jobs to take."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.takes = 0
-
-    async def acquire_many(self, **options: Any) -> list[Any]:
-        self.takes += 1
-        return await super().acquire_many(**options)
-
-
 async def test_an_idle_worker_looks_once_a_poll_and_finds_a_job_no_one_announced(
     autojump_clock: Any,
 ) -> None:
     poll = 1.0
     registry = AgentRegistry()
     registry.add("echo", ScriptedProvider(Reply("found")))
-    store = CountedTakes()
+    store = Counted()
     with trio.fail_after(BOUND):
         async with worker(store, registry, poll=poll) as queue:
             await trio.sleep(poll / 2)
@@ -280,37 +276,7 @@ async def test_an_idle_worker_looks_once_a_poll_and_finds_a_job_no_one_announced
             assert trio.current_time() - start <= poll + 0.01
 
 
-# The worker's looks for jobs: one a job when jobs come one at a time (it does not look again
-# after each job it ends when its last look left nothing), and never a poll late for a job
-# that some change made takeable.
-
-
-class CountedTakesSQLite(SQLiteRunStore):
-    """A SQLite store that counts the worker's looks for jobs to take."""
-
-    takes = 0
-
-    async def acquire_many(self, **options: Any) -> list[Any]:
-        self.takes += 1
-        return await super().acquire_many(**options)
-
-
-async def takes_per_job(store: CountedTakes | CountedTakesSQLite) -> list[int]:
-    """The worker's looks for jobs to take, for each of five jobs (see :func:`per_job`)."""
-    return await per_job(store, lambda: store.takes)
-
-
-async def test_a_worker_looks_once_for_each_job_that_comes_alone(autojump_clock: Any) -> None:
-    with trio.fail_after(BOUND):
-        assert await takes_per_job(CountedTakes()) == [1] * 5
-
-
-async def test_a_worker_looks_once_for_each_job_that_comes_alone_sqlite(
-    tmp_path: pathlib.Path,
-) -> None:
-    async with await CountedTakesSQLite.open(tmp_path / "jobs.db") as store:
-        with trio.fail_after(30):
-            assert await takes_per_job(store) == [1] * 5
+# The worker's looks for jobs: never a poll late for a job that some change made takeable.
 
 
 async def test_no_job_waits_for_a_poll_after_the_change_that_made_it_takeable(
@@ -321,7 +287,7 @@ async def test_no_job_waits_for_a_poll_after_the_change_that_made_it_takeable(
     # taken without waiting out the (very long) poll.
     registry, running, release = holding(answer="released")
     registry.add("chat", ScriptedProvider(Reply("one", delay=1), Reply("two", delay=1)))
-    store = CountedTakes()
+    store = Counted()
     with trio.fail_after(BOUND):
         async with worker(store, registry, poll=POLL, concurrency=1) as queue:
             start = trio.current_time()
