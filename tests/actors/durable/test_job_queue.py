@@ -323,7 +323,7 @@ async def test_result_of_an_unknown_id_raises(autojump_clock: Any) -> None:
 # The journal
 
 
-async def _two_turn_journal(store: RunStore, clock: Callable[[], float]) -> None:
+async def assert_two_turn_journal(store: RunStore, clock: Callable[[], float]) -> None:
     registry = AgentRegistry()
     provider = ScriptedProvider(
         Reply(calls=[call("c1", "lookup", name="ada")]), Reply("Ada is found.")
@@ -350,14 +350,14 @@ async def _two_turn_journal(store: RunStore, clock: Callable[[], float]) -> None
 
 
 async def test_journal_of_a_completed_two_turn_tool_job_in_order(autojump_clock: Any) -> None:
-    await _two_turn_journal(MemoryRunStore(), trio.current_time)
+    await assert_two_turn_journal(MemoryRunStore(), trio.current_time)
 
 
 async def test_journal_of_a_completed_two_turn_tool_job_in_order_on_sqlite(
     tmp_path: pathlib.Path,
 ) -> None:
     async with await SQLiteRunStore.open(tmp_path / "jobs.db") as store:
-        await _two_turn_journal(store, LeaseClock())
+        await assert_two_turn_journal(store, LeaseClock())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -405,7 +405,7 @@ async def _crash_mid_tool(
     return id, outcome, record
 
 
-async def _unknown_effect(store: RunStore, clock: Callable[[], float]) -> None:
+async def assert_unknown_effect_never_rerun(store: RunStore, clock: Callable[[], float]) -> None:
     charged: list[str | None] = []
     started = trio.Event()
     provider = ScriptedProvider(
@@ -431,14 +431,14 @@ async def _unknown_effect(store: RunStore, clock: Callable[[], float]) -> None:
 async def test_continuation_answers_a_started_non_idempotent_call_unknown_effect_never_rerun(
     autojump_clock: Any,
 ) -> None:
-    await _unknown_effect(MemoryRunStore(), trio.current_time)
+    await assert_unknown_effect_never_rerun(MemoryRunStore(), trio.current_time)
 
 
 async def test_continuation_answers_unknown_effect_never_rerun_on_sqlite(
     tmp_path: pathlib.Path,
 ) -> None:
     async with await SQLiteRunStore.open(tmp_path / "jobs.db") as store:
-        await _unknown_effect(store, LeaseClock())
+        await assert_unknown_effect_never_rerun(store, LeaseClock())
 
 
 async def test_continuation_reruns_a_started_idempotent_call_with_the_same_key(
